@@ -1,0 +1,261 @@
+"""codila's command line: thin Typer commands over the library, and the one error boundary.
+
+stdout carries only the payload (code, a patched file, or one JSON document); everything else
+(status, syntax report, warnings, ``Error:``/``Hint:``) goes to stderr. torch and transformers are
+imported inside the commands, so ``codila --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from codila_cli import __version__
+from codila_cli.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, CodilaError, StrictSyntaxError, UsageError
+
+app = typer.Typer(
+    name="codila",
+    help="Code generation with diffusion language models and CoDiLA local autoregression.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+T = TypeVar("T")
+
+
+class Decoder(str, Enum):
+    auto = "auto"
+    dream = "dream"
+    threshold = "threshold"
+    codila = "codila"
+
+
+class Alg(str, Enum):
+    origin = "origin"
+    maskgit_plus = "maskgit_plus"
+    topk_margin = "topk_margin"
+    entropy = "entropy"
+
+
+class Color(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+def _stderr(color: Color = Color.auto):
+    from rich.console import Console
+
+    force = {Color.always: True, Color.never: False}.get(color)
+    return Console(stderr=True, highlight=False, force_terminal=force, no_color=color == Color.never or None)
+
+
+def _fail(exc: CodilaError, *, quiet: bool = False) -> NoReturn:
+    err = sys.stderr
+    err.write(f"Error: {exc.message}\n")
+    if exc.hint and not quiet:
+        err.write(f"Hint: {exc.hint}\n")
+    err.flush()
+    raise typer.Exit(exc.exit_code)
+
+
+def boundary(fn: Callable[[], T], *, quiet: bool = False) -> T:
+    """Run a command body; map every failure to an ``Error:`` line and a documented exit code."""
+    debug = os.environ.get("CODILA_DEBUG") == "1"
+    try:
+        return fn()
+    except typer.Exit:
+        raise
+    except CodilaError as exc:
+        if debug:
+            raise
+        _fail(exc, quiet=quiet)
+    except ValueError as exc:  # configuration dataclasses validate with ValueError
+        if debug:
+            raise
+        _fail(UsageError(str(exc), hint="see `codila gen --help` for the allowed values"), quiet=quiet)
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except MemoryError:
+        _fail(CodilaError("out of memory", hint="lower --max-new-tokens or use a smaller model"), quiet=quiet)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        if debug:
+            raise
+        name = type(exc).__name__
+        if "OutOfMemoryError" in name:
+            _fail(CodilaError(f"the GPU ran out of memory ({exc})",
+                              hint="lower --max-new-tokens, use --dtype bfloat16, or --device cpu"), quiet=quiet)
+        sys.stderr.write(f"Error: internal error: {name}: {exc}\n")
+        if not quiet:
+            sys.stderr.write("Hint: set CODILA_DEBUG=1 for the full traceback, and report it\n")
+        raise typer.Exit(EXIT_RUNTIME) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"codila {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """codila: diffusion code generation. Results go to stdout; status and errors to stderr."""
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """Argument, `-` (stdin only), -f FILE, or piped stdin placed before the argument."""
+    stdin_text = None
+    if prompt == "-" or (not sys.stdin.isatty() and prompt_file is None):
+        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        try:
+            stdin_text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"stdin is not valid UTF-8 (byte {exc.start})", hint="pipe UTF-8 text") from None
+    if prompt_file is not None:
+        if prompt not in (None, "-") and prompt_file:
+            raise UsageError("give the prompt as an argument or with --prompt-file, not both")
+        try:
+            return prompt_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UsageError(f"{prompt_file} is not UTF-8 text") from None
+        except OSError as exc:
+            raise UsageError(f"cannot read {prompt_file}: {exc.strerror or exc}") from None
+    if prompt == "-":
+        return stdin_text or ""
+    if stdin_text:
+        return stdin_text.rstrip("\n") + ("\n\n" + prompt if prompt else "\n")
+    if prompt is None:
+        raise UsageError("no prompt given", hint='codila gen "def fib(n):"   or   echo "…" | codila gen')
+    return prompt
+
+
+def _syntax_line(report: Any) -> str:
+    if report.valid:
+        return "syntax: valid"
+    parts = [f"line {e.line} col {e.column}: {e.kind}" for e in report.errors[:5]]
+    more = f" (+{len(report.errors) - 5} more)" if len(report.errors) > 5 else ""
+    return f"syntax: {len(report.errors)} problem(s): " + "; ".join(parts) + more
+
+
+@app.command()
+def gen(
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` reads stdin. Piped stdin goes before it.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.")] = None,
+    system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).")] = None,
+    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_MODEL", help="Diffusion model: alias, repo id or directory.")] = None,
+    ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL", help="AR helper for CoDiLA: alias, repo id or directory.")] = None,
+    decoder: Annotated[Decoder, typer.Option(help="auto = codila when an AR helper is configured, else dream.")] = Decoder.auto,
+    max_new_tokens: Annotated[int, typer.Option(help="Canvas length (generated tokens).")] = 128,
+    steps: Annotated[int | None, typer.Option(help="dream: Dream's step schedule (default: max-new-tokens).")] = None,
+    tokens_per_step: Annotated[int | None, typer.Option("--tokens-per-step", "-K", help="dream: exactly K tokens per DLM forward.")] = None,
+    alg: Annotated[Alg, typer.Option(help="dream/codila: confidence rule for which slots to reveal.")] = Alg.entropy,
+    alg_temp: Annotated[float | None, typer.Option(help="dream: sample positions from softmax(conf/alg_temp).")] = None,
+    temperature: Annotated[float, typer.Option(help="Token sampling temperature (0 = argmax).")] = 0.0,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus filter before sampling and confidence.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Top-k filter before sampling and confidence.")] = None,
+    block_length: Annotated[int, typer.Option(help="threshold: block length.")] = 32,
+    threshold: Annotated[float, typer.Option(help="threshold: commit every slot with p >= this.")] = 0.9,
+    block_size: Annotated[int, typer.Option("--block-size", "-B", help="codila: block size B.")] = 4,
+    tau: Annotated[float | None, typer.Option(help="codila: dynamic mode, mean-entropy threshold in nats.")] = None,
+    candidate_blocks: Annotated[int, typer.Option(help="codila: window of blocks with masks to choose from.")] = 10,
+    parallel_blocks: Annotated[int, typer.Option(help="codila: blocks written per DLM forward (static).")] = 1,
+    conditioning: Annotated[str, typer.Option(help="codila: 'soft' or 'topk:K'.")] = "soft",
+    ar_temperature: Annotated[float, typer.Option(help="codila: AR sampling temperature (0 = greedy).")] = 0.0,
+    ar_context: Annotated[int, typer.Option(help="codila: committed tokens left of the block the AR also reads.")] = 0,
+    ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
+    verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
+    no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (bf16 on CUDA, else fp32), float32, bfloat16, float16.")] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.")] = False,
+    color: Annotated[Color, typer.Option(help="Colour on stderr.")] = Color.auto,
+) -> None:
+    """Generate code from a prompt with a diffusion LM (plain, threshold, or CoDiLA decoding).
+
+    Examples:
+
+        codila gen "def fib(n):"
+
+        codila gen --decoder codila --block-size 4 --tau 0.5 "def is_prime(n):"
+
+        cat spec.md | codila gen --json > out.json
+    """
+
+    def body() -> None:
+        from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+        from codila_cli.runtime import default_ar, default_dlm, generate, load_models
+
+        text = read_prompt(prompt, prompt_file)
+        if not text.strip():
+            raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
+        sampling = SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)
+        early = not no_early_stop
+        dlm_name = dlm or default_dlm()
+        ar_name = ar if ar else (default_ar() if dlm is None else None)
+        chosen = decoder.value
+        if chosen == "auto":
+            chosen = "codila" if ar_name else "dream"
+        if chosen == "codila" and not ar_name:
+            raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
+        if chosen == "dream":
+            cfg: Any = DreamConfig(max_new_tokens=max_new_tokens, steps=steps, tokens_per_step=tokens_per_step,
+                                   alg=alg.value, alg_temp=alg_temp, sampling=sampling, early_stop=early)
+        elif chosen == "threshold":
+            cfg = ThresholdConfig(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
+                                  sampling=sampling, early_stop=early)
+        else:
+            cfg = CodilaConfig(max_new_tokens=max_new_tokens, block_size=block_size, tau=tau,
+                               candidate_blocks=candidate_blocks, parallel_blocks=parallel_blocks,
+                               conditioning=conditioning, ar_temperature=ar_temperature, ar_context=ar_context,
+                               ar_verify=ar_verify, verify_penalty=verify_penalty,
+                               alg=alg.value if alg != Alg.origin else "entropy", sampling=sampling, early_stop=early)
+        models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device, dtype=dtype)
+        result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system)
+        if json_out:
+            import json
+
+            sys.stdout.write(json.dumps(result.to_json(models=models.describe()), ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(result.text)
+        sys.stdout.flush()
+        err = _stderr(color)
+        if not quiet:
+            err.print(_syntax_line(result.syntax), style="green" if result.syntax.valid else "yellow", markup=False)
+        if verbose and not quiet:
+            m = result.metrics
+            err.print(f"seed: {result.seed}  decoder: {chosen}  prompt tokens: {result.prompt_tokens}", markup=False)
+            err.print(f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
+                      f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
+                      f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s", markup=False)
+        if strict and not result.syntax.valid:
+            raise StrictSyntaxError("the generated code does not parse (--strict)",
+                                    hint="try another --seed, a smaller --block-size or --tokens-per-step")
+
+    boundary(body, quiet=quiet)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Shared bookkeeping for every decoder loop: the canvas, NFE counters, events, early stop."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from codila_cli.decoding.events import OnStep, Source, StepEvent
+from codila_cli.decoding.marginals import first_stop
+
+
+@dataclass
+class DecodeResult:
+    """Final canvas (generated slots only) and raw counters; metrics are derived from the events."""
+
+    canvas: list[int]
+    dlm_forwards: int
+    ar_forwards: int
+    steps: int
+    seconds: float
+    stopped_early: bool
+
+
+@dataclass
+class Canvas:
+    """``x`` = prompt ++ canvas, shape [1, P + L]; commits go through :meth:`commit`, which emits events."""
+
+    x: torch.Tensor
+    prompt_len: int
+    mask_id: int
+    stop_ids: tuple[int, ...]
+    fill_id: int
+    on_step: OnStep
+    dlm: object  # anything with a ``forwards`` counter
+    ar: object | None = None
+    step: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+    stopped_early: bool = False
+    dlm0: int = 0  # forward counters at start, so events and results count this run only
+    ar0: int = 0
+
+    @classmethod
+    def start(cls, *, prompt_ids: list[int], length: int, dlm, ar=None, on_step: OnStep, fill_id: int | None = None) -> "Canvas":
+        sp = dlm.specials
+        device = getattr(dlm, "device", torch.device("cpu"))
+        x = torch.tensor([list(prompt_ids) + [sp.mask] * length], dtype=torch.long, device=device)
+        return cls(x=x, prompt_len=len(prompt_ids), mask_id=sp.mask, stop_ids=sp.stop_ids,
+                   fill_id=sp.eos if fill_id is None else fill_id, on_step=on_step, dlm=dlm, ar=ar,
+                   dlm0=dlm.forwards, ar0=ar.forwards if ar is not None else 0)
+
+    @property
+    def dlm_forwards(self) -> int:
+        return self.dlm.forwards - self.dlm0
+
+    @property
+    def ar_forwards(self) -> int:
+        return (self.ar.forwards - self.ar0) if self.ar is not None else 0
+
+    @property
+    def gen(self) -> torch.Tensor:
+        """View of the generated slots [L]."""
+        return self.x[0, self.prompt_len :]
+
+    def masked(self) -> torch.Tensor:
+        return self.gen == self.mask_id
+
+    def commit(self, positions: torch.Tensor, tokens: torch.Tensor, *, source: Source,
+               block: tuple[int, int] | None = None) -> None:
+        """Write ``tokens`` at canvas offsets ``positions``, emit one StepEvent, advance the step."""
+        if len(positions) == 0:
+            return
+        self.gen[positions] = tokens.to(self.x.dtype)
+        self._emit(positions, tokens, source, block)
+        self.step += 1
+
+    def _emit(self, positions, tokens, source: Source, block) -> None:
+        self.on_step(StepEvent(
+            step=self.step, positions=tuple(int(p) for p in positions), tokens=tuple(int(t) for t in tokens),
+            source=source, block=block, dlm_forwards=self.dlm_forwards, ar_forwards=self.ar_forwards,
+            elapsed=time.perf_counter() - self.t0, canvas=tuple(self.gen.tolist())))
+
+    def done(self, *, early_stop: bool) -> bool:
+        """True when nothing is masked, or (early stop) a stop token closes a fully committed prefix;
+        then the remaining masked tail is filled with end-of-text and reported as a "fill" event."""
+        masked = self.masked()
+        if not bool(masked.any()):
+            return True
+        if not early_stop:
+            return False
+        stop = first_stop(self.gen, mask_id=self.mask_id, stop_ids=self.stop_ids)
+        if stop is None:
+            return False
+        tail = masked.nonzero().flatten()
+        self.gen[tail] = self.fill_id
+        self._emit(tail, torch.full_like(tail, self.fill_id), "fill", None)
+        self.stopped_early = True
+        return True
+
+    def result(self) -> DecodeResult:
+        return DecodeResult(canvas=self.gen.tolist(), dlm_forwards=self.dlm_forwards, ar_forwards=self.ar_forwards,
+                            steps=self.step, seconds=time.perf_counter() - self.t0, stopped_early=self.stopped_early)

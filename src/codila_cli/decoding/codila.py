@@ -1,0 +1,109 @@
+"""CoDiLA decoding: the DLM plans, a small AR model writes each block coherently.
+
+Hersche, Menet, Tanios, Rahimi, "Locally coherent parallel decoding in diffusion language models"
+(arXiv 2603.20216, ICML 2026); algorithms.md §3.4 and docs/codila.md for every choice made here.
+
+Per DLM forward: shifted logits [L, V] → raw marginals π (temperature 1) and entropies H [L] (nats).
+The canvas is a fixed grid of blocks of B slots; the candidates are the first W blocks holding masks.
+
+* static (tau None): the candidate block(s) with the lowest mean H over masked slots; the AR writes all
+  of it (K = B tokens per forward; ``parallel_blocks`` = 2 writes two blocks, K = 2B).
+* dynamic (tau τ): for each candidate, the longest prefix of its masked slots with mean H ≤ τ; the block
+  with the longest prefix (ties: lower mean) is written by the AR up to that slot. When no block admits
+  k ≥ 2, one slot is revealed by the DLM's own confidence step (a single token needs no coherence).
+* verify (ar_verify): K = B slots per forward by DLM confidence, where a slot whose DLM top-1 differs
+  from the AR's top-1 (teacher-forced on the DLM proposal) has its confidence scaled by the penalty.
+
+Slots already committed inside a written span are fed one-hot and forced in the AR's output.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from codila_cli.decoding.base import Canvas, DecodeResult
+from codila_cli.decoding.config import CodilaConfig
+from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.decoding.marginals import confidence, entropy, sample
+
+
+def _candidates(masked: torch.Tensor, B: int, W: int) -> list[tuple[int, int]]:
+    L = len(masked)
+    spans = [(s, min(s + B, L)) for s in range(0, L, B) if bool(masked[s : min(s + B, L)].any())]
+    return spans[:W]
+
+
+def _context(c: Canvas, start: int, n: int) -> list[int]:
+    if n <= 0:
+        return []
+    left = c.x[0, max(0, c.prompt_len + start - n) : c.prompt_len + start]
+    holes = (left == c.mask_id).nonzero().flatten()
+    return left[int(holes[-1]) + 1 :].tolist() if len(holes) else left.tolist()
+
+
+def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: CodilaConfig, gen) -> None:
+    start, end = span
+    seg = c.gen[start:end]
+    forced = [None if int(t) == c.mask_id else int(t) for t in seg]
+    out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), generator=gen)
+    new = (seg == c.mask_id).nonzero().flatten()
+    c.commit(start + new, out[new.cpu()], source="ar", block=span)
+
+
+def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, generator: torch.Generator | None = None,
+                  on_step: OnStep = no_op) -> DecodeResult:
+    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, ar=writer.ar, on_step=on_step)
+    B, W = config.block_size, config.candidate_blocks
+    while not c.done(early_stop=config.early_stop):
+        logits = dlm.logits(c.x)[0, c.prompt_len :]  # [L, V], row j predicts slot j
+        probs = torch.softmax(logits, dim=-1)  # raw marginals π for the AR and the block choice
+        H = entropy(probs)  # [L] nats
+        masked = c.masked()
+        cands = _candidates(masked, B, W)
+        means = [float(H[s:e][masked[s:e]].mean()) for s, e in cands]
+        if config.ar_verify:
+            _verify_step(c, writer, logits, probs, cands, config, generator)
+        elif config.tau is None:
+            order = sorted(range(len(cands)), key=lambda i: means[i])[: config.parallel_blocks]
+            for i in sorted(order):
+                _write(c, writer, probs, cands[i], config, generator)
+        else:
+            best, best_k, best_mean = None, 0, float("inf")
+            for (s, e) in cands:
+                slots = s + masked[s:e].nonzero().flatten()
+                prefix = torch.cumsum(H[slots], 0) / torch.arange(1, len(slots) + 1, device=H.device)
+                ok = (prefix <= config.tau).nonzero().flatten()
+                k = int(ok[-1]) + 1 if len(ok) else 0
+                mean = float(prefix[k - 1]) if k else float("inf")
+                if k > best_k or (k == best_k and k > 0 and mean < best_mean):
+                    best, best_k, best_mean = (s, int(slots[k - 1]) + 1), k, mean
+            if best_k >= 2:
+                _write(c, writer, probs, best, config, generator)
+            else:  # k <= 1: the DLM's own one-token confidence step over all masked slots
+                idx = masked.nonzero().flatten()
+                p, x0 = sample(logits[idx], config.sampling, generator)
+                j = int(confidence(p, x0, config.alg).argmax())
+                c.commit(idx[j : j + 1], x0[j : j + 1], source="dlm")
+    return c.result()
+
+
+def _verify_step(c: Canvas, writer, logits, probs, cands, cfg: CodilaConfig, gen) -> None:
+    """Commit K = B slots by DLM confidence, penalising slots where the AR's top-1 disagrees."""
+    B = cfg.block_size
+    full = [(s, e) for s, e in cands if e - s == B]
+    masked = c.masked()
+    idx = masked.nonzero().flatten()
+    p, x0 = sample(logits[idx], cfg.sampling, gen)
+    conf = confidence(p, x0, "maskgit_plus")  # a probability, so a multiplicative penalty is meaningful
+    if full:
+        starts = torch.tensor([s for s, _ in full], device=idx.device)
+        cols = starts[:, None] + torch.arange(B, device=idx.device)  # [W, B]
+        committed = ~masked[cols]
+        proposal = torch.where(committed, c.gen[cols], probs[cols].argmax(-1))
+        ar_top = writer.verify(probs[cols], proposal, committed)
+        disagree = torch.zeros(len(c.gen), dtype=torch.bool, device=idx.device)
+        disagree[cols[(ar_top.to(proposal.device) != proposal) & ~committed]] = True
+        conf = torch.where(disagree[idx], conf * cfg.verify_penalty, conf)
+    n = min(B, len(idx))
+    chosen = torch.topk(conf, n).indices
+    c.commit(idx[chosen], x0[chosen], source="dlm")

@@ -1,0 +1,129 @@
+"""Frozen, validated decoder settings. Each field maps 1:1 to a `codila gen` flag (docs/flags.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+MAX_CANVAS = 100_000
+
+
+def _check_positive(name: str, value: int | None, *, limit: int = MAX_CANVAS) -> None:
+    if value is not None and not (1 <= value <= limit):
+        raise ValueError(f"{name} must be between 1 and {limit}, got {value}")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How a token is drawn from a marginal: ``--temperature``, ``--top-p``, ``--top-k``."""
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.temperature <= 100.0):
+            raise ValueError(f"temperature must be between 0 and 100, got {self.temperature}")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top-k must be >= 1, got {self.top_k}")
+
+
+@dataclass(frozen=True)
+class DreamConfig:
+    """Dream's ``diffusion_generate`` (algorithms.md §1.4).
+
+    ``steps``: Dream's float schedule (about L/steps tokens per step, remainder in the last step).
+    ``tokens_per_step``: codila's exact static schedule, K tokens per DLM forward (the last may be fewer).
+    At most one of the two may be set; with neither, steps = max_new_tokens.
+    """
+
+    max_new_tokens: int = 128
+    steps: int | None = None
+    tokens_per_step: int | None = None
+    alg: str = "entropy"
+    alg_temp: float | None = None
+    eps: float = 1e-3
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    early_stop: bool = True
+
+    def __post_init__(self) -> None:
+        _check_positive("max-new-tokens", self.max_new_tokens)
+        _check_positive("steps", self.steps)
+        _check_positive("tokens-per-step", self.tokens_per_step)
+        if self.steps is not None and self.tokens_per_step is not None:
+            raise ValueError("give either --steps or --tokens-per-step, not both")
+        if self.alg not in ALGS:
+            raise ValueError(f"alg must be one of {', '.join(ALGS)}, got {self.alg!r}")
+        if self.alg_temp is not None and self.alg_temp < 0:
+            raise ValueError(f"alg-temp must be >= 0, got {self.alg_temp}")
+        if not (0.0 < self.eps < 1.0):
+            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
+
+
+@dataclass(frozen=True)
+class ThresholdConfig:
+    """Fast-dLLM confidence-threshold parallel decoding (algorithms.md §5.2)."""
+
+    max_new_tokens: int = 128
+    block_length: int = 32
+    threshold: float = 0.9
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    early_stop: bool = True
+
+    def __post_init__(self) -> None:
+        _check_positive("max-new-tokens", self.max_new_tokens)
+        _check_positive("block-length", self.block_length)
+        if not (0.0 < self.threshold <= 1.0):
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+
+
+@dataclass(frozen=True)
+class CodilaConfig:
+    """CoDiLA (algorithms.md §3.4; docs/codila.md).
+
+    ``tau`` None = static parallelism (K = B per block); a float = dynamic parallelism with entropy
+    threshold τ (nats). ``conditioning``: "soft" or "topk:K". ``ar_context``: the AR also reads up to
+    that many committed tokens left of the block (0 = only the soft block, the paper's formula).
+    """
+
+    max_new_tokens: int = 128
+    block_size: int = 4
+    tau: float | None = None
+    candidate_blocks: int = 10
+    parallel_blocks: int = 1
+    conditioning: str = "soft"
+    ar_temperature: float = 0.0
+    ar_context: int = 0
+    ar_verify: bool = False
+    verify_penalty: float = 0.5
+    alg: str = "entropy"
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    early_stop: bool = True
+
+    def __post_init__(self) -> None:
+        _check_positive("max-new-tokens", self.max_new_tokens)
+        _check_positive("block-size", self.block_size, limit=256)
+        _check_positive("candidate-blocks", self.candidate_blocks)
+        _check_positive("parallel-blocks", self.parallel_blocks, limit=16)
+        if self.tau is not None and not (0.0 <= self.tau <= 100.0):
+            raise ValueError(f"tau must be between 0 and 100 nats, got {self.tau}")
+        if self.conditioning != "soft":
+            head, _, k = self.conditioning.partition(":")
+            if head != "topk" or not k.isdigit() or int(k) < 1:
+                raise ValueError(f"conditioning must be 'soft' or 'topk:K' with K >= 1, got {self.conditioning!r}")
+        if not (0.0 <= self.ar_temperature <= 100.0):
+            raise ValueError(f"ar-temperature must be between 0 and 100, got {self.ar_temperature}")
+        if not (0 <= self.ar_context <= MAX_CANVAS):
+            raise ValueError(f"ar-context must be >= 0, got {self.ar_context}")
+        if self.alg not in ALGS[1:]:
+            raise ValueError(f"alg must be one of {', '.join(ALGS[1:])}, got {self.alg!r}")
+        if not (0.0 <= self.verify_penalty <= 1.0):
+            raise ValueError(f"verify-penalty must be in [0, 1], got {self.verify_penalty}")
+        if self.ar_verify and self.tau is not None:
+            raise ValueError("--ar-verify replaces the block schedule; do not combine it with --tau")
+
+    @property
+    def topk(self) -> int | None:
+        return None if self.conditioning == "soft" else int(self.conditioning.split(":")[1])

@@ -1,0 +1,68 @@
+"""From shifted DLM logits to processed marginals π, sampled tokens and confidence scores.
+
+Follows Dream's ``generation_utils`` (algorithms.md §0, §1.4): temperature divides the logits before
+top-p / top-k; filtered entries get the dtype minimum; every confidence (top-1 probability, margin,
+negative entropy) is computed on the processed, renormalised π. Entropies are in nats.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from codila_cli.decoding.config import SamplingConfig
+
+
+def process_logits(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
+    """[M, V] fp32 logits -> tempered, top-p/top-k filtered logits [M, V]."""
+    if s.temperature > 0:
+        logits = logits / s.temperature
+    if s.top_p is not None and s.top_p < 1.0:
+        sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)
+        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        drop = cum > s.top_p
+        drop[..., 1:] = drop[..., :-1].clone()  # keep the first token that crosses top_p
+        drop[..., 0] = False
+        logits = logits.masked_fill(drop.scatter(-1, idx, drop), torch.finfo(logits.dtype).min)
+    if s.top_k is not None and s.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, s.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
+    return logits
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """[..., V] -> [...] Shannon entropy in nats."""
+    return -(probs * torch.log(probs + 1e-10)).sum(-1)
+
+
+def sample(logits: torch.Tensor, s: SamplingConfig, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Processed π [M, V] and the chosen tokens [M]: argmax at T = 0, a draw from π otherwise."""
+    probs = torch.softmax(process_logits(logits, s), dim=-1)
+    if s.temperature > 0:
+        x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    else:
+        x0 = probs.argmax(-1)
+    return probs, x0
+
+
+def confidence(probs: torch.Tensor, x0: torch.Tensor, alg: str) -> torch.Tensor:
+    """[M] score, larger = more certain: maskgit_plus = p(x0); topk_margin = p1 - p2; entropy = -H."""
+    if alg == "maskgit_plus":
+        return probs.gather(-1, x0.unsqueeze(-1)).squeeze(-1)
+    if alg == "topk_margin":
+        top2 = torch.topk(probs, 2, dim=-1).values
+        return top2[..., 0] - top2[..., 1]
+    if alg == "entropy":
+        return -entropy(probs)
+    raise ValueError(f"no confidence for alg {alg!r}")
+
+
+def first_stop(canvas: torch.Tensor, *, mask_id: int, stop_ids: tuple[int, ...]) -> int | None:
+    """Offset of the first committed stop token if every slot before it is committed, else None."""
+    is_stop = torch.zeros_like(canvas, dtype=torch.bool)
+    for sid in stop_ids:
+        is_stop |= canvas == sid
+    hits = is_stop.nonzero().flatten()
+    if len(hits) == 0:
+        return None
+    first = int(hits[0])
+    return first if not bool((canvas[:first] == mask_id).any()) else None

@@ -1,0 +1,34 @@
+"""Confidence-threshold parallel decoding (Fast-dLLM, Wu et al., arXiv 2505.22618; algorithms.md §5.2).
+
+The canvas [L] is cut into blocks of ``block_length`` decoded left to right. Per DLM forward, inside
+the current block: the most confident masked slot is always committed, plus every other masked slot of
+the block whose confidence p(x0) ≥ ``threshold``. A block is finished when it holds no mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from codila_cli.decoding.base import Canvas, DecodeResult
+from codila_cli.decoding.config import ThresholdConfig
+from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.decoding.marginals import confidence, sample
+
+
+def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
+                     on_step: OnStep = no_op) -> DecodeResult:
+    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step)
+    L, B = config.max_new_tokens, config.block_length
+    for start in range(0, L, B):
+        end = min(start + B, L)
+        while bool(c.masked()[start:end].any()):
+            logits = dlm.logits(c.x)[0, c.prompt_len + start : c.prompt_len + end]  # [B, V]
+            idx = c.masked()[start:end].nonzero().flatten()
+            probs, x0 = sample(logits[idx], config.sampling, generator)
+            conf = confidence(probs, x0, "maskgit_plus")
+            chosen = conf >= config.threshold
+            chosen[conf.argmax()] = True
+            c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
+            if c.done(early_stop=config.early_stop):
+                return c.result()
+    return c.result()

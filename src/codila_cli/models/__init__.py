@@ -1,0 +1,1 @@
+"""Model registry, Hugging Face cache resolution and loading (torch is imported lazily)."""

@@ -1,0 +1,80 @@
+"""Resolve models from the local Hugging Face cache only; codila never downloads.
+
+Environment variables are read at call time (HF_HUB_CACHE > HF_HOME/hub > XDG_CACHE_HOME/huggingface/hub
+> ~/.cache/huggingface/hub), so a test or a user changing them in-process is honoured. This module
+imports neither torch nor transformers: a missing model fails before any heavy import.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from codila_cli.errors import ModelLoadError, ModelNotFoundError
+from codila_cli.models.registry import ModelSpec
+
+WEIGHT_PICKLE = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt")
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache directory as huggingface_hub would compute it from the environment."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.path.expanduser(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg) / "huggingface" / "hub"
+
+
+def _download_hint(spec: ModelSpec) -> str:
+    rev = f" --revision {spec.revision}" if spec.revision else ""
+    return f"hf download {spec.repo_id}{rev}"
+
+
+def resolve_local_dir(spec: ModelSpec) -> Path:
+    """Return the directory holding the checkpoint, or raise ModelNotFoundError (exit 3)."""
+    if spec.local_path is not None:
+        path = spec.local_path
+        if spec.bundled and not (path / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"bundled model '{spec.name}' is not installed in this package ({path})",
+                hint="reinstall codila, or train it with `codila train` (docs/training.md)",
+            )
+        _check_dir(path, spec)
+        return path
+    assert spec.repo_id is not None
+    cache = hf_cache_dir()
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(
+            spec.repo_id, revision=spec.revision, cache_dir=str(cache), local_files_only=True
+        )
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError) as exc:
+        what = f"'{spec.name}' ({spec.repo_id}{'@' + spec.revision if spec.revision else ''})"
+        raise ModelNotFoundError(
+            f"model {what} is not in the Hugging Face cache ({cache})", hint=_download_hint(spec)
+        ) from exc
+    path = Path(folder)
+    _check_dir(path, spec)
+    return path
+
+
+def _check_dir(path: Path, spec: ModelSpec) -> None:
+    if not (path / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"'{spec.name}' has no config.json ({path})",
+            hint=_download_hint(spec) if spec.repo_id else "point at a Hugging Face model directory",
+        )
+    if not any(path.glob("*.safetensors")):
+        pickles = [n for n in WEIGHT_PICKLE if (path / n).exists()]
+        if pickles:
+            raise ModelLoadError(
+                f"'{spec.name}' only has pickle weights ({pickles[0]}); codila loads safetensors only",
+                hint="convert the checkpoint to safetensors (pickle files can execute code when loaded)",
+            )
+        raise ModelNotFoundError(
+            f"'{spec.name}' has no *.safetensors weights ({path})",
+            hint=_download_hint(spec) if spec.repo_id else "the directory needs model.safetensors",
+        )

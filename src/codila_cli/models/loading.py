@@ -1,0 +1,175 @@
+"""Load checkpoints from a resolved directory: safetensors only, no remote code, device and dtype.
+
+Dream-family checkpoints (``model_type: "Dream"``) are rebuilt as transformers' own ``Qwen2ForCausalLM``
+with bidirectional attention (see models/dream.py). AR helpers are any causal LM that transformers
+knows by ``model_type``. A config that only works with ``trust_remote_code`` is refused: codila never
+executes code shipped inside a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codila_cli.errors import ModelLoadError, UsageError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES_HELP = "auto, cpu, cuda, cuda:N or mps"
+
+
+def read_config(path: Path, *, name: str) -> dict:
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"'{name}': config.json cannot be read: {exc}") from exc
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise ModelLoadError(f"'{name}': config.json has no model_type", hint="is this a Hugging Face model directory?")
+    return cfg
+
+
+def is_dream(cfg: dict) -> bool:
+    return str(cfg.get("model_type", "")).lower() == "dream"
+
+
+def choose_device(device: str) -> Any:
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise UsageError(f"invalid --device '{device}'", hint=f"use {DEVICES_HELP}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda was asked for but no CUDA GPU is available", hint="use --device cpu")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps was asked for but MPS is not available", hint="use --device cpu")
+    return dev
+
+
+def choose_dtype(dtype: str, device: Any) -> Any:
+    import torch
+
+    if dtype not in DTYPES:
+        raise UsageError(f"invalid --dtype '{dtype}'", hint=f"use one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def _hf_config(cfg: dict, *, name: str) -> Any:
+    """A transformers config object; Dream configs become Qwen2Config (the same network)."""
+    from transformers import AutoConfig, Qwen2Config
+
+    fields = {k: v for k, v in cfg.items() if k not in ("auto_map", "architectures", "model_type", "transformers_version")}
+    if is_dream(cfg):
+        return Qwen2Config(**fields)
+    try:
+        return AutoConfig.for_model(cfg["model_type"], **fields)
+    except (ValueError, KeyError) as exc:
+        remote = " (it asks for remote code)" if "auto_map" in cfg else ""
+        raise ModelLoadError(
+            f"'{name}': model_type '{cfg['model_type']}' is not supported by transformers{remote}",
+            hint="codila never runs trust_remote_code; use a checkpoint whose architecture transformers ships",
+        ) from exc
+
+
+def _weight_files(path: Path, *, name: str) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"'{name}': damaged model.safetensors.index.json: {exc}") from exc
+        files = [path / s for s in shards]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise ModelLoadError(f"'{name}': missing weight shards {missing[:3]}", hint="re-download the model")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"'{name}' has no safetensors weights", hint="codila loads *.safetensors only")
+    return files
+
+
+def load_state_dict(path: Path, *, name: str, device: Any, dtype: Any) -> dict:
+    from safetensors.torch import load_file
+
+    state: dict = {}
+    for file in _weight_files(path, name=name):
+        try:
+            part = load_file(str(file), device=str(device) if device.type != "cpu" else "cpu")
+        except Exception as exc:  # safetensors raises SafetensorError / OSError on truncated files
+            raise ModelLoadError(
+                f"'{name}': weight file {file.name} is damaged or truncated ({exc})",
+                hint="delete it from the cache and download the model again",
+            ) from exc
+        state.update(part)
+    return {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()}
+
+
+def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool) -> Any:
+    """Instantiate the transformers module and load its safetensors weights with strict key checks."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf_cfg = _hf_config(cfg, name=name)
+    hf_cfg._attn_implementation = "sdpa"
+    state = load_state_dict(path, name=name, device=device, dtype=dtype)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype)
+    expected = set(model.state_dict().keys())
+    tied = bool(getattr(hf_cfg, "tie_word_embeddings", False))
+    missing = sorted(expected - set(state) - ({"lm_head.weight"} if tied else set()))
+    unexpected = sorted(k for k in set(state) - expected if not k.endswith("rotary_emb.inv_freq"))
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"'{name}': weights do not match the config (missing {missing[:3]}, unexpected {unexpected[:3]})",
+            hint="the checkpoint is incomplete or belongs to another architecture",
+        )
+    model.to_empty(device=device)
+    model.load_state_dict(state, strict=False)
+    if tied:
+        model.tie_weights()
+    for mod_name, module in list(model.named_modules()):  # non-persistent buffers were left on meta
+        if mod_name.endswith("rotary_emb"):
+            parent = model.get_submodule(mod_name.rsplit(".", 1)[0])
+            with torch.device(device):
+                setattr(parent, "rotary_emb", type(module)(config=hf_cfg))
+    if not causal:
+        n = 0
+        for module in model.modules():
+            if hasattr(module, "is_causal"):
+                module.is_causal = False
+                n += 1
+        if n == 0:
+            raise ModelLoadError(f"'{name}': cannot make attention bidirectional for this architecture")
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+@dataclass
+class LoadedCheckpoint:
+    name: str
+    path: Path
+    config: dict
+    model: Any
+    tokenizer: Any
+    specials: Any
+    device: Any
+    dtype: Any
+
+    @property
+    def vocab_rows(self) -> int:
+        return int(self.model.get_input_embeddings().weight.shape[0])
+
+    @property
+    def context_length(self) -> int:
+        # Dream README: usable context (prompt + output) is 2048 whatever the config says.
+        n = int(self.config.get("max_position_embeddings", 2048))
+        return min(n, 2048) if is_dream(self.config) else n

@@ -1,0 +1,84 @@
+"""Built-in model aliases and the bundled model pair.
+
+An alias maps to a Hugging Face repository (and, where known, a pinned revision). A model argument
+may also be a repository id (``org/name``) or a local directory in the Hugging Face layout.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["dlm", "ar", "infill", "plan"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model argument refers to before anything is loaded."""
+
+    name: str  # alias, repo id or path as the user typed it
+    kind: Kind
+    repo_id: str | None = None  # None for local directories and bundled models
+    revision: str | None = None
+    local_path: Path | None = None
+    bundled: bool = False
+
+
+# Revisions: the Hugging Face commit shas could not be read from this offline build machine, so the
+# registry resolves the cache's `refs/main`; a user can pin one with `ORG/NAME@REVISION`.
+ALIASES: dict[str, ModelSpec] = {
+    "dream-coder": ModelSpec("dream-coder", "dlm", repo_id="Dream-org/Dream-Coder-v0-Instruct-7B"),
+    "dreamon": ModelSpec("dreamon", "infill", repo_id="Dream-org/DreamOn-v0-7B"),
+    "qwen3-0.6b": ModelSpec("qwen3-0.6b", "ar", repo_id="Qwen/Qwen3-0.6B"),
+}
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"
+BUNDLED: dict[str, tuple[Kind, str]] = {
+    "bundled-dlm": ("dlm", "dlm"),
+    "bundled-ar": ("ar", "ar"),
+    "bundled-infill": ("infill", "infill"),
+    "bundled-plan": ("plan", "plan"),
+}
+
+
+def bundled_path(alias: str) -> Path:
+    return BUNDLED_DIR / BUNDLED[alias][1]
+
+
+def bundled_available(alias: str) -> bool:
+    return (bundled_path(alias) / "config.json").is_file()
+
+
+def resolve_spec(name: str, *, kind: Kind) -> ModelSpec:
+    """Turn a user's model argument into a ModelSpec, without touching the network or torch."""
+    from codila_cli.errors import UsageError
+
+    text = name.strip()
+    if not text:
+        raise UsageError("empty model name", hint="use an alias (see `codila models`), a repo id or a directory")
+    if text in ALIASES:
+        return ALIASES[text]
+    if text in BUNDLED:
+        return ModelSpec(text, BUNDLED[text][0], local_path=bundled_path(text), bundled=True)
+    expanded = Path(os.path.expanduser(text))
+    if expanded.is_dir():
+        return ModelSpec(text, kind, local_path=expanded.resolve())
+    looks_like_path = text.startswith((".", "/", "~")) or os.sep in text.replace("/", "", 1)
+    repo, _, revision = text.partition("@")
+    if not looks_like_path and repo.count("/") == 1 and all(repo.split("/")):
+        return ModelSpec(text, kind, repo_id=repo, revision=revision or None)
+    if looks_like_path or expanded.exists():
+        from codila_cli.errors import ModelNotFoundError
+
+        raise ModelNotFoundError(
+            f"model directory '{text}' does not exist or is not a directory",
+            hint="pass a directory with config.json and *.safetensors, an alias or a repo id",
+        )
+    close = [a for a in (*ALIASES, *BUNDLED) if a.startswith(text[:3].lower())]
+    raise UsageError(
+        f"unknown model '{text}'",
+        hint=(f"did you mean {', '.join(close)}? " if close else "")
+        + "use an alias from `codila models`, an ORG/NAME repo id or a local directory",
+    )

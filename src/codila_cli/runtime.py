@@ -1,0 +1,173 @@
+"""One generation run: resolve and load models once, encode the prompt, decode, report.
+
+The CLI calls :func:`load_models` and :func:`generate`; nothing here prints. Model resolution happens
+before torch is imported, so a missing model fails in milliseconds with exit code 3.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
+from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.errors import ModelNotFoundError, UsageError
+from codila_cli.models.registry import bundled_available, resolve_spec
+
+DECODERS = ("dream", "threshold", "codila")
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Models:
+    dlm: Any
+    ar: Any | None = None
+    bridge: Any | None = None
+    load_seconds: float = 0.0
+
+    def describe(self) -> dict:
+        out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path)}}
+        if self.ar is not None:
+            out["ar"] = {"name": self.ar.name, "path": str(self.ar.ckpt.path)}
+        return out
+
+
+def default_dlm() -> str:
+    if bundled_available("bundled-dlm"):
+        return "bundled-dlm"
+    raise ModelNotFoundError(
+        "no DLM given and the bundled model is not installed in this package",
+        hint="pass --dlm (an alias, repo id or directory), or set CODILA_MODEL",
+    )
+
+
+def default_ar() -> str | None:
+    return "bundled-ar" if bundled_available("bundled-ar") else None
+
+
+def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto") -> Models:
+    from codila_cli.models.cache import resolve_local_dir
+
+    dlm_spec = resolve_spec(dlm, kind="dlm")
+    dlm_path = resolve_local_dir(dlm_spec)
+    ar_spec = resolve_spec(ar, kind="ar") if ar else None
+    ar_path = resolve_local_dir(ar_spec) if ar_spec else None
+    t0 = time.perf_counter()
+    from codila_cli.models.dream import load_dlm
+    from codila_cli.models.loading import choose_device, choose_dtype
+
+    dev = choose_device(device)
+    dt = choose_dtype(dtype, dev)
+    models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt))
+    if ar_spec is not None and ar_path is not None:
+        from codila_cli.models.ar import load_ar
+        from codila_cli.models.tokens import VocabBridge
+
+        models.ar = load_ar(ar_path, name=ar, device=dev, dtype=dt)
+        models.bridge = VocabBridge(
+            dlm_tokenizer=models.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,
+            dlm_specials=models.dlm.specials, ar_specials=models.ar.specials,
+            dlm_vocab_rows=models.dlm.vocab_rows, ar_vocab_rows=models.ar.vocab_rows, dlm_name=dlm, ar_name=ar)
+    models.load_seconds = time.perf_counter() - t0
+    return models
+
+
+def encode_prompt(tokenizer: Any, specials: Any, prompt: str, *, system: str | None = None) -> tuple[list[int], str]:
+    """(ids, mode). mode "chat" when the tokenizer has a chat template, else "raw" (bos + text)."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids], "chat"
+    text = (system + "\n\n" + prompt) if system else prompt
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return ([specials.bos] if specials.bos is not None else []) + list(ids), "raw"
+
+
+def decode_text(tokenizer: Any, specials: Any, canvas: list[int]) -> str:
+    """Text of the canvas up to the first stop token (special tokens dropped)."""
+    stops = set(specials.stop_ids)
+    cut = next((i for i, t in enumerate(canvas) if t in stops), len(canvas))
+    ids = [t for t in canvas[:cut] if t != specials.mask]
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@dataclass
+class GenerationResult:
+    text: str  # the payload printed on stdout
+    completion: str  # raw model text (before code extraction)
+    mode: str
+    seed: int
+    decoder: str
+    settings: dict
+    metrics: dict
+    syntax: Any
+    prompt_tokens: int
+    events: list = field(default_factory=list, repr=False)
+
+    def to_json(self, *, models: dict) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "command": "gen", "text": self.text, "models": models,
+                "seed": self.seed, "decoder": self.decoder, "mode": self.mode, "settings": self.settings,
+                "syntax": self.syntax.to_dict(), "metrics": self.metrics}
+
+
+def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig | ThresholdConfig | CodilaConfig,
+             seed: int | None = None, system: str | None = None, on_step: OnStep = no_op) -> GenerationResult:
+    import torch
+
+    from codila_cli.decoding.metrics import MetricsRecorder
+    from codila_cli.syntax import check_python, extract_code
+
+    if not prompt.strip():
+        raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
+    dlm = models.dlm
+    ids, mode = encode_prompt(dlm.tokenizer, dlm.specials, prompt, system=system)
+    need = len(ids) + config.max_new_tokens
+    if need > dlm.context_length:
+        raise UsageError(
+            f"the prompt is {len(ids)} tokens; with --max-new-tokens {config.max_new_tokens} that is {need}, "
+            f"more than the model's context of {dlm.context_length} tokens",
+            hint="shorten the prompt or lower --max-new-tokens",
+        )
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    torch.manual_seed(seed)
+    gen = torch.Generator(device=dlm.device).manual_seed(seed)
+    recorder = MetricsRecorder()
+
+    def tee(event):
+        recorder(event)
+        on_step(event)
+
+    t0 = time.perf_counter()
+    if decoder == "dream":
+        from codila_cli.decoding.dream import decode_dream
+
+        res = decode_dream(dlm, ids, config=config, generator=gen, on_step=tee)
+    elif decoder == "threshold":
+        from codila_cli.decoding.threshold import decode_threshold
+
+        res = decode_threshold(dlm, ids, config=config, generator=gen, on_step=tee)
+    elif decoder == "codila":
+        from codila_cli.decoding.codila import decode_codila
+        from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+        if models.ar is None:
+            raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
+        writer = SoftBlockWriter(models.ar, models.bridge, temperature=config.ar_temperature, topk=config.topk)
+        res = decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=tee)
+    else:
+        raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
+    wall = time.perf_counter() - t0
+    completion = decode_text(dlm.tokenizer, dlm.specials, res.canvas)
+    text = extract_code(completion) if mode == "chat" else prompt + completion
+    if text and not text.endswith("\n"):
+        text += "\n"
+    metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
+    settings = {k: v for k, v in asdict(config).items()}
+    return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
+                            settings=settings, metrics={**metrics.to_dict(), "stopped_early": res.stopped_early,
+                                                        "load_seconds": round(models.load_seconds, 3)},
+                            syntax=check_python(text), prompt_tokens=len(ids), events=recorder.events)

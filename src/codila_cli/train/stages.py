@@ -1,0 +1,254 @@
+"""Training stages for the bundled models (docs/training.md has the exact commands that made them).
+
+    corpus     build the decontaminated corpus (train/corpus.py)
+    tokenizer  byte-level BPE (8192 entries) + tokenised corpus arrays
+    arinit     causal-LM pretraining of the DLM's network (Dream's recipe: a DLM starts from an AR model)
+    dlm        masked-diffusion training from the arinit weights, Dream shift kept → Dream checkpoint
+    ar         causal-LM pretraining of the small Qwen3-shaped helper
+    align      CoDiLA alignment of the helper on the frozen DLM's marginals (B ∈ {2, 4, 8})
+
+Every stage resumes from ``RUN/<stage>/ckpt.pt`` when run again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from codila_cli.train.data import load_tokens, sample_batch, tokenize_split
+from codila_cli.train.loop import LoopConfig, run_loop
+from codila_cli.train.tokenizer import BOS, EOS, EXPAND, MASK, THINK_CLOSE, THINK_OPEN
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    max_positions: int = 1024
+
+
+DLM_SHAPE = Shape(hidden=256, layers=6, heads=4, kv_heads=2, intermediate=768, max_positions=512)
+AR_SHAPE = Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512)
+STAGES = ("corpus", "tokenizer", "arinit", "dlm", "ar", "align")
+Log = Callable[[dict], None]
+
+
+def _ids(run: Path) -> dict[str, int]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json"))
+    return {"eos": tok.token_to_id(EOS), "bos": tok.token_to_id(BOS), "mask": tok.token_to_id(MASK),
+            "think_open": tok.token_to_id(THINK_OPEN), "think_close": tok.token_to_id(THINK_CLOSE), "expand": tok.token_to_id(EXPAND),
+            "vocab": tok.get_vocab_size()}
+
+
+def stage_corpus(run: Path, *, data_dir: Path | None) -> dict:
+    from codila_cli.train.corpus import build_corpus
+
+    return build_corpus(run / "corpus", data_dir=data_dir)
+
+
+def stage_tokenizer(run: Path, *, vocab_size: int = 8192, max_chars: int = 30_000_000) -> dict:
+    from codila_cli.train.corpus import read_jsonl
+    from codila_cli.train.tokenizer import save_tokenizer, train_tokenizer
+
+    def texts():
+        total = 0
+        for row in read_jsonl(run / "corpus" / "train.jsonl"):
+            if row["kind"] == "file":
+                total += len(row["text"])
+                if total > max_chars:
+                    return
+                yield row["text"]
+
+    tok = train_tokenizer(texts(), vocab_size=vocab_size)
+    save_tokenizer(tok, run / "tokenizer")
+    ids = _ids(run)
+    out = {}
+    for split in ("train", "valid"):
+        d = tokenize_split(run / "corpus" / f"{split}.jsonl", run / "tokenizer" / "tokenizer.json",
+                           run / f"tokens_{split}.npz", bos=ids["bos"], eos=ids["eos"])
+        out[split] = {"stream_tokens": int(len(d.stream)), "function_samples": d.n_functions,
+                      "function_tokens": int(len(d.func_tokens))}
+    (run / "tokenizer" / "stats.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+def _qwen2(shape: Shape, vocab: int, ids: dict):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                      num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.max_positions,
+                      rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=ids["bos"],
+                      eos_token_id=ids["eos"], pad_token_id=ids["eos"])
+    cfg._attn_implementation = "sdpa"
+    return Qwen2ForCausalLM(cfg)
+
+
+def _qwen3(shape: Shape, vocab: int, ids: dict):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                      num_key_value_heads=shape.kv_heads, head_dim=shape.hidden // shape.heads,
+                      max_position_embeddings=shape.max_positions, rope_theta=10000.0,
+                      tie_word_embeddings=True, bos_token_id=ids["bos"], eos_token_id=ids["eos"],
+                      pad_token_id=ids["eos"])
+    cfg._attn_implementation = "sdpa"
+    return Qwen3ForCausalLM(cfg)
+
+
+def _batcher(run: Path, split: str, ids: dict, *, batch: int, seq_len: int, seed: int, function_share: float):
+    data = load_tokens(run / f"tokens_{split}.npz")
+
+    def get(step: int) -> torch.Tensor:
+        arr = sample_batch(data, step=step, seed=seed, batch=batch, seq_len=seq_len, bos=ids["bos"],
+                           eos=ids["eos"], function_share=function_share)
+        return torch.from_numpy(arr.astype(np.int64))
+
+    return get
+
+
+def _valid_batches(run: Path, ids: dict, *, n: int = 8, batch: int = 16, seq_len: int = 256) -> list[torch.Tensor]:
+    get = _batcher(run, "valid", ids, batch=batch, seq_len=seq_len, seed=12345, function_share=0.5)
+    return [get(i) for i in range(n)]
+
+
+def _export(model, directory: Path, *, dream: bool, ids: dict, run: Path, meta: dict) -> None:
+    from codila_cli.models.export import save_checkpoint
+
+    specials = {"eos": ids["eos"], "pad": ids["eos"], "bos": ids["bos"]}
+    if dream:
+        specials["mask"] = ids["mask"]
+    save_checkpoint(model, directory, dream=dream, specials=specials, dtype="bfloat16",
+                    extra_config={"codila_training": meta})
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(run / "tokenizer" / f, directory / f)
+
+
+def stage_arinit(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 0,
+                 lr: float = 2e-3, on_log: Log | None = None) -> dict:
+    from codila_cli.train.objectives import causal_lm_loss
+
+    ids = _ids(run)
+    torch.manual_seed(seed)
+    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+    get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
+    valid = _valid_batches(run, ids)
+    cfg = LoopConfig(steps=steps, lr=lr, seed=seed)
+    last = run_loop(model=model, stage_dir=run / "arinit", cfg=cfg,
+                    train_step=lambda s, g: causal_lm_loss(model, get(s)),
+                    valid_loss=lambda: sum(float(causal_lm_loss(model, v)) for v in valid) / len(valid),
+                    on_log=on_log)
+    torch.save(model.state_dict(), run / "arinit" / "final.pt")
+    return {**last, "tokens": steps * batch * seq_len}
+
+
+def _dlm_valid(model, valid: list[torch.Tensor], mask_id: int) -> float:
+    """Mean CE over masked tokens at 15 % masking (fixed masks): comparable across runs."""
+    from codila_cli.train.objectives import diffusion_loss
+
+    g = torch.Generator().manual_seed(777)
+    vals = [float(diffusion_loss(model, v, mask_id=mask_id, gen=g, t=torch.full((len(v),), 0.15))[1]) for v in valid]
+    return sum(vals) / len(vals)
+
+
+def stage_dlm(run: Path, *, steps: int, batch: int = 8, seq_len: int = 512, seed: int = 1, lr: float = 1e-3,
+              on_log: Log | None = None) -> dict:
+    from codila_cli.train.objectives import diffusion_loss
+
+    ids = _ids(run)
+    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+    init = run / "arinit" / "final.pt"
+    if init.exists() and not (run / "dlm" / "ckpt.pt").exists():
+        model.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
+    for module in model.modules():
+        if hasattr(module, "is_causal"):
+            module.is_causal = False
+    get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
+    valid = _valid_batches(run, ids)
+    cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
+    last = run_loop(model=model, stage_dir=run / "dlm", cfg=cfg,
+                    train_step=lambda s, g: diffusion_loss(model, get(s), mask_id=ids["mask"], gen=g)[0],
+                    valid_loss=lambda: _dlm_valid(model, valid, ids["mask"]), on_log=on_log)
+    meta = {"stage": "dlm", "steps": steps, "batch": batch, "seq_len": seq_len, "valid_ce_15pct": last.get("valid"),
+            "shape": asdict(DLM_SHAPE)}
+    _export(model, run / "dlm" / "final", dream=True, ids=ids, run=run, meta=meta)
+    return last
+
+
+def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 2, lr: float = 3e-3,
+             on_log: Log | None = None) -> dict:
+    from codila_cli.train.objectives import causal_lm_loss
+
+    ids = _ids(run)
+    torch.manual_seed(seed)
+    model = _qwen3(AR_SHAPE, ids["vocab"], ids)
+    get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
+    valid = _valid_batches(run, ids)
+    cfg = LoopConfig(steps=steps, lr=lr, seed=seed)
+    last = run_loop(model=model, stage_dir=run / "ar", cfg=cfg,
+                    train_step=lambda s, g: causal_lm_loss(model, get(s)),
+                    valid_loss=lambda: sum(float(causal_lm_loss(model, v)) for v in valid) / len(valid),
+                    on_log=on_log)
+    torch.save(model.state_dict(), run / "ar" / "final.pt")
+    return last
+
+
+def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, blocks_per_row: int = 8,
+                seed: int = 3, lr: float = 1e-3, on_log: Log | None = None) -> dict:
+    from codila_cli.models.dream import load_dlm
+    from codila_cli.train.objectives import codila_alignment_loss
+
+    ids = _ids(run)
+    dlm = load_dlm(run / "dlm" / "final", name="dlm", device=torch.device("cpu"), dtype=torch.float32).model
+    ar = _qwen3(AR_SHAPE, ids["vocab"], ids)
+    if not (run / "align" / "ckpt.pt").exists():
+        ar.load_state_dict(torch.load(run / "ar" / "final.pt", map_location="cpu", weights_only=True))
+    cut = {ids["bos"], ids["mask"], ids["expand"], ids["think_open"], ids["think_close"]}
+    shared = torch.tensor([i for i in range(ids["vocab"]) if i not in cut])
+    get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
+    valid = _valid_batches(run, ids, n=4, batch=8)
+    blocks = (2, 4, 8)
+
+    def loss(step: int, g: torch.Generator, x0: torch.Tensor) -> torch.Tensor:
+        return codila_alignment_loss(dlm, ar, x0, mask_id=ids["mask"], think_open=ids["think_open"],
+                                     think_close=ids["think_close"], shared=shared, block=blocks[step % 3],
+                                     blocks_per_row=blocks_per_row, gen=g)
+
+    def vloss() -> float:
+        g = torch.Generator().manual_seed(99)
+        return sum(float(loss(i, g, v)) for i, v in enumerate(valid * 3)) / (3 * len(valid))
+
+    cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
+    last = run_loop(model=ar, stage_dir=run / "align", cfg=cfg, train_step=lambda s, g: loss(s, g, get(s)),
+                    valid_loss=vloss, on_log=on_log)
+    meta = {"stage": "align", "steps": steps, "batch": batch, "blocks": blocks, "valid_block_ce": last.get("valid"),
+            "shape": asdict(AR_SHAPE)}
+    _export(ar, run / "align" / "final", dream=False, ids=ids, run=run, meta=meta)
+    return last
+
+
+if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
+    import sys
+
+    run_dir, stage = Path(sys.argv[1]), sys.argv[2]
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    printer = lambda r: print(json.dumps(r), flush=True) if r["step"] % 50 == 0 or "valid" in r else None  # noqa: E731
+    if stage == "corpus":
+        print(stage_corpus(run_dir, data_dir=Path(sys.argv[3]) if len(sys.argv) > 3 else None))
+    elif stage == "tokenizer":
+        print(stage_tokenizer(run_dir))
+    else:
+        fn = {"arinit": stage_arinit, "dlm": stage_dlm, "ar": stage_ar, "align": stage_align}[stage]
+        print(fn(run_dir, steps=n, on_log=printer))
