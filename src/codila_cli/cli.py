@@ -212,18 +212,20 @@ def gen(
             chosen = "codila" if ar_name else "dream"
         if chosen == "codila" and not ar_name:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
-        if chosen == "dream":
-            cfg: Any = DreamConfig(max_new_tokens=max_new_tokens, steps=steps, tokens_per_step=tokens_per_step,
-                                   alg=alg.value, alg_temp=alg_temp, sampling=sampling, early_stop=early)
-        elif chosen == "threshold":
-            cfg = ThresholdConfig(max_new_tokens=max_new_tokens, block_length=block_length, threshold=threshold,
-                                  sampling=sampling, early_stop=early)
-        else:
-            cfg = CodilaConfig(max_new_tokens=max_new_tokens, block_size=block_size, tau=tau,
-                               candidate_blocks=candidate_blocks, parallel_blocks=parallel_blocks,
-                               conditioning=conditioning, ar_temperature=ar_temperature, ar_context=ar_context,
-                               ar_verify=ar_verify, verify_penalty=verify_penalty,
-                               alg=alg.value if alg != Alg.origin else "entropy", sampling=sampling, early_stop=early)
+        # every flag is validated, whichever decoder runs (a bad --block-size is an error even with dream)
+        configs: dict[str, Any] = {
+            "dream": DreamConfig(max_new_tokens=max_new_tokens, steps=steps, tokens_per_step=tokens_per_step,
+                                 alg=alg.value, alg_temp=alg_temp, sampling=sampling, early_stop=early),
+            "threshold": ThresholdConfig(max_new_tokens=max_new_tokens, block_length=block_length,
+                                         threshold=threshold, sampling=sampling, early_stop=early),
+            "codila": CodilaConfig(max_new_tokens=max_new_tokens, block_size=block_size, tau=tau,
+                                   candidate_blocks=candidate_blocks, parallel_blocks=parallel_blocks,
+                                   conditioning=conditioning, ar_temperature=ar_temperature, ar_context=ar_context,
+                                   ar_verify=ar_verify, verify_penalty=verify_penalty,
+                                   alg=alg.value if alg != Alg.origin else "entropy", sampling=sampling,
+                                   early_stop=early),
+        }
+        cfg = configs[chosen]
         models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device, dtype=dtype)
         result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system)
         if json_out:

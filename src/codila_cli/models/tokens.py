@@ -141,12 +141,14 @@ class VocabBridge:
         a_tokens = ar_tokenizer.convert_ids_to_tokens(list(range(len(ar_tokenizer))))
         n = min(len(d_tokens), len(a_tokens), dlm_vocab_rows, ar_vocab_rows)
         same = [d_tokens[i] is not None and d_tokens[i] == a_tokens[i] for i in range(n)]
-        regular = [i for i in range(n) if d_tokens[i] not in dlm_tokenizer.all_special_tokens]
-        agree = sum(same[i] for i in regular) / max(1, len(regular))
+        specials = set(dlm_tokenizer.all_special_tokens) | {t.content for t in dlm_tokenizer.added_tokens_decoder.values()}
+        regular = [i for i in range(n) if d_tokens[i] not in specials]
+        uncovered = sum(1 for i in range(n, len(d_tokens)) if d_tokens[i] not in specials)
+        agree = sum(same[i] for i in regular) / max(1, len(regular) + uncovered)
         if n == 0 or agree < 0.99:
             raise IncompatibleModelsError(
                 f"the AR helper '{ar_name}' does not share a vocabulary with the DLM '{dlm_name}' "
-                f"({agree:.1%} of {len(regular)} shared ids decode to the same token)",
+                f"({agree:.1%} of the DLM's {len(regular) + uncovered} ordinary tokens exist with the same id in the AR)",
                 hint="CoDiLA needs an AR helper with the DLM's tokenizer (e.g. Dream-Coder with Qwen3)",
             )
         for label, dlm_id, ar_id in (("end-of-text", dlm_specials.eos, ar_specials.eos),):

@@ -1,0 +1,75 @@
+"""Shared fixtures: tiny random checkpoints in the real Hugging Face layouts, built once per session,
+and scripted stand-in models for exact decoder accounting."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from codila_cli.models.tokens import SpecialTokens
+
+
+@pytest.fixture(autouse=True)
+def _isolate(tmp_path, monkeypatch):
+    monkeypatch.setenv("CODILA_CONFIG", str(tmp_path / "codila-config.toml"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("CODILA_MODEL", raising=False)
+    monkeypatch.delenv("CODILA_AR_MODEL", raising=False)
+    monkeypatch.delenv("CODILA_DEBUG", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    from codila_cli.train.tiny import build_tiny
+
+    return build_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny):
+    from codila_cli.runtime import load_models
+
+    return load_models(dlm=str(tiny["dlm"]), ar=str(tiny["ar"]), device="cpu", dtype="float32")
+
+
+SPECIALS = SpecialTokens(mask=1, eos=0, pad=0, bos=2, end_of_turn=None, expand=None, think_open=None, think_close=None)
+
+
+@dataclass
+class ScriptedDLM:
+    """A stand-in DLM: slot j of the canvas predicts ``target[j]`` with confidence ``conf[j]``.
+
+    The remaining probability mass is spread evenly, so entropy falls as confidence rises.
+    """
+
+    target: list[int]
+    conf: list[float]
+    prompt_len: int
+    vocab: int = 16
+    specials: SpecialTokens = SPECIALS
+    device: torch.device = torch.device("cpu")
+    forwards: int = 0
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        self.forwards += 1
+        n = x.shape[1]
+        probs = torch.full((1, n, self.vocab), 1.0 / self.vocab)
+        for j, (t, c) in enumerate(zip(self.target, self.conf)):
+            row = torch.full((self.vocab,), (1 - c) / (self.vocab - 1))
+            row[t] = c
+            probs[0, self.prompt_len + j] = row
+        return torch.log(probs)
+
+
+@pytest.fixture
+def scripted():
+    def make(target, conf=None, *, prompt_len=3, vocab=16):
+        conf = conf or [0.9] * len(target)
+        return ScriptedDLM(list(target), list(conf), prompt_len, vocab)
+
+    return make

@@ -1,0 +1,156 @@
+"""The `codila` command as users and scripts see it: stdout payload only, stderr messages, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+
+runner = CliRunner()
+
+
+def gen(*args, input=None):
+    return runner.invoke(app, ["gen", *args], input=input)
+
+
+def test_help_does_not_import_torch():
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom codila_cli.cli import app\n"
+            "r = CliRunner().invoke(app, ['--help']); r2 = CliRunner().invoke(app, ['gen', '--help'])\n"
+            "assert r.exit_code == 0 and r2.exit_code == 0\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'tree_sitter') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_json_schema_and_tokens_per_step(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "def f(", "--json", "-K", "4", "--max-new-tokens", "16", "--seed", "3",
+            "--no-early-stop")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc) >= {"schema_version", "command", "text", "models", "seed", "settings", "syntax", "metrics"}
+    assert doc["command"] == "gen" and doc["seed"] == 3
+    assert set(doc["syntax"]) == {"valid", "errors"}
+    for e in doc["syntax"]["errors"]:
+        assert set(e) == {"line", "column", "kind"}
+    m = doc["metrics"]
+    for key in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step", "tokens_per_second", "wall_seconds"):
+        assert key in m
+    assert m["tokens_per_step"] == 4.0 and m["dlm_forwards"] == 4
+    assert doc["text"].startswith("def f(")
+
+
+def test_codila_json_reports_b_and_order(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "--block-size", "4",
+            "--json", "--max-new-tokens", "16", "--no-early-stop", "--seed", "0", "def f(")
+    assert r.exit_code == 0, r.stderr
+    m = json.loads(r.stdout)["metrics"]
+    assert m["tokens_per_step"] == 4.0 and m["order_spearman"] is not None and m["ar_forwards"] > 0
+
+
+def test_stdout_is_payload_only(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "4", "--max-new-tokens", "8", "--seed", "1", "def f(", "-v")
+    assert r.exit_code == 0
+    assert "\x1b[" not in r.stdout
+    assert r.stdout.startswith("def f(") and "syntax:" not in r.stdout and "seed:" not in r.stdout
+    assert "syntax:" in r.stderr and "seed: 1" in r.stderr
+
+
+def test_quiet_leaves_only_payload(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "4", "--max-new-tokens", "8", "--seed", "1", "-q", "def f(")
+    assert r.exit_code == 0 and r.stderr == ""
+
+
+def test_seed_is_reported_when_random(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--json", "def f(")
+    assert isinstance(json.loads(r.stdout)["seed"], int)
+
+
+def test_missing_model_exits_3_with_hint(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    r = gen("--dlm", "dream-coder", "def f(")
+    assert r.exit_code == 3
+    assert r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("Error: ") and str(tmp_path / "cache") in lines[0]
+    assert lines[1] == "Hint: hf download Dream-org/Dream-Coder-v0-Instruct-7B"
+
+
+@pytest.mark.parametrize("flags", [
+    ["-K", "0"], ["--steps", "-1"], ["--steps", "4", "-K", "2"], ["--top-p", "1.5"], ["--threshold", "0"],
+    ["--max-new-tokens", "0"], ["--max-new-tokens", "10000000"], ["--conditioning", "topk:x"],
+    ["--block-size", "0"], ["--temperature", "-1"], ["--decoder", "nope"],
+])
+def test_bad_flags_exit_2(tiny, flags):
+    r = gen("--dlm", str(tiny["dlm"]), *flags, "def f(")
+    assert r.exit_code == 2, (flags, r.stdout, r.stderr)
+    assert r.stdout == ""
+
+
+def test_codila_without_ar_is_usage_error(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "--decoder", "codila", "def f(")
+    assert r.exit_code == 2 and "AR helper" in r.stderr
+
+
+def test_strict_exits_4_on_invalid_code(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "--strict", "def f(")
+    assert r.exit_code == 4
+    assert r.stdout.startswith("def f(")  # the result is still printed
+    assert "Error:" in r.stderr
+
+
+def test_prompt_too_long_for_context(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "--max-new-tokens", "500", "x = 1\n" * 50)
+    assert r.exit_code == 2 and "context" in r.stderr
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n\t"])
+def test_empty_prompt_exit_2(tiny, prompt):
+    r = gen("--dlm", str(tiny["dlm"]), prompt)
+    assert r.exit_code == 2 and r.stderr.startswith("Error: the prompt is empty")
+
+
+def test_stdin_prompt_and_dash(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "--json", "-",
+            input="def g(")
+    assert json.loads(r.stdout)["text"].startswith("def g(")
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "--json", "def h(",
+            input="# context")
+    assert json.loads(r.stdout)["text"].startswith("# context\n\ndef h(")
+
+
+def test_invalid_utf8_stdin_exit_2(tiny):
+    r = runner.invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "-"], input=b"\xff\xfe def")
+    assert r.exit_code == 2 and "UTF-8" in r.stderr
+
+
+def test_prompt_file(tiny, tmp_path):
+    f = tmp_path / "p.py"
+    f.write_text("def k(")
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--json", "-f", str(f))
+    assert json.loads(r.stdout)["text"].startswith("def k(")
+    r = gen("--dlm", str(tiny["dlm"]), "-f", str(tmp_path / "missing.py"))
+    assert r.exit_code == 2
+
+
+def test_internal_errors_are_one_line_without_traceback(tiny, monkeypatch):
+    import codila_cli.runtime as rt
+
+    def boom(*a, **k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(rt, "generate", boom)
+    r = gen("--dlm", str(tiny["dlm"]), "def f(")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("Error: internal error: RuntimeError: kaboom")
+    assert "Traceback" not in r.stderr
+
+
+def test_version():
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.stdout.startswith("codila ")

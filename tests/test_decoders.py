@@ -1,0 +1,236 @@
+"""Decoder accounting on scripted stand-in models (exact) and on tiny random checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from codila_cli.decoding.codila import decode_codila
+from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+from codila_cli.decoding.dream import decode_dream
+from codila_cli.decoding.metrics import MetricsRecorder, spearman
+from codila_cli.decoding.threshold import decode_threshold
+
+PROMPT = [2, 5, 6]
+
+
+def _run(fn, *args, **kw):
+    rec = MetricsRecorder()
+    res = fn(*args, on_step=rec, **kw)
+    return res, rec.events
+
+
+@pytest.mark.parametrize("K", [1, 2, 3, 4, 8])
+def test_tokens_per_step_commits_exactly_k(scripted, K):
+    dlm = scripted([3 + (j % 10) for j in range(16)])
+    res, events = _run(decode_dream, dlm, PROMPT, config=DreamConfig(max_new_tokens=16, tokens_per_step=K))
+    sizes = [len(e.positions) for e in events]
+    assert all(s == K for s in sizes[:-1]) and 0 < sizes[-1] <= K
+    assert res.dlm_forwards == len(sizes) == -(-16 // K)
+    assert res.canvas == dlm.target
+
+
+def test_dream_steps_schedule_matches_upstream_float_schedule(scripted):
+    # algorithms.md §1.4: L=256, S=32 -> 7 first, then 8 per step, 9 at the last step
+    dlm = scripted([3 + (j % 10) for j in range(256)])
+    res, events = _run(decode_dream, dlm, PROMPT, config=DreamConfig(max_new_tokens=256, steps=32, early_stop=False))
+    sizes = [len(e.positions) for e in events]
+    assert sizes[0] == 7 and sizes[-1] == 9 and set(sizes[1:-1]) == {8}
+    assert res.dlm_forwards == 32
+
+
+def test_steps_equal_length_skips_the_empty_first_forward(scripted):
+    # S = L reveals 0 tokens at the first step; the unchanged canvas reuses its logits
+    dlm = scripted([3 + (j % 10) for j in range(16)])
+    res, events = _run(decode_dream, dlm, PROMPT, config=DreamConfig(max_new_tokens=16, steps=16, early_stop=False))
+    assert sum(len(e.positions) for e in events) == 16
+    assert res.dlm_forwards == len(events)  # no forward was spent on a step that revealed nothing
+
+
+def test_entropy_order_commits_confident_slots_first(scripted):
+    conf = [0.3, 0.99, 0.5, 0.8]
+    dlm = scripted([4, 5, 6, 7], conf)
+    _, events = _run(decode_dream, dlm, PROMPT, config=DreamConfig(max_new_tokens=4, tokens_per_step=1))
+    assert [e.positions[0] for e in events] == [1, 3, 2, 0]
+
+
+def test_early_stop_fills_tail_and_saves_forwards(scripted):
+    eos = 0
+    target = [4, 5, eos, 7, 8, 9, 3, 3]
+    conf = [0.95, 0.95, 0.99, 0.1, 0.1, 0.1, 0.1, 0.1]
+    dlm = scripted(target, conf)
+    res, events = _run(decode_dream, dlm, PROMPT, config=DreamConfig(max_new_tokens=8, tokens_per_step=1))
+    assert res.stopped_early and res.dlm_forwards == 3
+    assert events[-1].source == "fill" and res.canvas[3:] == [eos] * 5
+
+
+def test_threshold_commits_at_least_one_and_all_confident(scripted):
+    conf = [0.95, 0.2, 0.97, 0.3, 0.99, 0.99, 0.99, 0.99]
+    dlm = scripted([4, 5, 6, 7, 8, 9, 10, 11], conf)
+    res, events = _run(decode_threshold, dlm, PROMPT, config=ThresholdConfig(max_new_tokens=8, block_length=4))
+    first = events[0]
+    assert set(first.positions) == {0, 2} and first.block == (0, 4)
+    assert all(len(e.positions) >= 1 for e in events)
+    assert all(max(e.positions) < 4 for e in events[:3])  # block 0 finishes before block 1 starts
+    assert res.canvas == dlm.target
+
+
+class ArgmaxWriter:
+    """Stand-in AR: writes the argmax of its soft input (forced slots kept)."""
+
+    class _AR:
+        forwards = 0
+
+    def __init__(self):
+        self.ar = self._AR()
+        self.calls = []
+
+    def write(self, pi, forced, *, context=None, generator=None):
+        self.calls.append(list(forced))
+        self.ar.forwards += len(forced)
+        return torch.tensor([f if f is not None else int(pi[j].argmax()) for j, f in enumerate(forced)])
+
+
+@pytest.mark.parametrize("B", [2, 4, 8])
+def test_codila_static_commits_exactly_b_per_forward(scripted, B):
+    dlm = scripted([3 + (j % 10) for j in range(32)], [0.5 + 0.01 * j for j in range(32)])
+    writer = ArgmaxWriter()
+    res, events = _run(decode_codila, dlm, writer, PROMPT, config=CodilaConfig(max_new_tokens=32, block_size=B))
+    assert [len(e.positions) for e in events] == [B] * (32 // B)
+    assert res.dlm_forwards == 32 // B
+    assert all(e.source == "ar" for e in events)
+
+
+def test_codila_argmax_writer_equals_greedy_dlm(scripted):
+    dlm = scripted([3 + (j * 7 % 11) for j in range(24)], [0.4 + 0.02 * (j % 5) for j in range(24)])
+    res, _ = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT, config=CodilaConfig(max_new_tokens=24, block_size=4))
+    dlm2 = scripted(dlm.target, dlm.conf)
+    greedy, _ = _run(decode_dream, dlm2, PROMPT, config=DreamConfig(max_new_tokens=24, tokens_per_step=4))
+    assert res.canvas == greedy.canvas == dlm.target
+
+
+def test_codila_block_choice_stays_in_candidate_window(scripted):
+    # the most certain slots sit at the end, outside a window of 2 blocks
+    conf = [0.3] * 4 + [0.4] * 4 + [0.999] * 8
+    dlm = scripted([4] * 16, conf)
+    _, events = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT,
+                     config=CodilaConfig(max_new_tokens=16, block_size=4, candidate_blocks=2))
+    canvas = [1] * 16  # mask id of the scripted model
+    for e in events:
+        window = [b for b in range(0, 16, 4) if 1 in canvas[b : b + 4]][:2]
+        assert e.block[0] in window
+        canvas = list(e.canvas)
+    assert [e.block[0] for e in events] == [4, 8, 12, 0]  # lowest entropy inside the window each time
+
+
+def test_codila_dynamic_falls_back_to_single_dlm_step(scripted):
+    dlm = scripted([4, 5, 6, 7, 8, 9, 10, 11], [0.3] * 8)  # high entropy everywhere
+    _, events = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT,
+                     config=CodilaConfig(max_new_tokens=8, block_size=4, tau=0.01))
+    assert all(len(e.positions) == 1 and e.source == "dlm" for e in events)
+
+
+def test_codila_dynamic_forces_committed_slots(scripted):
+    conf = [0.2, 0.999, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
+    dlm = scripted([4, 5, 6, 7, 8, 9, 10, 11], conf)
+    writer = ArgmaxWriter()
+    tau = 1.5  # only the confident slot is admissible alone; others need the AR
+    res, events = _run(decode_codila, dlm, writer, PROMPT, config=CodilaConfig(max_new_tokens=8, block_size=4, tau=tau))
+    assert res.canvas == dlm.target
+    forced_calls = [c for c in writer.calls if any(f is not None for f in c)]
+    for call in forced_calls:
+        assert all(f is None or f in dlm.target for f in call)
+
+
+def test_codila_parallel_blocks_two_blocks_per_forward(scripted):
+    dlm = scripted([3 + (j % 10) for j in range(16)])
+    res, events = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT,
+                       config=CodilaConfig(max_new_tokens=16, block_size=4, parallel_blocks=2))
+    assert res.dlm_forwards == 2 and sum(len(e.positions) for e in events) == 16
+
+
+def test_spearman_left_to_right_is_one():
+    assert spearman([0, 1, 2, 3], [0, 1, 2, 3]) == pytest.approx(1.0)
+    assert spearman([0, 1, 2, 3], [3, 2, 1, 0]) == pytest.approx(-1.0)
+    assert spearman([0, 1], [0, 0]) is None
+
+
+# --- the real AR path on tiny random checkpoints -------------------------------------------------
+
+def test_kv_cached_ar_equals_uncached_reference(tiny_models):
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    ar = tiny_models.ar
+    writer = SoftBlockWriter(ar, tiny_models.bridge)
+    torch.manual_seed(0)
+    pi = torch.softmax(torch.randn(5, tiny_models.dlm.vocab_rows) * 3, -1)
+    forced = [None, None, 17, None, None]
+    cached = writer.write(pi, forced)
+    # reference: recompute the whole sequence at every token, no cache
+    emb = ar.embedding
+    q = writer.condition(pi, forced)
+    open_e, close_e = ar.wrapper_embeddings()
+    seq = torch.cat([open_e, q @ writer.table, close_e])
+    out = []
+    for j, f in enumerate(forced):
+        with torch.inference_mode():
+            z = ar.model(inputs_embeds=seq.unsqueeze(0), use_cache=False).logits[0, -1].float()
+        tok = f if f is not None else int(z.masked_fill(~writer.allowed, float("-inf")).argmax())
+        out.append(tok)
+        seq = torch.cat([seq, emb[tok].unsqueeze(0)])
+    assert cached.tolist() == out
+    assert cached[2] == 17
+
+
+def test_topk1_conditioning_equals_hard_tokens(tiny_models):
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    pi = torch.softmax(torch.randn(4, tiny_models.dlm.vocab_rows) * 2, -1)
+    top1 = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, topk=1)
+    hard_tokens = [int(tiny_models.bridge.shared_ids[int(r.argmax())]) for r in tiny_models.bridge.restrict(pi)]
+    q_top = top1.condition(pi, [None] * 4)
+    q_hard = top1.condition(pi, hard_tokens)  # committed tokens are fed one-hot
+    assert torch.equal(q_top, q_hard)
+    assert top1.write(pi, [None] * 4).tolist() == SoftBlockWriter(tiny_models.ar, tiny_models.bridge).write(
+        torch.nn.functional.one_hot(torch.tensor(hard_tokens), pi.shape[1]).float(), [None] * 4).tolist()
+
+
+@pytest.mark.parametrize("tau", [None, 0.5])
+def test_same_seed_same_output_with_sampling(tiny_models, tau):
+    from codila_cli.runtime import generate
+
+    cfg = CodilaConfig(max_new_tokens=16, block_size=4, tau=tau, ar_temperature=1.0,
+                       sampling=SamplingConfig(temperature=1.0))
+    a = generate(tiny_models, "def f(x):", decoder="codila", config=cfg, seed=123)
+    b = generate(tiny_models, "def f(x):", decoder="codila", config=cfg, seed=123)
+    assert a.text == b.text and a.metrics["tokens"] == b.metrics["tokens"]
+
+
+def test_codila_static_on_tiny_models_reports_b_and_spearman(tiny_models):
+    from codila_cli.runtime import generate
+
+    r = generate(tiny_models, "def f(", decoder="codila",
+                 config=CodilaConfig(max_new_tokens=16, block_size=4, early_stop=False), seed=0)
+    assert r.metrics["tokens_per_step"] == 4.0 and r.metrics["dlm_forwards"] == 4
+    assert r.metrics["ar_forwards"] == 16 and r.metrics["order_spearman"] is not None
+
+
+def test_codila_verify_mode_commits_block_size_per_forward(tiny_models):
+    from codila_cli.runtime import generate
+
+    r = generate(tiny_models, "def f(", decoder="codila",
+                 config=CodilaConfig(max_new_tokens=16, block_size=4, ar_verify=True, early_stop=False), seed=0)
+    assert r.metrics["tokens_per_step"] == 4.0 and r.metrics["ar_forwards"] == 4
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        DreamConfig(steps=4, tokens_per_step=2)
+    with pytest.raises(ValueError):
+        DreamConfig(tokens_per_step=0)
+    with pytest.raises(ValueError):
+        CodilaConfig(conditioning="topk:0")
+    with pytest.raises(ValueError):
+        SamplingConfig(top_p=1.5)
+    with pytest.raises(ValueError):
+        ThresholdConfig(threshold=0)

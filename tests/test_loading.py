@@ -1,0 +1,168 @@
+"""Checkpoint resolution and loading through the code users run, on tiny HF-layout checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from codila_cli.errors import IncompatibleModelsError, ModelLoadError, ModelNotFoundError, UsageError
+from codila_cli.models.cache import resolve_local_dir
+from codila_cli.models.dream import load_dlm, shift_logits
+from codila_cli.models.registry import resolve_spec
+
+CPU = torch.device("cpu")
+
+
+def test_attention_is_bidirectional(tiny_models):
+    dlm = tiny_models.dlm
+    x = torch.arange(10, 30).unsqueeze(0)
+    y = x.clone()
+    y[0, -1] = 50
+    a, b = dlm.logits(x), dlm.logits(y)
+    assert (a[0, 2] - b[0, 2]).abs().max() > 1e-4  # a late token changes an early position
+
+
+def test_shift_makes_last_prompt_position_predict_first_slot(tiny_models):
+    dlm = tiny_models.dlm
+    prompt_len = 7
+    x = torch.cat([torch.arange(10, 17), torch.full((5,), dlm.specials.mask)]).unsqueeze(0)
+    raw = dlm.raw_logits(x)
+    shifted = dlm.logits(x)
+    assert torch.allclose(shifted[0, prompt_len], raw[0, prompt_len - 1].float())
+    assert torch.equal(shift_logits(raw)[:, 0], raw[:, 0])
+
+
+def test_left_padding_equals_unpadded(tiny_models):
+    dlm = tiny_models.dlm
+    x = torch.arange(10, 22).unsqueeze(0)
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), x], 1)
+    mask = torch.cat([torch.zeros(1, 3), torch.ones(1, 12)], 1).long()
+    a = dlm.logits(x)
+    b = dlm.logits(padded, attention_mask=mask)
+    assert torch.allclose(a[0, 1:], b[0, 4:], atol=1e-5)
+
+
+def test_special_tokens_come_from_tokenizer(tiny_models):
+    sp = tiny_models.dlm.specials
+    tok = tiny_models.dlm.tokenizer
+    assert tok.convert_ids_to_tokens(sp.mask) == "<|mask|>"
+    assert tok.convert_ids_to_tokens(sp.eos) == "<|endoftext|>"
+    assert tok.convert_ids_to_tokens(sp.expand) == "<|expand|>"
+    assert sp.pad == sp.eos
+
+
+def test_hub_cache_layout_resolves(tiny, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tiny["hub"]))
+    path = resolve_local_dir(resolve_spec("codila/tiny-dream", kind="dlm"))
+    assert (path / "config.json").is_file() and "snapshots" in str(path)
+
+
+def test_missing_model_names_cache_and_hint(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(ModelNotFoundError) as exc:
+        resolve_local_dir(resolve_spec("dream-coder", kind="dlm"))
+    assert str(tmp_path / "empty-cache") in exc.value.message
+    assert exc.value.hint == "hf download Dream-org/Dream-Coder-v0-Instruct-7B"
+    assert exc.value.exit_code == 3
+
+
+def test_missing_model_fails_before_torch_import(tmp_path):
+    code = ("import sys\nfrom codila_cli.models.cache import resolve_local_dir\n"
+            "from codila_cli.models.registry import resolve_spec\n"
+            "try:\n    resolve_local_dir(resolve_spec('dream-coder', kind='dlm'))\n"
+            "except Exception as e:\n    print(type(e).__name__)\n"
+            "print('torch' in sys.modules, 'transformers' in sys.modules)\n")
+    env = {"HF_HUB_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.split() == ["ModelNotFoundError", "False", "False"], out.stderr
+
+
+def test_unknown_alias_is_usage_error():
+    with pytest.raises(UsageError):
+        resolve_spec("dream-codr", kind="dlm")
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_pickle_only_checkpoint_refused(tiny, tmp_path):
+    d = _copy(tiny["dlm"], tmp_path / "pkl")
+    (d / "model.safetensors").unlink()
+    torch.save({"x": torch.zeros(1)}, d / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match="pickle"):
+        resolve_local_dir(resolve_spec(str(d), kind="dlm"))
+
+
+def test_truncated_safetensors_refused(tiny, tmp_path):
+    d = _copy(tiny["dlm"], tmp_path / "trunc")
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="damaged or truncated"):
+        load_dlm(d, name="trunc", device=CPU, dtype=torch.float32)
+
+
+def test_config_without_mask_token_refused(tiny, tmp_path):
+    d = _copy(tiny["dlm"], tmp_path / "nomask")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("mask_token_id")
+    (d / "config.json").write_text(json.dumps(cfg))
+    tcfg = json.loads((d / "tokenizer_config.json").read_text())
+    tcfg.pop("mask_token")
+    (d / "tokenizer_config.json").write_text(json.dumps(tcfg))
+    tok = json.loads((d / "tokenizer.json").read_text())
+    tok["added_tokens"] = [t for t in tok["added_tokens"] if t["content"] != "<|mask|>"]
+    tok["model"]["vocab"].pop("<|mask|>")
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(ModelLoadError, match="no mask token"):
+        load_dlm(d, name="nomask", device=CPU, dtype=torch.float32)
+
+
+def test_remote_code_checkpoint_never_executed(tiny, tmp_path):
+    d = _copy(tiny["ar"], tmp_path / "remote")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["model_type"] = "evil_remote"
+    cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilModel"}
+    (d / "config.json").write_text(json.dumps(cfg))
+    marker = tmp_path / "executed"
+    (d / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    from codila_cli.models.ar import load_ar
+
+    with pytest.raises(ModelLoadError, match="remote code"):
+        load_ar(d, name="remote", device=CPU, dtype=torch.float32)
+    assert not marker.exists()
+
+
+def test_dream_given_as_ar_is_refused(tiny):
+    from codila_cli.models.ar import load_ar
+
+    with pytest.raises(ModelLoadError, match="not an autoregressive"):
+        load_ar(tiny["dlm"], name="dlm", device=CPU, dtype=torch.float32)
+
+
+def test_incompatible_vocabularies_refused(tiny, tmp_path):
+    from codila_cli.models.tokens import VocabBridge
+    from codila_cli.runtime import load_models
+    from codila_cli.train.tiny import build_tiny
+
+    other = build_tiny(tmp_path / "other", vocab_size=300)  # a different BPE: ids mean other strings
+    with pytest.raises(IncompatibleModelsError):
+        load_models(dlm=str(tiny["dlm"]), ar=str(other["ar"]), device="cpu", dtype="float32")
+    assert VocabBridge  # imported for the reader: the bridge is what refuses
+
+
+def test_bridge_cuts_control_tokens(tiny_models):
+    b, sp = tiny_models.bridge, tiny_models.dlm.specials
+    shared = set(b.shared_ids.tolist())
+    assert sp.eos in shared
+    for cut in (sp.mask, sp.expand, sp.bos, sp.think_open, sp.think_close):
+        assert cut not in shared
+    pi = torch.softmax(torch.randn(3, tiny_models.dlm.vocab_rows), -1)
+    q = b.restrict(pi)
+    assert torch.allclose(q.sum(-1), torch.ones(3))
