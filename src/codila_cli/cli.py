@@ -251,6 +251,63 @@ def gen(
     boundary(body, quiet=quiet)
 
 
+class Stage(str, Enum):
+    corpus = "corpus"
+    tokenizer = "tokenizer"
+    arinit = "arinit"
+    dlm = "dlm"
+    ar = "ar"
+    align = "align"
+
+
+@app.command()
+def train(
+    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, ar or align (in that order).")],
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")] = Path("runs/bundled"),
+    steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
+    data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Train one stage of the bundled models; run it again to resume after an interruption.
+
+    Docs: docs/training.md lists the exact commands that produced the shipped weights.
+    """
+
+    def body() -> None:
+        import json
+
+        from codila_cli.train import stages
+
+        if steps < 1:
+            raise UsageError("--steps must be >= 1")
+        if stage == Stage.corpus:
+            out = stages.stage_corpus(run_dir, data_dir=data_dir)
+        elif stage == Stage.tokenizer:
+            if not (run_dir / "corpus" / "train.jsonl").is_file():
+                raise UsageError(f"no corpus in {run_dir}", hint=f"run `codila train corpus --run-dir {run_dir}` first")
+            out = stages.stage_tokenizer(run_dir)
+        else:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            fn = {"arinit": stages.stage_arinit, "dlm": stages.stage_dlm, "ar": stages.stage_ar,
+                  "align": stages.stage_align}[stage.value]
+            if not (run_dir / "tokenizer" / "tokenizer.json").is_file():
+                raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")
+            with Progress(TextColumn(f"[bold]{stage.value}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                          TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=_stderr(),
+                          disable=quiet, transient=False) as bar:
+                task = bar.add_task(stage.value, total=steps, info="")
+
+                def log(r: dict) -> None:
+                    info = f"loss {r['loss']:.3f}" + (f"  valid {r['valid']:.3f}" if "valid" in r else "")
+                    bar.update(task, completed=r["step"], info=info)
+
+                out = fn(run_dir, steps=steps, on_log=log)
+        sys.stdout.write(json.dumps(out, default=str) + "\n")
+
+    boundary(body, quiet=quiet)
+
+
 def main() -> None:
     try:
         app()

