@@ -226,3 +226,65 @@ def read_jsonl(path: Path) -> Iterator[dict]:
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             yield json.loads(line)
+
+
+HELDOUT_PACKAGES: dict[str, tuple[str, ...]] = {
+    "pytest": ("_pytest",), "pip": ("pip",), "setuptools": ("setuptools",), "sympy": ("sympy",),
+    "numpy": ("numpy",), "pygments": ("pygments",), "pyyaml": ("yaml",), "anyio": ("anyio",), "tqdm": ("tqdm",),
+}
+
+
+def _prompt_of(text: str, max_prompt_chars: int) -> tuple[str, str] | None:
+    try:
+        node = ast.parse(text).body[0]
+    except (SyntaxError, IndexError, ValueError):
+        return None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not ast.get_docstring(node):
+        return None
+    doc = node.body[0]
+    if not (2 <= node.end_lineno - doc.end_lineno <= 25) or len(node.body) < 2:
+        return None
+    lines = text.splitlines(keepends=True)
+    prompt = "".join(lines[: doc.end_lineno])
+    if len(prompt) > max_prompt_chars:
+        return None
+    return prompt, "".join(lines[doc.end_lineno :])
+
+
+def heldout_prompts(valid_jsonl: Path, train_jsonl: Path | None = None, *, n: int = 120,
+                    max_prompt_chars: int = 600, per_file: int = 3) -> list[dict]:
+    """Signature + docstring prompts from code the models never trained on.
+
+    Candidates: functions of the validation split and of packages that are not in the corpus
+    (HELDOUT_PACKAGES), with a docstring and a 2–25 line body. A candidate sharing a 20-token window
+    with any training function is dropped. Deterministic: sorted by a hash of the text, at most
+    ``per_file`` per file.
+    """
+    cands = [(r["origin"], r["path"], r["text"]) for r in read_jsonl(valid_jsonl) if r["kind"] == "function"]
+    files, _ = collect_sources(HELDOUT_PACKAGES)
+    for f in files:
+        if f.origin != "stdlib":
+            cands += [(f.origin, f.relpath, fn) for fn in functions_of(f.text)]
+    cands.sort(key=lambda c: hashlib.sha256(c[2].encode()).hexdigest())
+    seen_train = None
+    if train_jsonl is not None:
+        seen_train = Decontaminator(r["text"] for r in read_jsonl(train_jsonl) if r["kind"] == "function")
+    by_origin: dict[str, list[tuple[str, str]]] = {}
+    count: dict[str, int] = {}
+    for origin, path, text in cands:  # eligible prompts per origin, in hash order
+        got = _prompt_of(text, max_prompt_chars)
+        if got is None or count.get(path, 0) >= per_file:
+            continue
+        if seen_train is not None and seen_train.contaminated(text):
+            continue
+        count[path] = count.get(path, 0) + 1
+        by_origin.setdefault(origin, []).append((path, got))
+    picked: list[dict] = []
+    queues = {o: list(v) for o, v in sorted(by_origin.items())}
+    while len(picked) < n and any(queues.values()):  # round-robin so no package dominates
+        for origin, queue in queues.items():
+            if queue and len(picked) < n:
+                path, (prompt, ref) = queue.pop(0)
+                picked.append({"id": f"heldout/{len(picked)}", "origin": origin, "path": path,
+                               "prompt": prompt, "reference": ref})
+    return picked

@@ -1,0 +1,1 @@
+"""Evaluation: prompt sets, decoder settings sweeps, summaries and plots."""
