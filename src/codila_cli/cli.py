@@ -148,37 +148,49 @@ def _syntax_line(report: Any) -> str:
     return f"syntax: {len(report.errors)} problem(s): " + "; ".join(parts) + more
 
 
+GEN_DEFAULTS: dict[str, Any] = {
+    "decoder": "auto", "max_new_tokens": 128, "steps": None, "tokens_per_step": None, "alg": "entropy",
+    "temperature": 0.0, "top_p": None, "top_k": None, "block_length": 32, "threshold": 0.9, "block_size": 4,
+    "tau": None, "candidate_blocks": 10, "parallel_blocks": 1, "conditioning": "soft", "ar_temperature": 0.0,
+    "ar_context": 0, "device": "auto", "dtype": "auto",
+}
+
+
+def _env(key: str) -> str:
+    return "CODILA_" + key.upper()
+
+
 @app.command()
 def gen(
     prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` reads stdin. Piped stdin goes before it.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.")] = None,
     system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).")] = None,
-    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_MODEL", help="Diffusion model: alias, repo id or directory.")] = None,
-    ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL", help="AR helper for CoDiLA: alias, repo id or directory.")] = None,
-    decoder: Annotated[Decoder, typer.Option(help="auto = codila when an AR helper is configured, else dream.")] = Decoder.auto,
-    max_new_tokens: Annotated[int, typer.Option(help="Canvas length (generated tokens).")] = 128,
-    steps: Annotated[int | None, typer.Option(help="dream: Dream's step schedule (default: max-new-tokens).")] = None,
-    tokens_per_step: Annotated[int | None, typer.Option("--tokens-per-step", "-K", help="dream: exactly K tokens per DLM forward.")] = None,
-    alg: Annotated[Alg, typer.Option(help="dream/codila: confidence rule for which slots to reveal.")] = Alg.entropy,
+    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_MODEL", help="Diffusion model: alias, repo id or directory. [default: bundled-dlm]")] = None,
+    ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL", help="AR helper for CoDiLA: alias, repo id or directory. [default: bundled-ar with the bundled DLM]")] = None,
+    decoder: Annotated[Decoder | None, typer.Option(envvar=_env("decoder"), show_default=False, help="auto = codila when an AR helper is configured, else dream. [default: auto]")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(envvar=_env("max_new_tokens"), help="Canvas length (generated tokens). [default: 128]")] = None,
+    steps: Annotated[int | None, typer.Option(envvar=_env("steps"), help="dream: Dream's step schedule. [default: max-new-tokens]")] = None,
+    tokens_per_step: Annotated[int | None, typer.Option("--tokens-per-step", "-K", envvar=_env("tokens_per_step"), help="dream: exactly K tokens per DLM forward.")] = None,
+    alg: Annotated[Alg | None, typer.Option(envvar=_env("alg"), show_default=False, help="dream/codila: confidence rule for which slots to reveal. [default: entropy]")] = None,
     alg_temp: Annotated[float | None, typer.Option(help="dream: sample positions from softmax(conf/alg_temp).")] = None,
-    temperature: Annotated[float, typer.Option(help="Token sampling temperature (0 = argmax).")] = 0.0,
-    top_p: Annotated[float | None, typer.Option(help="Nucleus filter before sampling and confidence.")] = None,
-    top_k: Annotated[int | None, typer.Option(help="Top-k filter before sampling and confidence.")] = None,
-    block_length: Annotated[int, typer.Option(help="threshold: block length.")] = 32,
-    threshold: Annotated[float, typer.Option(help="threshold: commit every slot with p >= this.")] = 0.9,
-    block_size: Annotated[int, typer.Option("--block-size", "-B", help="codila: block size B.")] = 4,
-    tau: Annotated[float | None, typer.Option(help="codila: dynamic mode, mean-entropy threshold in nats.")] = None,
-    candidate_blocks: Annotated[int, typer.Option(help="codila: window of blocks with masks to choose from.")] = 10,
-    parallel_blocks: Annotated[int, typer.Option(help="codila: blocks written per DLM forward (static).")] = 1,
-    conditioning: Annotated[str, typer.Option(help="codila: 'soft' or 'topk:K'.")] = "soft",
-    ar_temperature: Annotated[float, typer.Option(help="codila: AR sampling temperature (0 = greedy).")] = 0.0,
-    ar_context: Annotated[int, typer.Option(help="codila: committed tokens left of the block the AR also reads.")] = 0,
+    temperature: Annotated[float | None, typer.Option(envvar=_env("temperature"), help="Token sampling temperature, 0 = argmax. [default: 0]")] = None,
+    top_p: Annotated[float | None, typer.Option(envvar=_env("top_p"), help="Nucleus filter before sampling and confidence.")] = None,
+    top_k: Annotated[int | None, typer.Option(envvar=_env("top_k"), help="Top-k filter before sampling and confidence.")] = None,
+    block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help="threshold: block length. [default: 32]")] = None,
+    threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help="threshold: commit every slot with p >= this. [default: 0.9]")] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: 4]")] = None,
+    tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
+    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: 10]")] = None,
+    parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help="codila: blocks written per DLM forward (static). [default: 1]")] = None,
+    conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K'. [default: soft]")] = None,
+    ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: 0]")] = None,
+    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: 0]")] = None,
     ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
-    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto (bf16 on CUDA, else fp32), float32, bfloat16, float16.")] = "auto",
+    device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
+    dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA, else fp32), float32, bfloat16, float16. [default: auto]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")] = False,
@@ -186,6 +198,8 @@ def gen(
     color: Annotated[Color, typer.Option(help="Colour on stderr.")] = Color.auto,
 ) -> None:
     """Generate code from a prompt with a diffusion LM (plain, threshold, or CoDiLA decoding).
+
+    Settings come from flags, then CODILA_* environment variables, then config.toml, then defaults.
 
     Examples:
 
@@ -195,38 +209,59 @@ def gen(
 
         cat spec.md | codila gen --json > out.json
     """
+    flags = {k: v for k, v in locals().items()}
 
     def body() -> None:
+        from codila_cli.config import load_config
         from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
         from codila_cli.runtime import default_ar, default_dlm, generate, load_models
+
+        user = load_config()
+        if not quiet:
+            for w in user.warnings:
+                sys.stderr.write(f"Warning: {w}\n")
+
+        def opt(key: str, section: str = "gen") -> Any:
+            value = flags.get(key)
+            if isinstance(value, Enum):
+                value = value.value
+            if value is None:
+                value = user.get(section, key)
+            return GEN_DEFAULTS.get(key) if value is None else value
 
         text = read_prompt(prompt, prompt_file)
         if not text.strip():
             raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
-        sampling = SamplingConfig(temperature=temperature, top_p=top_p, top_k=top_k)
+        sampling = SamplingConfig(temperature=opt("temperature"), top_p=opt("top_p"), top_k=opt("top_k"))
         early = not no_early_stop
-        dlm_name = dlm or default_dlm()
-        ar_name = ar if ar else (default_ar() if dlm is None else None)
-        chosen = decoder.value
+        dlm_name = dlm or user.get("models", "dlm") or default_dlm()
+        ar_name = ar or user.get("models", "ar") or (default_ar() if dlm_name == "bundled-dlm" else None)
+        chosen = opt("decoder")
+        if chosen not in ("auto", "dream", "threshold", "codila"):
+            raise UsageError(f"invalid decoder {chosen!r} in {user.path}", hint="use auto, dream, threshold or codila")
         if chosen == "auto":
             chosen = "codila" if ar_name else "dream"
         if chosen == "codila" and not ar_name:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
+        alg_name = opt("alg")
         # every flag is validated, whichever decoder runs (a bad --block-size is an error even with dream)
         configs: dict[str, Any] = {
-            "dream": DreamConfig(max_new_tokens=max_new_tokens, steps=steps, tokens_per_step=tokens_per_step,
-                                 alg=alg.value, alg_temp=alg_temp, sampling=sampling, early_stop=early),
-            "threshold": ThresholdConfig(max_new_tokens=max_new_tokens, block_length=block_length,
-                                         threshold=threshold, sampling=sampling, early_stop=early),
-            "codila": CodilaConfig(max_new_tokens=max_new_tokens, block_size=block_size, tau=tau,
-                                   candidate_blocks=candidate_blocks, parallel_blocks=parallel_blocks,
-                                   conditioning=conditioning, ar_temperature=ar_temperature, ar_context=ar_context,
-                                   ar_verify=ar_verify, verify_penalty=verify_penalty,
-                                   alg=alg.value if alg != Alg.origin else "entropy", sampling=sampling,
+            "dream": DreamConfig(max_new_tokens=opt("max_new_tokens"), steps=opt("steps"),
+                                 tokens_per_step=opt("tokens_per_step"), alg=alg_name, alg_temp=alg_temp,
+                                 sampling=sampling, early_stop=early),
+            "threshold": ThresholdConfig(max_new_tokens=opt("max_new_tokens"), block_length=opt("block_length"),
+                                         threshold=opt("threshold"), sampling=sampling, early_stop=early),
+            "codila": CodilaConfig(max_new_tokens=opt("max_new_tokens"), block_size=opt("block_size"), tau=opt("tau"),
+                                   candidate_blocks=opt("candidate_blocks"), parallel_blocks=opt("parallel_blocks"),
+                                   conditioning=opt("conditioning"), ar_temperature=opt("ar_temperature"),
+                                   ar_context=opt("ar_context"), ar_verify=ar_verify, verify_penalty=verify_penalty,
+                                   alg=alg_name if alg_name != "origin" else "entropy", sampling=sampling,
                                    early_stop=early),
         }
         cfg = configs[chosen]
-        models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device, dtype=dtype)
+        device_name, dtype_name = opt("device", "runtime"), opt("dtype", "runtime")
+        models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device_name,
+                             dtype=dtype_name)
         result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system)
         if json_out:
             import json
@@ -249,6 +284,93 @@ def gen(
                                     hint="try another --seed, a smaller --block-size or --tokens-per-step")
 
     boundary(body, quiet=quiet)
+
+
+config_app = typer.Typer(help="Show where the configuration lives and what it resolves to.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("path")
+def config_path_cmd() -> None:
+    """Print the config file path ($CODILA_CONFIG or the platform config directory)."""
+    from codila_cli.config import config_path
+
+    sys.stdout.write(f"{config_path()}\n")
+
+
+@config_app.command("show")
+def config_show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
+    """Print every setting with its value and source (env > file > default)."""
+
+    def body() -> None:
+        import json
+
+        from codila_cli.config import load_config
+        from codila_cli.info import effective_settings
+
+        user = load_config()
+        for w in user.warnings:
+            sys.stderr.write(f"Warning: {w}\n")
+        rows = effective_settings(user)
+        if json_out:
+            sys.stdout.write(json.dumps({"schema_version": 1, "command": "config show", "path": str(user.path),
+                                         "exists": user.exists, "settings": rows}) + "\n")
+            return
+        for r in rows:
+            sys.stdout.write(f"{r['key']:<24} {r['value']!s:<16} ({r['source']})\n")
+
+    boundary(body)
+
+
+@app.command()
+def models(
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the names of available models.")] = False,
+) -> None:
+    """List model aliases, whether each is in the Hugging Face cache, and the bundled models."""
+
+    def body() -> None:
+        import json
+
+        from codila_cli.info import list_models
+
+        rows = list_models()
+        if json_out:
+            sys.stdout.write(json.dumps({"schema_version": 1, "command": "models", "models": rows}) + "\n")
+        elif quiet:
+            sys.stdout.write("".join(f"{r['alias']}\n" for r in rows if r["cached"]))
+        else:
+            sys.stdout.write(f"{'alias':<15} {'kind':<7} {'available':<10} {'size':>9}  repository\n")
+            for r in rows:
+                size = f"{r['size_bytes'] / 2**20:.1f} MiB" if r["size_bytes"] else "-"
+                sys.stdout.write(f"{r['alias']:<15} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>9}  {r['repo']}\n")
+
+    boundary(body)
+
+
+@app.command()
+def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
+    """Check versions, device, cache, configured models and config file; exit 1 if something is missing."""
+
+    def body() -> None:
+        import json
+
+        from codila_cli.config import load_config
+        from codila_cli.info import doctor as run_doctor
+
+        checks, problems = run_doctor(load_config())
+        if json_out:
+            sys.stdout.write(json.dumps({"schema_version": 1, "command": "doctor", "ok": not problems,
+                                         "checks": checks, "problems": problems}) + "\n")
+        else:
+            for c in checks:
+                sys.stdout.write(f"{'ok ' if c['ok'] else 'BAD'} {c['name']:<20} {c['value']}\n")
+        for p in problems:
+            sys.stderr.write(f"Error: {p}\n")
+        if problems:
+            raise typer.Exit(EXIT_RUNTIME)
+
+    boundary(body)
 
 
 class Stage(str, Enum):

@@ -1,0 +1,116 @@
+"""Data behind `codila models`, `codila doctor` and `codila config show` (no printing here)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from codila_cli.config import SCHEMA, UserConfig, env_name
+from codila_cli.models.cache import hf_cache_dir
+from codila_cli.models.registry import ALIASES, BUNDLED, bundled_available, bundled_path
+
+KIND_NAMES = {"dlm": "DLM", "ar": "AR", "infill": "infill", "plan": "plan"}
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def list_models() -> list[dict[str, Any]]:
+    """Aliases with cache status (huggingface_hub's cache scan) and the bundled models."""
+    cache = hf_cache_dir()
+    cached: dict[str, Any] = {}
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        for repo in scan_cache_dir(cache).repos:
+            cached[repo.repo_id] = repo
+    except Exception:  # CacheNotFound, or an unreadable cache: report everything as not cached
+        cached = {}
+    rows = []
+    for alias, spec in ALIASES.items():
+        repo = cached.get(spec.repo_id)
+        rows.append({"alias": alias, "repo": spec.repo_id, "revision": spec.revision, "kind": KIND_NAMES[spec.kind],
+                     "cached": repo is not None, "size_bytes": int(repo.size_on_disk) if repo else None,
+                     "location": str(repo.repo_path) if repo else None})
+    for alias, (kind, _) in BUNDLED.items():
+        ok = bundled_available(alias)
+        rows.append({"alias": alias, "repo": "(bundled with codila)", "revision": None, "kind": KIND_NAMES[kind],
+                     "cached": ok, "size_bytes": _dir_size(bundled_path(alias)) if ok else None,
+                     "location": str(bundled_path(alias)) if ok else None})
+    return rows
+
+
+def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
+    """Every configurable key with its value and where it came from (env > file > default)."""
+    from codila_cli.cli import GEN_DEFAULTS
+
+    env_keys = {("models", "dlm"): "CODILA_MODEL", ("models", "ar"): "CODILA_AR_MODEL",
+                ("runtime", "device"): "CODILA_DEVICE", ("runtime", "dtype"): "CODILA_DTYPE"}
+    rows = []
+    for section, keys in SCHEMA.items():
+        for key in keys:
+            env = env_keys.get((section, key), env_name(key))
+            if os.environ.get(env) is not None:
+                value, source = os.environ[env], f"env {env}"
+            elif user.get(section, key) is not None:
+                value, source = user.get(section, key), f"file {user.path}"
+            else:
+                value, source = GEN_DEFAULTS.get(key), "default"
+            rows.append({"key": f"{section}.{key}", "value": value, "source": source})
+    return rows
+
+
+def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
+    """(checks, problems). Each check: name, value, ok."""
+    checks: list[dict[str, Any]] = []
+    problems: list[str] = []
+
+    def add(name: str, value: Any, ok: bool = True, problem: str | None = None) -> None:
+        checks.append({"name": name, "value": value, "ok": ok})
+        if not ok and problem:
+            problems.append(problem)
+
+    add("python", f"{platform.python_version()} ({sys.executable})")
+    for dist in ("codila", "torch", "transformers", "tokenizers", "safetensors", "huggingface_hub", "tree-sitter",
+                 "tree-sitter-python", "typer", "rich"):
+        try:
+            add(dist, metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            add(dist, "missing", False, f"package {dist} is not installed")
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            add("device", f"cuda: {props.name}, {props.total_memory / 2**30:.0f} GiB (x{torch.cuda.device_count()})")
+        else:
+            add("device", f"cpu ({os.cpu_count()} cores); no CUDA GPU")
+    except Exception as exc:  # noqa: BLE001
+        add("device", f"torch unusable: {exc}", False, "torch cannot be imported")
+    add("hf cache", str(hf_cache_dir()))
+    add("hf offline", os.environ.get("HF_HUB_OFFLINE", "0"))
+    add("config file", f"{user.path} ({'found' if user.exists else 'absent, using defaults'})")
+    for w in user.warnings:
+        add("config warning", w, False)
+    from codila_cli.errors import CodilaError
+    from codila_cli.models.cache import resolve_local_dir
+    from codila_cli.models.registry import resolve_spec
+
+    dlm = os.environ.get("CODILA_MODEL") or user.get("models", "dlm") or "bundled-dlm"
+    ar = os.environ.get("CODILA_AR_MODEL") or user.get("models", "ar") or ("bundled-ar" if dlm == "bundled-dlm" else None)
+    for role, name in (("dlm", dlm), ("ar", ar)):
+        if name is None:
+            add(f"model {role}", "none configured (CoDiLA off)")
+            continue
+        try:
+            path = resolve_local_dir(resolve_spec(name, kind=role))  # type: ignore[arg-type]
+            add(f"model {role}", f"{name}: {path}")
+        except CodilaError as exc:
+            add(f"model {role}", f"{name}: missing", False, f"{role} model {name!r}: {exc.message}"
+                + (f" ({exc.hint})" if exc.hint else ""))
+    return checks, problems

@@ -1,0 +1,109 @@
+"""Configuration precedence, malformed files, and the models / doctor / config commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+from codila_cli.config import load_config
+from codila_cli.errors import UsageError
+
+runner = CliRunner()
+
+
+def write_config(tmp_path, monkeypatch, text: str):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    monkeypatch.setenv("CODILA_CONFIG", str(path))
+    return path
+
+
+def test_precedence_flag_env_file_default(tiny, tmp_path, monkeypatch):
+    write_config(tmp_path, monkeypatch, f'[models]\ndlm = "{tiny["dlm"]}"\n[gen]\ntokens_per_step = 2\nmax_new_tokens = 8\n')
+    base = ["gen", "--json", "--seed", "0", "--no-early-stop", "def f("]
+    doc = json.loads(runner.invoke(app, base).stdout)  # file
+    assert doc["settings"]["tokens_per_step"] == 2 and doc["settings"]["max_new_tokens"] == 8
+    monkeypatch.setenv("CODILA_TOKENS_PER_STEP", "4")  # env beats file
+    doc = json.loads(runner.invoke(app, base).stdout)
+    assert doc["settings"]["tokens_per_step"] == 4
+    doc = json.loads(runner.invoke(app, [*base[:-1], "-K", "8", "def f("]).stdout)  # flag beats env
+    assert doc["settings"]["tokens_per_step"] == 8
+    assert doc["metrics"]["tokens_per_step"] == 8.0
+
+
+def test_malformed_config_names_file_and_line(tmp_path, monkeypatch, tiny):
+    path = write_config(tmp_path, monkeypatch, '[gen]\nblock_size = 4\nbad line here\n')
+    r = runner.invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "def f("])
+    assert r.exit_code == 2
+    assert r.stderr.startswith(f"Error: config file {path} line 3")
+    assert r.stdout == ""
+
+
+def test_unknown_key_warns_and_wrong_type_fails(tmp_path, monkeypatch):
+    write_config(tmp_path, monkeypatch, '[gen]\nblock_size = 4\nbogus = 1\n[other]\nx = 2\n')
+    cfg = load_config()
+    assert cfg.get("gen", "block_size") == 4
+    assert any("gen.bogus" in w for w in cfg.warnings) and any("[other]" in w for w in cfg.warnings)
+    write_config(tmp_path, monkeypatch, '[gen]\nblock_size = "four"\n')
+    with pytest.raises(UsageError, match="block_size must be int"):
+        load_config()
+    write_config(tmp_path, monkeypatch, '[gen]\ntau = true\n')
+    with pytest.raises(UsageError):
+        load_config()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=200))
+def test_config_parser_only_raises_usage_errors(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("cfg") / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    try:
+        load_config(path)
+    except UsageError:
+        pass
+
+
+def test_config_path_and_show_json(tmp_path, monkeypatch):
+    path = write_config(tmp_path, monkeypatch, '[gen]\nblock_size = 8\n')
+    r = runner.invoke(app, ["config", "path"])
+    assert r.stdout.strip() == str(path)
+    monkeypatch.setenv("CODILA_TAU", "0.25")
+    doc = json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)
+    rows = {s["key"]: s for s in doc["settings"]}
+    assert rows["gen.block_size"]["value"] == 8 and rows["gen.block_size"]["source"].startswith("file")
+    assert rows["gen.tau"]["source"] == "env CODILA_TAU"
+    assert rows["gen.max_new_tokens"]["source"] == "default"
+
+
+def test_models_json_and_cache_status(tiny, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tiny["hub"]))
+    r = runner.invoke(app, ["models", "--json"])
+    assert r.exit_code == 0 and "\x1b[" not in r.stdout
+    doc = json.loads(r.stdout)
+    aliases = {m["alias"]: m for m in doc["models"]}
+    assert aliases["dream-coder"]["repo"] == "Dream-org/Dream-Coder-v0-Instruct-7B"
+    assert aliases["dream-coder"]["cached"] is False and aliases["qwen3-0.6b"]["kind"] == "AR"
+    r = runner.invoke(app, ["models", "-q"])
+    assert all(line in aliases for line in r.stdout.split())
+
+
+def test_doctor_reports_missing_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CODILA_MODEL", "dream-coder")
+    r = runner.invoke(app, ["doctor", "--json"])
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and any("dream-coder" in p for p in doc["problems"])
+    assert "Error:" in r.stderr
+
+
+def test_doctor_ok_with_local_models(tiny, monkeypatch):
+    monkeypatch.setenv("CODILA_MODEL", str(tiny["dlm"]))
+    monkeypatch.setenv("CODILA_AR_MODEL", str(tiny["ar"]))
+    r = runner.invoke(app, ["doctor"])
+    assert r.exit_code == 0, r.stdout + r.stderr
