@@ -58,6 +58,14 @@ def _stderr(color: Color = Color.auto):
     return Console(stderr=True, highlight=False, force_terminal=force, no_color=color == Color.never or None)
 
 
+def _stderr_is_tty() -> bool:
+    """The live view needs a real terminal on stderr (``--color always`` colours, it does not animate)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _fail(exc: CodilaError, *, quiet: bool = False) -> NoReturn:
     err = sys.stderr
     err.write(f"Error: {exc.message}\n")
@@ -262,7 +270,17 @@ def gen(
         device_name, dtype_name = opt("device", "runtime"), opt("dtype", "runtime")
         models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device_name,
                              dtype=dtype_name)
-        result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system)
+        err = _stderr(color)
+        if _stderr_is_tty() and not (json_out or quiet):
+            from codila_cli.ui.live import LiveView
+
+            block = {"codila": cfg.block_size if chosen == "codila" else None,
+                     "threshold": getattr(cfg, "block_length", None)}.get(chosen)
+            with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
+                          block_size=block, title=f"codila {chosen}") as view:
+                result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system, on_step=view)
+        else:
+            result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system)
         if json_out:
             import json
 
@@ -270,7 +288,6 @@ def gen(
         else:
             sys.stdout.write(result.text)
         sys.stdout.flush()
-        err = _stderr(color)
         if not quiet:
             err.print(_syntax_line(result.syntax), style="green" if result.syntax.valid else "yellow", markup=False)
         if verbose and not quiet:

@@ -1,0 +1,1 @@
+"""Terminal UI: the live view of denoising (stderr, TTY only)."""

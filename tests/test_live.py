@@ -1,0 +1,42 @@
+"""The live view: only on a terminal, driven by events, never touching stdout."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+from codila_cli.decoding.events import StepEvent
+from codila_cli.ui.live import LiveView
+
+
+class FakeTok:
+    def decode(self, ids, skip_special_tokens=False):
+        return {5: "def", 6: " f", 7: "(\n"}.get(ids[0], "?")
+
+
+def test_live_view_renders_masks_dlm_and_ar_tokens():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, color_system="standard", width=80)
+    view = LiveView(tokenizer=FakeTok(), mask_id=1, console=console, block_size=2, min_interval=0.0)
+    with view:
+        view(StepEvent(0, (0,), (5,), "dlm", None, 1, 0, 0.1, (5, 1, 1, 1)))
+        view(StepEvent(1, (2, 3), (6, 7), "ar", (2, 4), 2, 2, 0.2, (5, 1, 6, 7)))
+    plain = view.render()
+    out = buf.getvalue()
+    assert view.redraws == 2
+    assert "\x1b[36mdef" in out  # DLM token in cyan
+    assert "32m" in out and " f" in out  # AR tokens in green
+    assert "·" in out and "▏" in out  # masked slot, block boundary
+    assert "DLM forwards 2" in out and "tokens/forward 1.50" in out
+    assert plain is not None
+
+
+def test_live_view_is_off_when_stderr_is_not_a_terminal(tiny):
+    r = CliRunner().invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--max-new-tokens", "8",
+                                 "--seed", "0", "--color", "always", "def f("])
+    assert r.exit_code == 0
+    assert "DLM forwards" not in r.stderr and "\x1b[?25l" not in r.stderr
+    assert "\x1b[" not in r.stdout
