@@ -17,7 +17,8 @@ class FakeTok:
         return {5: "def", 6: " f", 7: "(\n"}.get(ids[0], "?")
 
 
-def test_live_view_renders_masks_dlm_and_ar_tokens():
+def test_live_view_renders_masks_dlm_and_ar_tokens(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, color_system="standard", width=80)
     view = LiveView(tokenizer=FakeTok(), mask_id=1, console=console, block_size=2, min_interval=0.0)
