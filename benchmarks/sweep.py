@@ -1,9 +1,9 @@
-"""Sweep decoders × K / B / τ over the held-out prompt set; write JSONL, a Markdown table and a PNG.
+"""Sweep decoders × K / B / τ (the CoDiLA paper's grid) on one benchmark; JSONL, Markdown, Pareto PNG.
 
-    python benchmarks/sweep.py --out results/sweep [--dlm bundled-dlm --ar bundled-ar] [--limit 120]
-        [--settings dream:K=1 codila:B=4 ...] [--max-new-tokens 128]
+    python benchmarks/sweep.py --out results/heldout [--benchmark heldout] [--limit 120]
+        [--dlm bundled-dlm --ar bundled-ar] [--settings dream:K=1 codila:B=4 ...] [--max-new-tokens 128]
 
-Numbers are measured side by side in one run on the same prompts (docs/results.md).
+Same as `codila eval --sweep`, kept as a script so it can run in the background and stream rows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from codila_cli.eval.heldout import load_heldout, markdown, pareto_plot, run_heldout, summarize
+from codila_cli.eval.benchmarks import load_tasks, select
+from codila_cli.eval.runner import markdown, run_eval, write_outputs
 from codila_cli.eval.settings import PAPER_GRID, parse_setting
 from codila_cli.runtime import default_ar, default_dlm, load_models
 
@@ -21,28 +22,26 @@ from codila_cli.runtime import default_ar, default_dlm, load_models
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--benchmark", default="heldout")
+    ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--dlm", default=None)
     ap.add_argument("--ar", default=None)
-    ap.add_argument("--limit", type=int, default=120)
+    ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--settings", nargs="*", default=PAPER_GRID)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
-    prompts = load_heldout()[: args.limit]
+    tasks = select(load_tasks(args.benchmark, data=args.data_dir), limit=args.limit, ids=None)
     settings = [parse_setting(s, max_new_tokens=args.max_new_tokens) for s in args.settings]
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "rows.jsonl", "w") as fh:
         def log(row: dict) -> None:
             fh.write(json.dumps(row) + "\n")
             fh.flush()
-        rows = run_heldout(models, prompts, settings, seed=args.seed, on_row=log)
-    summary = summarize(rows)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    table = markdown(summary)
-    (args.out / "summary.md").write_text(table)
-    pareto_plot(summary, args.out / "pareto.png")
-    sys.stdout.write(table)
+        rows = run_eval(models, tasks, settings, seed=args.seed, on_row=log)
+    summary = write_outputs(args.out, rows, title=f"{args.benchmark} ({len(tasks)} tasks)")
+    sys.stdout.write(markdown(summary))
 
 
 if __name__ == "__main__":

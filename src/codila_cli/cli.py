@@ -390,6 +390,68 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
     boundary(body)
 
 
+@app.command("eval")
+def eval_cmd(
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp or heldout.")] = "heldout",
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png.")] = Path("codila-eval"),
+    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5.")] = None,
+    sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
+    limit: Annotated[int | None, typer.Option(help="First N tasks only.")] = None,
+    tasks: Annotated[list[str] | None, typer.Option("--task", help="Task id, repeatable.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data directory (mbpp/, human-eval-infilling/).")] = None,
+    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_MODEL")] = None,
+    ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Canvas length per task.")] = 128,
+    timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.")] = 10.0,
+    seed: Annotated[int, typer.Option()] = 0,
+    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Run a benchmark for decoder settings; write JSONL rows, a Markdown summary and a Pareto plot.
+
+    Generated code runs only here, in a sandboxed subprocess (docs/evaluation.md).
+    """
+
+    def body() -> None:
+        import json
+
+        from codila_cli.eval.benchmarks import load_tasks, select
+        from codila_cli.eval.runner import markdown, run_eval, write_outputs
+        from codila_cli.eval.sandbox import SandboxLimits
+        from codila_cli.eval.settings import PAPER_GRID, parse_setting
+        from codila_cli.runtime import default_ar, default_dlm, load_models
+
+        labels = list(settings or []) + (PAPER_GRID if sweep else [])
+        labels = labels or ["codila:B=4" if (ar or (dlm is None and default_ar())) else "dream:K=1"]
+        parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
+        chosen = select(load_tasks(benchmark, data=data_dir), limit=limit, ids=tasks)
+        dlm_name = dlm or default_dlm()
+        ar_name = ar or (default_ar() if dlm is None else None)
+        if any(p.decoder == "codila" for p in parsed) and not ar_name:
+            raise UsageError("codila settings need an AR helper", hint="pass --ar")
+        limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(timeout)))
+        models = load_models(dlm=dlm_name, ar=ar_name, device=device, dtype=dtype)
+        output.mkdir(parents=True, exist_ok=True)
+        done = [0]
+        total = len(chosen) * len(parsed)
+        with open(output / "rows.jsonl", "w", encoding="utf-8") as fh:
+            def log(row: dict) -> None:
+                fh.write(json.dumps(row) + "\n")
+                fh.flush()
+                done[0] += 1
+                if not quiet and _stderr_is_tty():
+                    sys.stderr.write(f"\r{done[0]}/{total} {row['setting']} {row['task_id']}\x1b[K")
+
+            rows = run_eval(models, chosen, parsed, seed=seed, limits=limits, on_row=log)
+        if not quiet and _stderr_is_tty():
+            sys.stderr.write("\n")
+        summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)")
+        sys.stdout.write(markdown(summary))
+
+    boundary(body, quiet=quiet)
+
+
 class Stage(str, Enum):
     corpus = "corpus"
     tokenizer = "tokenizer"

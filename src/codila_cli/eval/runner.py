@@ -1,0 +1,120 @@
+"""`codila eval`: tasks × decoder settings → JSONL rows, a Markdown summary and a Pareto plot.
+
+One row per (task, setting): completion, syntax validity of the program, pass (sandboxed execution,
+when the task has tests), and the decoder metrics. pass@1 is the mean of ``passed`` with one greedy
+sample per task.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from codila_cli.eval.benchmarks import Task
+from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
+from codila_cli.eval.settings import Setting
+
+ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "empty", "passed", "status",
+            "dlm_forwards", "ar_forwards", "tokens", "tokens_per_step", "tokens_per_second", "wall_seconds",
+            "order_spearman")
+
+
+def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: SandboxLimits) -> dict:
+    from codila_cli.runtime import generate
+    from codila_cli.syntax import check_python
+
+    r = generate(models, task.prompt, decoder=setting.decoder, config=setting.config, seed=seed)
+    completion = r.completion if r.mode == "raw" else r.text
+    code = (task.prompt + completion) if task.kind == "complete" else completion
+    parses = check_python(code).valid
+    empty = not completion.strip()
+    row = {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": completion,
+           "valid": parses and not empty, "parses": parses, "empty": empty, "passed": None, "status": "no-tests"}
+    if task.test:
+        out = run_sandboxed(task.program(completion), limits)
+        row["passed"], row["status"] = out.passed, out.status
+    row.update({k: r.metrics[k] for k in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step",
+                                         "tokens_per_second", "wall_seconds", "order_spearman")})
+    return row
+
+
+def run_eval(models, tasks: list[Task], settings: list[Setting], *, seed: int = 0,
+             limits: SandboxLimits = SandboxLimits(), on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    rows = []
+    for st in settings:
+        for task in tasks:
+            row = evaluate_task(models, task, st, seed=seed, limits=limits)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    return rows
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    out = []
+    for label in dict.fromkeys(r["setting"] for r in rows):
+        rs = [r for r in rows if r["setting"] == label]
+        n = len(rs)
+        tested = [r for r in rs if r["passed"] is not None]
+        tokens, secs = sum(r["tokens"] for r in rs), sum(r["wall_seconds"] for r in rs)
+        fwd = sum(r["dlm_forwards"] for r in rs)
+        sp = [r["order_spearman"] for r in rs if r["order_spearman"] is not None]
+        out.append({
+            "setting": label, "n": n,
+            "pass_at_1": (sum(bool(r["passed"]) for r in tested) / len(tested)) if tested else None,
+            "syntax_valid": sum(r["valid"] for r in rs) / n, "syntax_error_rate": 1 - sum(r["parses"] for r in rs) / n,
+            "empty": sum(r["empty"] for r in rs) / n, "tokens_per_step": tokens / fwd if fwd else 0.0,
+            "tokens_per_second": tokens / secs if secs else 0.0, "dlm_forwards": fwd,
+            "ar_forwards": sum(r["ar_forwards"] for r in rs), "order_spearman": statistics.mean(sp) if sp else None,
+            "wall_seconds": round(secs, 2)})
+    return out
+
+
+def markdown(summary: list[dict], *, title: str = "") -> str:
+    head = ("| setting | n | pass@1 | valid (parses, non-empty) | syntax errors | empty | tokens/step | tokens/s "
+            "| DLM fwd | AR fwd | order ρ | seconds |")
+    lines = ([f"### {title}", ""] if title else []) + [head, "|" + "---|" * 12]
+    for s in summary:
+        p = f"{s['pass_at_1']:.1%}" if s["pass_at_1"] is not None else "–"
+        rho = f"{s['order_spearman']:.2f}" if s["order_spearman"] is not None else "–"
+        lines.append(f"| `{s['setting']}` | {s['n']} | {p} | {s['syntax_valid']:.1%} | {s['syntax_error_rate']:.1%} | "
+                     f"{s['empty']:.1%} | {s['tokens_per_step']:.2f} | {s['tokens_per_second']:.1f} | "
+                     f"{s['dlm_forwards']} | {s['ar_forwards']} | {rho} | {s['wall_seconds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def pareto_plot(summary: list[dict], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    quality = "pass_at_1" if all(s["pass_at_1"] is not None for s in summary) else "syntax_valid"
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    groups: dict[str, list[dict]] = {}
+    for s in summary:
+        groups.setdefault(s["setting"].split(":")[0], []).append(s)
+    for name, ss in groups.items():
+        ss = sorted(ss, key=lambda s: s["tokens_per_second"])
+        ax.plot([s["tokens_per_second"] for s in ss], [100 * s[quality] for s in ss], "o-", label=name)
+        for s in ss:
+            ax.annotate(s["setting"].split(":", 1)[-1], (s["tokens_per_second"], 100 * s[quality]), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel("tokens / s")
+    ax.set_ylabel(("pass@1" if quality == "pass_at_1" else "valid (parses, non-empty)") + " (%)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(out_dir: Path, rows: list[dict], *, title: str) -> list[dict]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(rows)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "summary.md").write_text(markdown(summary, title=title))
+    pareto_plot(summary, out_dir / "pareto.png")
+    return summary

