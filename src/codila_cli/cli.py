@@ -452,6 +452,114 @@ def eval_cmd(
     boundary(body, quiet=quiet)
 
 
+class InfillDecoder(str, Enum):
+    dreamon = "dreamon"
+    codila = "codila"
+
+
+@app.command()
+def infill(
+    file: Annotated[str, typer.Argument(help="Python file to fill, or `-` for stdin.")],
+    line: Annotated[int | None, typer.Option("--line", "-l", help="Insert new code before line N (last+1 appends).")] = None,
+    lines: Annotated[str | None, typer.Option("--lines", help="Replace lines A-B (1-based, inclusive).")] = None,
+    instruction: Annotated[str | None, typer.Option("--instruction", "-i", help="What to write (given to the model as a comment above the prefix).")] = None,
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff instead of the file.")] = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite the file atomically (refused if it changed meanwhile).")] = False,
+    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_INFILL_MODEL", help="Infill DLM. [default: bundled-infill]")] = None,
+    ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL", help="AR helper for --decoder codila.")] = None,
+    decoder: Annotated[InfillDecoder, typer.Option(help="dreamon, or codila (DreamOn marginals + AR blocks).")] = InfillDecoder.dreamon,
+    tau: Annotated[float, typer.Option(help="codila: mean-entropy threshold (nats).")] = 0.5,
+    block_size: Annotated[int, typer.Option("--block-size", "-B", help="codila: block size.")] = 4,
+    initial_masks: Annotated[int, typer.Option(help="Masks the middle starts with (n0).")] = 4,
+    max_middle_tokens: Annotated[int, typer.Option(help="Longest middle the model may write.")] = 64,
+    steps: Annotated[int | None, typer.Option(help="Cap on DLM forwards. [default: 4 x max-middle-tokens]")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus filter.")] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object (the middle, the new text, syntax, metrics).")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Fill code into a file; the model chooses how long the fill is (DreamOn expand/delete).
+
+    Where: --line N inserts before line N, --lines A-B replaces them, else a `# codila: fill` line.
+    The patched file goes to stdout unless --diff or --in-place.
+    """
+
+    def body() -> None:
+        import json
+
+        from codila_cli.decoding.config import InfillConfig, SamplingConfig
+        from codila_cli.infill_files import find_region, read_source, to_disk, unified_diff, write_in_place
+        from codila_cli.runtime import default_ar, default_infill_dlm, infill as run_infill, load_models
+
+        if in_place and file == "-":
+            raise UsageError("--in-place needs a file, not stdin")
+        if in_place and json_out:
+            raise UsageError("--in-place and --json do not go together", hint="use --json alone to inspect the fill")
+        if diff and json_out:
+            raise UsageError("--diff and --json do not go together")
+        stdin_bytes = None
+        if file == "-":
+            if sys.stdin.isatty():
+                raise UsageError("FILE is `-` but stdin is a terminal", hint="pipe a file: cat a.py | codila infill - --line 3")
+            stdin_bytes = sys.stdin.buffer.read()
+        src = read_source(file, stdin_bytes=stdin_bytes)
+        region = find_region(src, line=line, lines_range=lines)
+        cfg = InfillConfig(initial_masks=initial_masks, max_middle_tokens=max_middle_tokens, steps=steps,
+                           sampling=SamplingConfig(temperature=temperature, top_p=top_p), block_size=block_size,
+                           tau=tau if decoder == InfillDecoder.codila else None)
+        dlm_name = dlm or default_infill_dlm()
+        ar_name = (ar or (default_ar() if dlm is None else None)) if decoder == InfillDecoder.codila else None
+        if decoder == InfillDecoder.codila and not ar_name:
+            raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
+        models = load_models(dlm=dlm_name, ar=ar_name, device=device, dtype=dtype)
+        out = run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction)
+        name = file if file != "-" else "stdin"
+        if strict and out.introduced_errors:
+            raise StrictSyntaxError("the fill introduces syntax errors (--strict); nothing was written",
+                                    hint="try another --seed or a different region")
+        if in_place:
+            write_in_place(src, out.new_text)
+        if json_out:
+            doc = {"schema_version": 1, "command": "infill", "file": name, "region": {
+                       "how": region.how, "start_line": region.start + 1, "end_line": region.end},
+                   "middle": out.middle, "text": out.new_text, "seed": out.seed, "models": models.describe(),
+                   "settings": {k: v for k, v in cfg.__dict__.items() if k != "sampling"},
+                   "syntax": out.syntax_after.to_dict(), "syntax_before": out.syntax_before.to_dict(),
+                   "introduced_errors": out.introduced_errors, "context": out.context_cut, "metrics": out.metrics}
+            sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        elif diff:
+            sys.stdout.write(unified_diff(src, out.new_text, name.lstrip("/")))
+        elif not in_place:
+            sys.stdout.buffer.write(to_disk(out.new_text, src.newline))
+        sys.stdout.flush()
+        if not quiet:
+            where = f"lines {region.start + 1}-{region.end}" if region.end > region.start else f"before line {region.start + 1}"
+            n = out.middle.count("\n")
+            sys.stderr.write(f"filled {where} with {n} line(s)" + (f"; wrote {src.path}" if in_place else "") + "\n")
+            if out.context_cut["prefix_kept"] < out.context_cut["prefix_tokens"] or out.context_cut["suffix_kept"] < out.context_cut["suffix_tokens"]:
+                sys.stderr.write("Warning: the file is longer than the model's context; the model saw the "
+                                 f"{out.context_cut['prefix_kept']} prefix and {out.context_cut['suffix_kept']} suffix "
+                                 "tokens nearest the fill (the output keeps the whole file)\n")
+            status = _syntax_line(out.syntax_after)
+            if out.introduced_errors:
+                status += " (introduced by the fill)"
+            elif not out.syntax_before.valid:
+                status += " (the file had syntax errors before the fill)"
+            sys.stderr.write(status + "\n")
+        if verbose and not quiet:
+            m = out.metrics
+            sys.stderr.write(f"seed: {out.seed}  dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  "
+                             f"middle tokens: {m['middle_tokens']}  expansions: {m['expansions']}  deletions: "
+                             f"{m['deletions']}  tokens/step: {m['tokens_per_step']:.2f}  decode: {m['wall_seconds']:.2f}s\n")
+
+    boundary(body, quiet=quiet)
+
+
 class Stage(str, Enum):
     corpus = "corpus"
     tokenizer = "tokenizer"

@@ -171,3 +171,73 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
                             settings=settings, metrics={**metrics.to_dict(), "stopped_early": res.stopped_early,
                                                         "load_seconds": round(models.load_seconds, 3)},
                             syntax=check_python(text), prompt_tokens=len(ids), events=recorder.events)
+
+
+@dataclass
+class InfillOutcome:
+    middle: str  # indented to fit, ends with a newline unless empty
+    new_text: str
+    seed: int
+    metrics: dict
+    syntax_before: Any
+    syntax_after: Any
+    context_cut: dict
+
+    @property
+    def introduced_errors(self) -> bool:
+        return self.syntax_before.valid and not self.syntax_after.valid
+
+
+def default_infill_dlm() -> str:
+    for name in ("bundled-infill", "bundled-dlm"):
+        if bundled_available(name):
+            return name
+    raise ModelNotFoundError("no infill model given and no bundled model is installed",
+                             hint="pass --dlm dreamon (DreamOn-v0-7B in the HF cache) or a local directory")
+
+
+def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | None = None,
+           instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
+    """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when config.tau)."""
+    import torch
+
+    from codila_cli.decoding.dreamon import decode_dreamon
+    from codila_cli.infill_files import fit_indent, patch, split
+    from codila_cli.syntax import check_python
+
+    dlm = models.dlm
+    tok = dlm.tokenizer
+    prefix, suffix = split(src, region)
+    view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
+    p_ids = tok.encode(view_prefix, add_special_tokens=False)
+    s_ids = tok.encode(suffix, add_special_tokens=False)
+    room = dlm.context_length - config.max_middle_tokens - 2
+    if room < 16:
+        raise UsageError(f"--max-middle-tokens {config.max_middle_tokens} leaves no room for context "
+                         f"(the model's context is {dlm.context_length} tokens)", hint="lower --max-middle-tokens")
+    cut = {"prefix_tokens": len(p_ids), "suffix_tokens": len(s_ids), "prefix_kept": len(p_ids), "suffix_kept": len(s_ids)}
+    if len(p_ids) + len(s_ids) > room:  # keep the text nearest the fill point; 2/3 of the room for the prefix
+        keep_s = min(len(s_ids), max(room // 3, room - len(p_ids)))
+        keep_p = room - keep_s
+        p_ids, s_ids = p_ids[len(p_ids) - keep_p :], s_ids[:keep_s]
+        cut.update(prefix_kept=len(p_ids), suffix_kept=len(s_ids))
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    torch.manual_seed(seed)
+    gen = torch.Generator(device=dlm.device).manual_seed(seed)
+    writer = None
+    if config.tau is not None:
+        if models.ar is None:
+            raise UsageError("--tau (CoDiLA infill) needs an AR helper", hint="pass --ar, or drop --tau")
+        from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+        writer = SoftBlockWriter(models.ar, models.bridge)
+    res = decode_dreamon(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, writer=writer, generator=gen,
+                         on_step=on_step)
+    middle = fit_indent(tok.decode(res.middle, skip_special_tokens=True), region.indent)
+    new_text = patch(src, region, middle)
+    metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "steps": res.steps,
+               "middle_tokens": len(res.middle), "expansions": res.expansions, "deletions": res.deletions,
+               "tokens_per_step": (len(res.middle) + res.deletions + res.expansions) / res.dlm_forwards
+               if res.dlm_forwards else 0.0, "wall_seconds": res.seconds, "truncated": res.truncated,
+               "load_seconds": round(models.load_seconds, 3)}
+    return InfillOutcome(middle, new_text, seed, metrics, check_python(src.text), check_python(new_text), cut)

@@ -127,3 +127,40 @@ class CodilaConfig:
     @property
     def topk(self) -> int | None:
         return None if self.conditioning == "soft" else int(self.conditioning.split(":")[1])
+
+
+@dataclass(frozen=True)
+class InfillConfig:
+    """DreamOn variable-length infilling (algorithms.md §2), optionally with CoDiLA blocks (``tau``).
+
+    ``initial_masks`` n0 slots start the middle; a predicted expand turns one mask into two (at most
+    ``expand_budget`` times, default 2·max_middle_tokens); a predicted delete (end-of-text) removes its
+    slot, and with ``broadcast_delete`` every masked slot to its right too. The middle never exceeds
+    ``max_middle_tokens``. ``steps`` caps DLM forwards (default 4·max_middle_tokens).
+    """
+
+    initial_masks: int = 4
+    max_middle_tokens: int = 64
+    steps: int | None = None
+    tokens_per_step: int = 1
+    expand_budget: int | None = None
+    broadcast_delete: bool = True
+    alg: str = "entropy"
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    block_size: int = 4
+    tau: float | None = None  # set (with an AR helper) = CoDiLA dynamic mode on the middle
+
+    def __post_init__(self) -> None:
+        _check_positive("initial-masks", self.initial_masks, limit=4096)
+        _check_positive("max-middle-tokens", self.max_middle_tokens, limit=4096)
+        _check_positive("steps", self.steps)
+        _check_positive("tokens-per-step", self.tokens_per_step, limit=4096)
+        _check_positive("block-size", self.block_size, limit=256)
+        if self.initial_masks > self.max_middle_tokens:
+            raise ValueError("initial-masks must not exceed max-middle-tokens")
+        if self.expand_budget is not None and self.expand_budget < 0:
+            raise ValueError("expand-budget must be >= 0")
+        if self.alg not in ALGS[1:]:
+            raise ValueError(f"alg must be one of {', '.join(ALGS[1:])}, got {self.alg!r}")
+        if self.tau is not None and not (0.0 <= self.tau <= 100.0):
+            raise ValueError(f"tau must be between 0 and 100 nats, got {self.tau}")

@@ -1,0 +1,122 @@
+"""DreamOn variable-length infilling (Wu et al., DreamOn, arXiv 2602.01326; algorithms.md §2.3).
+
+Sequence: ``[bos] + prefix + [mask]×n0 + suffix + [eos]``; only the middle changes. Per DLM forward
+(shifted logits for the middle [M, V]): mask/bos are never predicted; ``<|expand|>`` is forbidden when
+the middle is full or the budget is spent. K slots are committed by confidence (entropy by default),
+then, as in DreamOn's evaluation generator, **expand before delete**:
+
+* expand: a committed ``<|expand|>`` becomes two masks (middle +1, budget −1);
+* delete: a committed end-of-text (the delete state) removes its slot; with broadcast deletion every
+  slot that was masked at the step's start and lies right of the first delete is removed too.
+
+With an AR helper and ``tau`` (CoDiLA dynamic mode, the paper's Table 2), the longest low-entropy
+prefix (k ≥ 2) of a block of the middle is written by the AR instead (its end-of-text outputs are
+deletes); k ≤ 1 falls back to DreamOn's own step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from codila_cli.decoding.config import InfillConfig
+from codila_cli.decoding.events import OnStep, StepEvent, no_op
+from codila_cli.decoding.marginals import confidence, entropy, sample
+
+
+@dataclass
+class InfillResult:
+    middle: list[int]
+    dlm_forwards: int
+    ar_forwards: int
+    steps: int
+    seconds: float
+    expansions: int
+    deletions: int
+    truncated: bool  # step cap reached with masks left (they were dropped)
+
+
+def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config: InfillConfig, writer=None,
+                   generator: torch.Generator | None = None, on_step: OnStep = no_op) -> InfillResult:
+    sp = dlm.specials
+    mask, delete, expand = sp.mask, sp.eos, sp.expand
+    head = ([sp.bos] if sp.bos is not None else []) + list(prefix_ids)
+    tail = list(suffix_ids) + [sp.eos]
+    middle = [mask] * config.initial_masks
+    budget = config.expand_budget if config.expand_budget is not None else 2 * config.max_middle_tokens
+    cap = config.steps or 4 * config.max_middle_tokens
+    f0, a0, t0 = dlm.forwards, (writer.ar.forwards if writer else 0), time.perf_counter()
+    expansions = deletions = step = 0
+    banned = [i for i in (mask, sp.bos) if i is not None]
+    while mask in middle and dlm.forwards - f0 < cap:
+        x = torch.tensor([head + middle + tail], device=dlm.device)
+        logits = dlm.logits(x)[0, len(head) : len(head) + len(middle)].clone()  # [M, V]
+        logits[:, banned] = float("-inf")
+        if expand is not None and (len(middle) >= config.max_middle_tokens or budget <= 0):
+            logits[:, expand] = float("-inf")
+        was_masked = [t == mask for t in middle]
+        slots = [i for i, m in enumerate(was_masked) if m]
+        source, span = "dlm", None
+        if writer is not None and config.tau is not None:
+            span = _ar_span(logits, was_masked, config)
+        if span is not None:
+            start, end = span
+            forced = [None if was_masked[i] else middle[i] for i in range(start, end)]
+            out = writer.write(torch.softmax(logits[start:end], -1), forced, generator=generator)
+            chosen = [i for i in range(start, end) if was_masked[i]]
+            tokens = [int(out[i - start]) for i in chosen]
+            source = "ar"
+        else:
+            probs, x0 = sample(logits[slots], config.sampling, generator)
+            conf = confidence(probs, x0, config.alg)
+            picks = torch.topk(conf, min(config.tokens_per_step, len(slots))).indices.tolist()
+            chosen = [slots[j] for j in picks]
+            tokens = [int(x0[j]) for j in picks]
+        for i, tok in zip(chosen, tokens):
+            middle[i] = tok
+        committed = dict(zip(chosen, tokens))
+        # expand before delete (DreamOn's evaluation generator)
+        new_middle, new_masked = [], []
+        for i, tok in enumerate(middle):
+            if expand is not None and committed.get(i) == expand and budget > 0:
+                new_middle += [mask, mask]
+                new_masked += [True, True]
+                budget -= 1
+                expansions += 1
+            else:
+                new_middle.append(tok if tok != expand else mask)
+                new_masked.append(was_masked[i])
+        middle, was_masked = new_middle, new_masked
+        dels = [i for i, t in enumerate(middle) if t == delete and was_masked[i]]
+        if dels and config.broadcast_delete:
+            first = dels[0]
+            dels = sorted(set(dels) | {i for i in range(first, len(middle)) if middle[i] == mask})
+        deletions += len(dels)
+        drop = set(dels)
+        middle = [t for i, t in enumerate(middle) if i not in drop]
+        on_step(StepEvent(step=step, positions=tuple(chosen), tokens=tuple(tokens), source=source, block=span,
+                          dlm_forwards=dlm.forwards - f0, ar_forwards=(writer.ar.forwards - a0) if writer else 0,
+                          elapsed=time.perf_counter() - t0, canvas=tuple(middle)))
+        step += 1
+    truncated = mask in middle
+    middle = [t for t in middle if t not in (mask, delete, expand)]
+    return InfillResult(middle, dlm.forwards - f0, (writer.ar.forwards - a0) if writer else 0, step,
+                        time.perf_counter() - t0, expansions, deletions, truncated)
+
+
+def _ar_span(logits: torch.Tensor, was_masked: list[bool], config: InfillConfig) -> tuple[int, int] | None:
+    """The CoDiLA dynamic choice over a block grid of the middle: (start, end) with k >= 2, else None."""
+    H = entropy(torch.softmax(logits, -1))
+    B, best, best_k, best_mean = config.block_size, None, 1, float("inf")
+    for s in range(0, len(was_masked), B):
+        slots = [i for i in range(s, min(s + B, len(was_masked))) if was_masked[i]]
+        if not slots:
+            continue
+        prefix = torch.cumsum(H[slots], 0) / torch.arange(1, len(slots) + 1, device=H.device)
+        ok = (prefix <= config.tau).nonzero().flatten()
+        k = int(ok[-1]) + 1 if len(ok) else 0
+        if k > best_k or (k == best_k and k >= 2 and float(prefix[k - 1]) < best_mean):
+            best, best_k, best_mean = (s, slots[k - 1] + 1), k, float(prefix[k - 1])
+    return best if best_k >= 2 else None

@@ -1,0 +1,198 @@
+"""Where to fill in a file, how to indent the middle, and how to write the result without losing data.
+
+Pure Python (no torch). Line numbers are 1-based. CRLF files keep CRLF; a symlink's target is edited
+and the link kept; in-place writes go to a temporary file beside the target, are fsynced and renamed
+over it with the original mode, under an advisory lock, and only if the file is unchanged since it was
+read (otherwise nothing is written and the run fails with exit 1).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from codila_cli.errors import CodilaError, UsageError
+
+MARKER = re.compile(r"^[ \t]*#\s*codila:\s*fill\b.*$")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file's text with '\\n' newlines, plus what is needed to write it back identically."""
+
+    text: str
+    newline: str  # "\n" or "\r\n"
+    path: Path | None  # None for stdin; the symlink target when the user named a link
+    digest: str  # sha256 of the raw bytes read
+    trailing_newline: bool
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")[:-1] if self.trailing_newline else self.text.split("\n")
+
+
+def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
+    if name == "-":
+        raw = stdin_bytes if stdin_bytes is not None else sys.stdin.buffer.read()
+        path = None
+    else:
+        given = Path(name)
+        if not given.exists() and not given.is_symlink():
+            raise UsageError(f"{name}: no such file", hint="check the path")
+        path = given.resolve()  # a symlink is followed: its target is what gets edited
+        if path.is_dir():
+            raise UsageError(f"{name} is a directory", hint="give a Python file")
+        if not path.exists():
+            raise UsageError(f"{name}: broken symlink")
+        try:
+            raw = path.read_bytes()
+        except PermissionError:
+            raise UsageError(f"{name}: permission denied", hint="check the file's permissions") from None
+        except OSError as exc:
+            raise UsageError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    if b"\x00" in raw[:8192]:
+        raise UsageError(f"{name} looks binary (it contains NUL bytes)", hint="codila infill edits text files")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name} is not UTF-8 (byte {exc.start})", hint="convert the file to UTF-8 first") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    newline = "\r\n" if "\r\n" in text else "\n"
+    text = text.replace("\r\n", "\n")
+    return Source(text, newline, path, hashlib.sha256(raw).hexdigest(), text.endswith("\n"))
+
+
+@dataclass(frozen=True)
+class Region:
+    """Replace lines [start, end) (0-based, end exclusive; start == end inserts) of the source."""
+
+    start: int
+    end: int
+    indent: str
+    how: str  # "line", "lines" or "marker"
+
+
+def _indent_of(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _context_indent(lines: list[str], start: int, end: int) -> str:
+    """Indentation the middle should have: the first non-blank line after it, else the block opened before it."""
+    prev = next((lines[i] for i in range(start - 1, -1, -1) if lines[i].strip()), None)
+    if prev is not None and prev.rstrip().endswith(":"):
+        inner = _indent_of(prev) + ("\t" if _indent_of(prev).startswith("\t") else "    ")
+        nxt = next((lines[i] for i in range(end, len(lines)) if lines[i].strip()), None)
+        return _indent_of(nxt) if nxt is not None and len(_indent_of(nxt)) > len(_indent_of(prev)) else inner
+    nxt = next((lines[i] for i in range(end, len(lines)) if lines[i].strip()), None)
+    if nxt is not None:
+        return _indent_of(nxt)
+    return _indent_of(prev) if prev is not None else ""
+
+
+def find_region(src: Source, *, line: int | None, lines_range: str | None) -> Region:
+    lines = src.lines
+    n = len(lines)
+    if line is not None and lines_range is not None:
+        raise UsageError("give --line or --lines, not both")
+    if line is not None:
+        if not (1 <= line <= n + 1):
+            raise UsageError(f"--line {line} is out of range (the file has {n} lines; {n + 1} appends)")
+        return Region(line - 1, line - 1, _context_indent(lines, line - 1, line - 1), "line")
+    if lines_range is not None:
+        m = re.fullmatch(r"\s*(\d+)\s*[-:]\s*(\d+)\s*", lines_range)
+        if not m:
+            raise UsageError(f"--lines {lines_range!r} is not A-B", hint="e.g. --lines 10-14")
+        a, b = int(m.group(1)), int(m.group(2))
+        if a > b:
+            raise UsageError(f"--lines {a}-{b} is reversed", hint=f"use --lines {b}-{a}")
+        if a < 1 or b > n:
+            raise UsageError(f"--lines {a}-{b} is out of range (the file has {n} lines)")
+        indent = _indent_of(lines[a - 1]) if lines[a - 1].strip() else _context_indent(lines, a - 1, b)
+        return Region(a - 1, b, indent, "lines")
+    hits = [i for i, text in enumerate(lines) if MARKER.match(text)]
+    if not hits:
+        raise UsageError("no fill marker found", hint="add a line `# codila: fill`, or use --line N / --lines A-B")
+    if len(hits) > 1:
+        raise UsageError(f"{len(hits)} fill markers found (lines {', '.join(str(h + 1) for h in hits[:5])})",
+                         hint="keep one `# codila: fill` line, or use --line / --lines")
+    i = hits[0]
+    return Region(i, i + 1, _indent_of(lines[i]), "marker")
+
+
+def split(src: Source, region: Region) -> tuple[str, str]:
+    """(prefix, suffix) text around the region; the prefix ends with a newline unless empty."""
+    lines = src.lines
+    prefix = "".join(line + "\n" for line in lines[: region.start])
+    rest = lines[region.end :]
+    suffix = "\n".join(rest) + ("\n" if rest and src.trailing_newline else "")
+    return prefix, suffix
+
+
+def fit_indent(middle: str, indent: str) -> str:
+    """Shift the middle so its least-indented line sits at ``indent``; keep relative indentation.
+
+    The result ends with a newline unless it is empty.
+    """
+    lines = [line.rstrip() for line in middle.replace("\r\n", "\n").strip("\n").split("\n")]
+    body = [line for line in lines if line.strip()]
+    if not body:
+        return ""
+    least = min((_indent_of(line) for line in body), key=len)
+    out = [(indent + line[len(least) :]) if line.strip() else "" for line in lines]
+    return "\n".join(out) + "\n"
+
+
+def patch(src: Source, region: Region, middle: str) -> str:
+    prefix, suffix = split(src, region)
+    return prefix + middle + suffix
+
+
+def to_disk(text: str, newline: str) -> bytes:
+    return text.replace("\n", newline).encode("utf-8")
+
+
+def unified_diff(src: Source, new_text: str, name: str) -> str:
+    return "".join(difflib.unified_diff(src.text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
+
+
+class FileChangedError(CodilaError):
+    """The target changed on disk while codila was generating: nothing was written."""
+
+
+def write_in_place(src: Source, new_text: str) -> None:
+    """Atomic replace: temp file beside the target, fsync, same mode, rename; refuse if it changed."""
+    import fcntl
+
+    assert src.path is not None
+    path = src.path
+    with open(path, "rb") as locked:
+        fcntl.flock(locked, fcntl.LOCK_EX)
+        try:
+            current = path.read_bytes()  # through the path: a rename by another writer is seen
+            if hashlib.sha256(current).hexdigest() != src.digest:
+                raise FileChangedError(f"{path} changed on disk while codila was generating; nothing was written",
+                                       hint="run codila infill again on the new version")
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".codila")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(to_disk(new_text, src.newline))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.chmod(tmp, mode)
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+        finally:
+            fcntl.flock(locked, fcntl.LOCK_UN)

@@ -1,0 +1,250 @@
+"""Infill: region resolution, DreamOn expand/delete bookkeeping, file safety, bad inputs, stdout payload."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+from codila_cli.decoding.config import InfillConfig
+from codila_cli.decoding.dreamon import decode_dreamon
+from codila_cli.errors import UsageError
+from codila_cli.infill_files import Region, find_region, fit_indent, patch, read_source, write_in_place
+from codila_cli.models.tokens import SpecialTokens
+
+runner = CliRunner()
+SP = SpecialTokens(mask=1, eos=0, pad=0, bos=2, end_of_turn=None, expand=3, think_open=None, think_close=None)
+
+
+@dataclass
+class ScriptedInfill:
+    """Grows or shrinks the middle towards ``target`` (expand at the last mask while too short, delete
+    the last mask while too long), then writes ``target`` token by token."""
+
+    head: int
+    tail: int
+    target: list[int]
+    vocab: int = 20
+    delete_first_extra: bool = False  # delete the first slot beyond the target instead of the last mask
+    specials: SpecialTokens = SP
+    device: torch.device = torch.device("cpu")
+    forwards: int = 0
+
+    def logits(self, x):
+        self.forwards += 1
+        n = x.shape[1]
+        middle = x[0, self.head : n - self.tail].tolist()
+        out = torch.full((1, n, self.vocab), -5.0)
+        masked = [i for i, t in enumerate(middle) if t == SP.mask]
+        for i in masked:
+            out[0, self.head + i, self.target[i] if i < len(self.target) else SP.eos] = 2.0
+        last = masked[-1]
+        if len(middle) < len(self.target):
+            out[0, self.head + last] = -5.0
+            out[0, self.head + last, SP.expand] = 9.0
+        elif len(middle) > len(self.target):
+            at = len(self.target) if self.delete_first_extra and middle[len(self.target)] == SP.mask else last
+            out[0, self.head + at] = -5.0
+            out[0, self.head + at, SP.eos] = 9.0
+        return out
+
+
+@pytest.mark.parametrize("n0,target", [(2, [5, 6, 7, 8, 9, 10]), (6, [5, 6]), (4, [5, 6, 7, 8])])
+def test_expand_and_delete_bookkeeping(n0, target):
+    prefix, suffix = [10, 11], [12]
+    dlm = ScriptedInfill(head=1 + len(prefix), tail=len(suffix) + 1, target=target)
+    events = []
+    res = decode_dreamon(dlm, prefix_ids=prefix, suffix_ids=suffix, config=InfillConfig(
+        initial_masks=n0, max_middle_tokens=16, broadcast_delete=False), on_step=events.append)
+    assert res.middle == target
+    assert res.expansions == max(0, len(target) - n0) and res.deletions == max(0, n0 - len(target))
+    assert res.dlm_forwards == len(events) == len(target) + res.expansions + res.deletions
+    assert not res.truncated
+
+
+def test_expand_is_forbidden_when_the_middle_is_full():
+    dlm = ScriptedInfill(head=2, tail=1, target=list(range(5, 15)))
+    res = decode_dreamon(dlm, prefix_ids=[10], suffix_ids=[], config=InfillConfig(initial_masks=2, max_middle_tokens=4))
+    assert len(res.middle) <= 4
+
+
+def test_broadcast_delete_removes_masks_to_the_right():
+    dlm = ScriptedInfill(head=2, tail=1, target=[5], delete_first_extra=True)
+    res = decode_dreamon(dlm, prefix_ids=[10], suffix_ids=[], config=InfillConfig(initial_masks=6, max_middle_tokens=8))
+    assert res.middle == [5] and res.deletions == 5 and res.dlm_forwards == 2  # one delete removed 5 slots
+
+
+# --- regions ----------------------------------------------------------------------------------------
+
+def _src(tmp_path, text, name="a.py"):
+    p = tmp_path / name
+    p.write_bytes(text.encode())
+    return read_source(str(p))
+
+
+def test_line_lines_marker(tmp_path):
+    src = _src(tmp_path, "def f(x):\n    y = 1\n    # codila: fill\n    return y\n")
+    assert find_region(src, line=None, lines_range=None) == Region(2, 3, "    ", "marker")
+    r = find_region(src, line=2, lines_range=None)
+    assert (r.start, r.end, r.indent) == (1, 1, "    ")
+    assert find_region(src, line=5, lines_range=None).start == 4  # append
+    r = find_region(src, line=None, lines_range="2-3")
+    assert (r.start, r.end) == (1, 3)
+
+
+@pytest.mark.parametrize("line,lines,msg", [(0, None, "out of range"), (7, None, "out of range"),
+                                             (None, "3-2", "reversed"), (None, "1-9", "out of range"),
+                                             (None, "x", "not A-B"), (2, "1-2", "not both")])
+def test_bad_regions(tmp_path, line, lines, msg):
+    src = _src(tmp_path, "a = 1\nb = 2\nc = 3\nd = 4\ne = 5\n")
+    with pytest.raises(UsageError, match=msg):
+        find_region(src, line=line, lines_range=lines)
+
+
+def test_no_marker(tmp_path):
+    with pytest.raises(UsageError, match="no fill marker"):
+        find_region(_src(tmp_path, "a = 1\n"), line=None, lines_range=None)
+
+
+line_text = st.text(alphabet=st.characters(blacklist_characters="\r\n\x00", blacklist_categories=("Cs",)), max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(line_text, min_size=1, max_size=12), st.data(), st.text(max_size=30), st.booleans())
+def test_text_outside_the_region_is_identical(lines, data, middle, crlf):
+    nl = "\r\n" if crlf else "\n"
+    raw = nl.join(lines) + nl
+    src = read_source("-", stdin_bytes=raw.encode())
+    n = len(src.lines)
+    a = data.draw(st.integers(1, n))
+    b = data.draw(st.integers(a, n))
+    use_lines = data.draw(st.booleans())
+    region = find_region(src, line=None if use_lines else a, lines_range=f"{a}-{b}" if use_lines else None)
+    filled = fit_indent(middle, region.indent)
+    new = patch(src, region, filled)
+    before = "".join(line + "\n" for line in src.lines[: region.start])
+    after = "".join(line + "\n" for line in src.lines[region.end :])
+    assert new.startswith(before) and new.endswith(after) and new == before + filled + after
+
+
+def test_fit_indent_keeps_relative_indentation():
+    assert fit_indent("if x:\n    y = 1\n", "        ") == "        if x:\n            y = 1\n"
+    assert fit_indent("\n\n", "    ") == ""
+
+
+# --- file safety ---------------------------------------------------------------------------------------
+
+def test_in_place_keeps_mode_and_crlf(tmp_path):
+    p = tmp_path / "a.py"
+    p.write_bytes(b"a = 1\r\n# codila: fill\r\nb = 2\r\n")
+    os.chmod(p, 0o640)
+    src = read_source(str(p))
+    write_in_place(src, patch(src, find_region(src, line=None, lines_range=None), "x = 3\n"))
+    assert p.read_bytes() == b"a = 1\r\nx = 3\r\nb = 2\r\n"
+    assert stat.S_IMODE(p.stat().st_mode) == 0o640
+    assert [f.name for f in tmp_path.iterdir()] == ["a.py"]  # no temp file left
+
+
+def test_in_place_refuses_when_file_changed(tmp_path):
+    p = tmp_path / "a.py"
+    p.write_text("a = 1\n")
+    src = read_source(str(p))
+    p.write_text("a = 2\n")  # someone edited it meanwhile
+    from codila_cli.infill_files import FileChangedError
+
+    with pytest.raises(FileChangedError):
+        write_in_place(src, "x = 1\n")
+    assert p.read_text() == "a = 2\n"
+
+
+def test_failure_mid_write_leaves_the_original(tmp_path, monkeypatch):
+    p = tmp_path / "a.py"
+    p.write_text("a = 1\n")
+    src = read_source(str(p))
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError):
+        write_in_place(src, "x = 1\n")
+    assert p.read_text() == "a = 1\n" and [f.name for f in tmp_path.iterdir()] == ["a.py"]
+
+
+def test_symlink_target_is_edited_and_link_kept(tmp_path, tiny):
+    target = tmp_path / "real.py"
+    target.write_text("a = 1\n# codila: fill\n")
+    link = tmp_path / "link.py"
+    link.symlink_to(target)
+    r = runner.invoke(app, ["infill", str(link), "--dlm", str(tiny["dlm"]), "--in-place", "--seed", "0"])
+    assert r.exit_code == 0, r.stderr
+    assert link.is_symlink() and "# codila: fill" not in target.read_text()
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def pyfile(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("def f(x):\n    y = x + 1\n    # codila: fill\n    return y\n")
+    return p
+
+
+def test_stdout_is_the_patched_file(pyfile, tiny):
+    r = runner.invoke(app, ["infill", str(pyfile), "--dlm", str(tiny["dlm"]), "--seed", "0"])
+    assert r.exit_code == 0
+    assert r.stdout.startswith("def f(x):\n    y = x + 1\n") and r.stdout.endswith("    return y\n")
+    assert "\x1b[" not in r.stdout and "syntax" in r.stderr
+    assert pyfile.read_text().count("codila: fill") == 1  # not modified without --in-place
+
+
+def test_diff_and_json(pyfile, tiny):
+    r = runner.invoke(app, ["infill", str(pyfile), "--dlm", str(tiny["dlm"]), "--diff", "--seed", "0"])
+    assert r.exit_code == 0 and r.stdout.startswith("---")
+    r = runner.invoke(app, ["infill", str(pyfile), "--dlm", str(tiny["dlm"]), "--json", "--seed", "0", "--line", "2"])
+    doc = json.loads(r.stdout)
+    assert doc["command"] == "infill" and doc["region"]["how"] == "line" and "introduced_errors" in doc
+
+
+def test_codila_infill_runs(pyfile, tiny):
+    r = runner.invoke(app, ["infill", str(pyfile), "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
+                            "--decoder", "codila", "--tau", "50", "--json", "--seed", "0"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["metrics"]["ar_forwards"] > 0
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "binary", "latin1", "nomarker", "range", "reversed",
+                                  "conflict", "inplace-stdin"])
+def test_bad_inputs_exit_2_and_leave_file(tmp_path, tiny, case):
+    p = tmp_path / "f.py"
+    p.write_text("a = 1\nb = 2\n")
+    args = ["infill", str(p), "--dlm", str(tiny["dlm"])]
+    if case == "missing":
+        args[1] = str(tmp_path / "nope.py")
+    elif case == "directory":
+        args[1] = str(tmp_path)
+    elif case == "binary":
+        p.write_bytes(b"\x00\x01\x02abc")
+    elif case == "latin1":
+        p.write_bytes("a = 'é'\n".encode("latin-1"))
+    elif case == "range":
+        args += ["--line", "9"]
+    elif case == "reversed":
+        args += ["--lines", "2-1"]
+    elif case == "conflict":
+        args += ["--line", "1", "--lines", "1-2"]
+    elif case == "inplace-stdin":
+        args = ["infill", "-", "--in-place", "--line", "1"]
+    before = p.read_bytes()
+    r = runner.invoke(app, [*args, "--in-place"] if case not in ("inplace-stdin",) else args, input="a = 1\n")
+    assert r.exit_code == 2, (case, r.stderr)
+    assert r.stderr.startswith("Error: ") and r.stdout == ""
+    assert p.read_bytes() == before
