@@ -617,7 +617,14 @@ def train(
     boundary(body, quiet=quiet)
 
 
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM ends a run like Ctrl-C: exit 130, nothing partial
     try:
         app()
     except KeyboardInterrupt:

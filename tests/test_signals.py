@@ -1,0 +1,69 @@
+"""Ctrl-C and SIGTERM on a real subprocess: exit 130 promptly, nothing on stdout, files untouched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+SLOW_MODEL = """
+import os, time, torch, codila_cli.models.dream as d
+_orig = d.DreamDenoiser.logits
+def slow(self, x, **k):
+    open(os.environ["CODILA_TEST_MARKER"], "w").close()  # decoding has started
+    time.sleep(0.2)
+    return _orig(self, x, **k)
+d.DreamDenoiser.logits = slow
+from codila_cli.cli import main
+import sys
+sys.argv = ['codila'] + sys.argv[1:]
+main()
+"""
+
+
+def _start(args, tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(SLOW_MODEL)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CODILA_TEST_MARKER": str(tmp_path.parent / f"{tmp_path.name}.marker")}
+    return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env)
+
+
+def _wait_for_decoding(proc, tmp_path, timeout=60):
+    marker = tmp_path.parent / f"{tmp_path.name}.marker"
+    t0 = time.time()
+    while not marker.exists() and time.time() - t0 < timeout and proc.poll() is None:
+        time.sleep(0.1)
+    assert marker.exists(), "decoding never started"
+    time.sleep(0.3)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_gen_exits_130_with_empty_stdout(tiny, tmp_path, sig):
+    proc = _start(["gen", "--dlm", str(tiny["dlm"]), "-K", "1", "--max-new-tokens", "200", "--seed", "0",
+                   "--no-early-stop", "def f("], tmp_path)
+    _wait_for_decoding(proc, tmp_path)
+    t0 = time.time()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert time.time() - t0 < 5
+    assert proc.returncode == 130, err.decode()
+    assert out == b""
+    assert b"Traceback" not in err
+
+
+def test_signal_during_infill_leaves_file_untouched(tiny, tmp_path):
+    f = tmp_path / "a.py"
+    original = b"def f(x):\n    # codila: fill\n    return x\n"
+    f.write_bytes(original)
+    proc = _start(["infill", str(f), "--dlm", str(tiny["dlm"]), "--in-place", "--max-middle-tokens", "64",
+                   "--initial-masks", "60", "--seed", "0"], tmp_path)
+    _wait_for_decoding(proc, tmp_path)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err.decode()
+    assert f.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "run.py"]
