@@ -560,6 +560,86 @@ def infill(
     boundary(body, quiet=quiet)
 
 
+@app.command()
+def plan(
+    prompt: Annotated[str | None, typer.Argument(help="What the program should do; `-` reads stdin.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f")] = None,
+    contract_file: Annotated[Path | None, typer.Option("--contract", help="Use this contract instead of writing one.")] = None,
+    show_contract: Annotated[bool, typer.Option("--show-contract", help="Print the contract on stderr.")] = False,
+    contract_schedule: Annotated[str, typer.Option(help="default, end-after-entry, pad-scan or left-to-right.")] = "default",
+    attention: Annotated[str, typer.Option(help="coupled (canvases see each other) or isolated.")] = "coupled",
+    commit: Annotated[str, typer.Option(help="'single' (one token per canvas per iteration) or a threshold γ_u in (0, 1].")] = "single",
+    pad_scale: Annotated[float, typer.Option(help="Canvas length = ceil(pad_scale x budget).")] = 1.25,
+    max_units: Annotated[int, typer.Option(help="Entry slots in the contract template.")] = 4,
+    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_PLAN_MODEL", help="[default: bundled-plan, else bundled-dlm]")] = None,
+    temperature: Annotated[float, typer.Option()] = 0.0,
+    seed: Annotated[int | None, typer.Option()] = None,
+    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object with the contract, units and metrics.")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
+
+    def body() -> None:
+        import json
+
+        from codila_cli.contract import parse_contract
+        from codila_cli.decoding.config import PlanConfig, SamplingConfig
+        from codila_cli.models.registry import bundled_available
+        from codila_cli.runtime import load_models, plan as run_plan
+
+        text = read_prompt(prompt, prompt_file)
+        if commit == "single":
+            gamma = None
+        else:
+            try:
+                gamma = float(commit)
+            except ValueError:
+                raise UsageError(f"--commit {commit!r} is neither 'single' nor a number") from None
+        cfg = PlanConfig(max_units=max_units, contract_schedule=contract_schedule, pad_scale=pad_scale,
+                         attention=attention, commit=gamma, sampling=SamplingConfig(temperature=temperature))
+        user_contract = None
+        if contract_file is not None:
+            try:
+                user_contract = parse_contract(contract_file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"cannot read contract {contract_file}: {exc}") from None
+        name = dlm or next((n for n in ("bundled-plan", "bundled-dlm") if bundled_available(n)), None)
+        if name is None:
+            from codila_cli.errors import ModelNotFoundError
+
+            raise ModelNotFoundError("no plan model given and no bundled model is installed", hint="pass --dlm")
+        models = load_models(dlm=name, ar=None, device=device, dtype=dtype)
+        out = run_plan(models, text, config=cfg, contract=user_contract, seed=seed)
+        if not quiet:
+            for w in out["warnings"]:
+                sys.stderr.write(f"Warning: {w}\n")
+        if show_contract and not quiet:
+            sys.stderr.write(out["contract"])
+        if json_out:
+            doc = {"schema_version": 1, "command": "plan", **{k: v for k, v in out.items() if k != "syntax"},
+                   "syntax": out["syntax"].to_dict(), "models": models.describe(),
+                   "settings": {k: v for k, v in cfg.__dict__.items() if k != "sampling"}}
+            sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        else:
+            sys.stdout.write(out["text"])
+        sys.stdout.flush()
+        if not quiet:
+            sys.stderr.write(_syntax_line(out["syntax"]) + "\n")
+        if verbose and not quiet:
+            m = out["metrics"]
+            sys.stderr.write(f"seed: {out['seed']}  iterations: {m['iterations']} (contract {m['contract_iterations']})  "
+                             f"misbound: {m['misbound']:.0%}  overrun: {m['overrun']:.0%}  all defined: {m['all_defined']}  "
+                             f"latency: {m['latency_seconds']:.2f}s\n")
+        if strict and not out["syntax"].valid:
+            raise StrictSyntaxError("the assembled program does not parse (--strict)")
+
+    boundary(body, quiet=quiet)
+
+
 class Stage(str, Enum):
     corpus = "corpus"
     tokenizer = "tokenizer"

@@ -241,3 +241,35 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
                if res.dlm_forwards else 0.0, "wall_seconds": res.seconds, "truncated": res.truncated,
                "load_seconds": round(models.load_seconds, 3)}
     return InfillOutcome(middle, new_text, seed, metrics, check_python(src.text), check_python(new_text), cut)
+
+
+def plan(models: Models, prompt: str, *, config: Any, contract: Any = None, seed: int | None = None,
+         on_step: OnStep = no_op) -> dict:
+    """Run SDDC; returns the JSON-ready result (program, contract, units, metrics, syntax)."""
+    import torch
+
+    from codila_cli.decoding.sddc import decode_plan
+    from codila_cli.plan_metrics import all_defined, misbound_overrun
+    from codila_cli.syntax import check_python
+
+    if not prompt.strip():
+        raise UsageError("the prompt is empty", hint='codila plan "a CLI that counts words in files"')
+    dlm = models.dlm
+    ids = dlm.tokenizer.encode(prompt, add_special_tokens=False)
+    if len(ids) + 128 > dlm.context_length:
+        raise UsageError(f"the prompt is {len(ids)} tokens; plan needs it under {dlm.context_length - 128} "
+                         f"(the model's context is {dlm.context_length})", hint="shorten the prompt")
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    torch.manual_seed(seed)
+    gen = torch.Generator(device=dlm.device).manual_seed(seed)
+    res = decode_plan(dlm, ids, config=config, contract=contract, generator=gen, on_step=on_step)
+    mis, over = misbound_overrun(res.contract, res.units)
+    syntax = check_python(res.program)
+    return {"text": res.program, "seed": seed, "contract": res.contract.text(), "contract_source": res.contract_source,
+            "units": [{"index": e.index, "role": e.role, "budget": e.budget, "def": list(e.defs), "use": list(e.uses),
+                       "code": code} for e, code in zip(res.contract.entries, res.units)],
+            "warnings": res.warnings, "syntax": syntax,
+            "metrics": {"iterations": res.iterations, "contract_iterations": res.contract_iterations,
+                        "latency_seconds": res.seconds, "misbound": mis, "overrun": over,
+                        "all_defined": all_defined(res.contract, res.program),
+                        "load_seconds": round(models.load_seconds, 3)}}

@@ -164,3 +164,42 @@ class InfillConfig:
             raise ValueError(f"alg must be one of {', '.join(ALGS[1:])}, got {self.alg!r}")
         if self.tau is not None and not (0.0 <= self.tau <= 100.0):
             raise ValueError(f"tau must be between 0 and 100 nats, got {self.tau}")
+
+
+SCHEDULES = ("default", "end-after-entry", "pad-scan", "left-to-right")
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """SDDC (docs/plan.md): contract, then every unit canvas denoised together, then assembly.
+
+    ``commit``: None = "single" (one token per active canvas per iteration), else the threshold γ_u
+    (every masked slot with confidence ≥ γ_u, at least one per active canvas).
+    """
+
+    max_units: int = 4
+    def_slots: int = 3
+    use_slots: int = 3
+    contract_schedule: str = "default"
+    pad_scale: float = 1.25
+    min_canvas: int = 8
+    attention: str = "coupled"
+    commit: float | None = None
+    budget_menu: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 192, 256)
+    max_iterations: int = 2000
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+    def __post_init__(self) -> None:
+        _check_positive("max-units", self.max_units, limit=32)
+        _check_positive("def-slots", self.def_slots, limit=16)
+        _check_positive("use-slots", self.use_slots, limit=16)
+        _check_positive("min-canvas", self.min_canvas, limit=4096)
+        _check_positive("max-iterations", self.max_iterations)
+        if self.contract_schedule not in SCHEDULES:
+            raise ValueError(f"contract-schedule must be one of {', '.join(SCHEDULES)}")
+        if not (0.1 <= self.pad_scale <= 20.0):
+            raise ValueError(f"pad-scale must be between 0.1 and 20, got {self.pad_scale}")
+        if self.attention not in ("coupled", "isolated"):
+            raise ValueError("attention must be 'coupled' or 'isolated'")
+        if self.commit is not None and not (0.0 < self.commit <= 1.0):
+            raise ValueError(f"commit threshold must be in (0, 1], got {self.commit}")

@@ -66,9 +66,22 @@ class DreamDenoiser:
                                  position_ids=position_ids, use_cache=False)
         return out.logits
 
-    def logits(self, x: Any, *, attention_mask: Any | None = None) -> Any:
-        """Shifted logits [B, N, V] in fp32: row i is the distribution of token i."""
-        return shift_logits(self.raw_logits(x, attention_mask=attention_mask)).float()
+    def logits(self, x: Any, *, attention_mask: Any | None = None, pair_mask: Any | None = None,
+               position_ids: Any | None = None) -> Any:
+        """Shifted logits [B, N, V] in fp32: row i is the distribution of token i.
+
+        ``pair_mask`` [N, N] bool (query row may attend to key column) and ``position_ids`` [B, N] let
+        SDDC isolate canvases; they replace ``attention_mask``.
+        """
+        if pair_mask is None:
+            return shift_logits(self.raw_logits(x, attention_mask=attention_mask)).float()
+        import torch
+
+        self.forwards += 1
+        with torch.inference_mode():
+            out = self.model(input_ids=x, attention_mask={"full_attention": pair_mask[None, None]},
+                             position_ids=position_ids, use_cache=False)
+        return shift_logits(out.logits).float()
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:

@@ -1,0 +1,180 @@
+"""SDDC plan: contract parser, template round trip, canvas isolation, commitment, metrics, the command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+from codila_cli.contract import Contract, ContractError, Entry, parse_contract
+from codila_cli.decoding.config import PlanConfig
+from codila_cli.decoding.sddc import ContractTemplate, decode_plan
+from codila_cli.plan_metrics import all_defined, misbound_overrun
+
+GOOD = "@unit 1 role=function budget=32 def=parse use=\n@unit 2 role=main budget=16 def= use=parse\n@end\n"
+
+
+def test_parse_good_contract():
+    c = parse_contract(GOOD)
+    assert [e.role for e in c.entries] == ["function", "main"] and c.entries[1].uses == ("parse",)
+    assert parse_contract(c.text()) == c
+
+
+@pytest.mark.parametrize("text", ["", "@end\n", "@unit 2 role=main budget=3 def= use=\n@end\n",
+                                  "@unit 1 role=boss budget=3 def=a use=\n@end\n",
+                                  "@unit 1 role=main budget=x def= use=\n@end\n",
+                                  "@unit 1 role=function budget=3 def= use=\n@end\n",
+                                  "@unit 1 role=main budget=3 def=1a use=\n@end\n",
+                                  "@unit 1 role=main budget=3 def= use=\n", GOOD + "junk\n"])
+def test_bad_contracts_raise_contract_error(text):
+    with pytest.raises(ContractError):
+        parse_contract(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_text_only_raises_contract_error(text):
+    try:
+        parse_contract(text)
+    except ContractError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["function", "class", "helper", "main"]), st.integers(1, 2048),
+                          st.lists(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), max_size=3)),
+                min_size=1, max_size=5))
+def test_contract_text_round_trip(raw):
+    import keyword
+
+    entries = tuple(Entry(i + 1, r, b, tuple(d for d in defs if not keyword.iskeyword(d)) or ("x",), ())
+                    for i, (r, b, defs) in enumerate(raw))
+    c = Contract(entries)
+    assert parse_contract(c.text()) == c
+
+
+def test_template_round_trip(tiny_models):
+    dlm = tiny_models.dlm
+    cfg = PlanConfig(max_units=3)
+    tpl = ContractTemplate(dlm.tokenizer, dlm.specials, cfg, dlm.vocab_rows)
+    c = parse_contract("@unit 1 role=function budget=32 def=f use=\n@unit 2 role=main budget=64 def= use=f\n@end\n")
+    ids, slots = tpl.layout(tpl.values_of(c))
+    back, warnings = tpl.read(ids, slots)
+    assert back == c and warnings == []
+    masked_ids, _ = tpl.layout()
+    assert masked_ids.count(dlm.specials.mask) == len(slots)
+
+
+def _plan(tiny_models, contract, **kw):
+    cfg = PlanConfig(**kw)
+    events = []
+    res = decode_plan(tiny_models.dlm, tiny_models.dlm.tokenizer.encode("count words"), config=cfg,
+                      contract=contract, generator=torch.Generator().manual_seed(0), on_step=events.append)
+    return res, events
+
+
+def test_assembly_removes_markers_and_padding(tiny_models):
+    c = parse_contract(GOOD)
+    res, _ = _plan(tiny_models, c)
+    assert "# unit" not in res.program and "<|endoftext|>" not in res.program and "<|mask|>" not in res.program
+    assert res.units[0].startswith("def parse(")
+    assert res.program.startswith("def parse(")
+
+
+def test_single_commit_one_token_per_active_canvas(tiny_models):
+    _, events = _plan(tiny_models, parse_contract(GOOD))
+    assert events and all(len(e.positions) == 1 for e in events)
+    by_step: dict[int, set[int]] = {}
+    for e in events:
+        by_step.setdefault(e.step, set()).add(e.row)
+    assert by_step[0] == {1, 2}  # both canvases advance in the first iteration
+
+
+def test_threshold_commit_commits_everything_above_gamma(tiny_models):
+    _, low = _plan(tiny_models, parse_contract(GOOD), commit=1e-9)
+    assert low[0].positions and len(low[0].positions) > 1  # γ tiny: every masked slot at once
+    res, _ = _plan(tiny_models, parse_contract(GOOD), commit=1e-9)
+    assert res.iterations == 1
+
+
+def test_isolated_attention_really_isolates(tiny_models):
+    dlm = tiny_models.dlm
+    c = parse_contract(GOOD)
+    captured = {}
+    orig = dlm.logits
+
+    def spy(x, **kw):
+        captured.setdefault("x", x.clone())
+        captured.setdefault("kw", kw)
+        return orig(x, **kw)
+
+    dlm.logits = spy
+    try:
+        _plan(tiny_models, c, attention="isolated", max_iterations=1)
+    finally:
+        dlm.logits = orig
+    x, kw = captured["x"], captured["kw"]
+    pair = kw["pair_mask"]
+    # the second canvas starts where the first canvas's rows stop attending
+    shared = int(pair.all(dim=0).long().cumprod(0).sum())  # prompt + contract: seen by every row
+    last_keys = pair[-1].nonzero().flatten()
+    boundary = int(last_keys[last_keys >= shared][0])  # first key of the last canvas
+    y = x.clone()
+    y[0, boundary - 2] = 7 if int(y[0, boundary - 2]) != 7 else 8  # change a token of canvas 1
+    a = dlm.logits(x, **kw)[0, boundary + 4 :]
+    b = dlm.logits(y, **kw)[0, boundary + 4 :]
+    assert torch.allclose(a, b, atol=1e-5)  # canvas 2 cannot see it
+    coupled = dlm.logits(x)[0, boundary + 4 :]
+    coupled_changed = dlm.logits(y)[0, boundary + 4 :]
+    assert not torch.allclose(coupled, coupled_changed, atol=1e-5)  # with coupled attention it can
+
+
+def test_misbound_and_overrun_on_hand_made_canvases():
+    c = parse_contract("@unit 1 role=function budget=8 def=a use=\n@unit 2 role=function budget=8 def=b use=a\n"
+                       "@unit 3 role=function budget=8 def=c use=\n@end\n")
+    units = ["def a():\n    return 1\n", "def c():\n    pass\n", "def c():\n    pass\ndef b():\n    pass\n"]
+    mis, over = misbound_overrun(c, units)
+    assert mis == pytest.approx(1 / 3)  # unit 2 starts with entry 3's definition; unit 3 starts with its own
+    assert over == 0  # unit 3 also defines b, but b belongs to an earlier entry: not an overrun
+    units = ["def a():\n    return 1\ndef b():\n    pass\n", "def b():\n    pass\n", "def c():\n    pass\n"]
+    mis, over = misbound_overrun(c, units)
+    assert mis == 0 and over == pytest.approx(1 / 3)
+    assert all_defined(c, "".join(units)) and not all_defined(c, units[0])
+
+
+def test_plan_command_json(tiny, tmp_path):
+    f = tmp_path / "c.txt"
+    f.write_text(GOOD)
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), "--contract", str(f), "--json", "--seed", "0",
+                                 "--commit", "0.5", "count words"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["command"] == "plan" and doc["contract"] == GOOD and len(doc["units"]) == 2
+    for key in ("iterations", "latency_seconds", "misbound", "overrun", "all_defined"):
+        assert key in doc["metrics"]
+
+
+def test_plan_model_contract_falls_back_never_crashes(tiny):
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), "--seed", "1", "--max-units", "2",
+                                 "--show-contract", "write a parser"])
+    assert r.exit_code == 0, r.stderr
+    assert "@end" in r.stderr
+
+
+@pytest.mark.parametrize("flags", [["--commit", "abc"], ["--commit", "1.5"], ["--attention", "x"],
+                                   ["--contract-schedule", "nope"], ["--pad-scale", "0"], ["--max-units", "0"]])
+def test_plan_bad_flags(tiny, flags):
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), *flags, "x"])
+    assert r.exit_code == 2 and r.stderr.startswith("Error:")
+
+
+def test_bad_contract_file_is_usage_error(tiny, tmp_path):
+    f = tmp_path / "c.txt"
+    f.write_text("@unit 1 role=boss budget=1 def= use=\n@end\n")
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), "--contract", str(f), "x"])
+    assert r.exit_code == 2 and "role 'boss'" in r.stderr
