@@ -234,3 +234,46 @@ def test_config_validation():
         SamplingConfig(top_p=1.5)
     with pytest.raises(ValueError):
         ThresholdConfig(threshold=0)
+
+
+# --- approximate KV caches ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_first_forward_after_refresh_equals_uncached(tiny_models, mode):
+    from codila_cli.models.dream import BlockCache
+
+    dlm = tiny_models.dlm
+    x = torch.randint(10, 300, (1, 48))
+    full = dlm.logits(x)
+    cache = BlockCache(dlm, mode)
+    assert torch.equal(cache.refresh(x), full)
+    # nothing changed since the refresh, so the cached K/V are exact: the sliced forward matches too
+    for start, end in ((0, 8), (16, 24), (40, 48)):
+        assert torch.allclose(cache.logits(x, start, end), full[:, start:end], atol=1e-5)
+
+
+@pytest.mark.parametrize("decoder,cfg", [
+    ("threshold", ThresholdConfig(max_new_tokens=24, block_length=8, threshold=0.3, early_stop=False)),
+    ("codila", CodilaConfig(max_new_tokens=24, block_size=4, early_stop=False)),
+    ("codila", CodilaConfig(max_new_tokens=24, block_size=4, tau=3.0, early_stop=False)),
+])
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_cached_decoders_run_and_count(tiny_models, decoder, cfg, mode):
+    from dataclasses import replace
+
+    from codila_cli.runtime import generate
+
+    base = generate(tiny_models, "def f(", decoder=decoder, config=cfg, seed=0)
+    cached = generate(tiny_models, "def f(", decoder=decoder, config=replace(cfg, cache=mode), seed=0)
+    assert cached.metrics["tokens"] == base.metrics["tokens"] == 24
+    if decoder == "codila" and cfg.tau is None:
+        assert cached.metrics["tokens_per_step"] == 4.0
+
+
+def test_cache_flag_rejected_for_dream(tiny):
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    r = CliRunner().invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "--cache", "dual", "def f("])
+    assert r.exit_code == 2 and "block decoder" in r.stderr

@@ -160,7 +160,7 @@ GEN_DEFAULTS: dict[str, Any] = {
     "decoder": "auto", "max_new_tokens": 128, "steps": None, "tokens_per_step": None, "alg": "entropy",
     "temperature": 0.0, "top_p": None, "top_k": None, "block_length": 32, "threshold": 0.9, "block_size": 4,
     "tau": None, "candidate_blocks": 10, "parallel_blocks": 1, "conditioning": "soft", "ar_temperature": 0.0,
-    "ar_context": 0, "device": "auto", "dtype": "auto",
+    "ar_context": 0, "device": "auto", "dtype": "auto", "cache": "none",
 }
 
 
@@ -194,6 +194,7 @@ def gen(
     ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: 0]")] = None,
     ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: 0]")] = None,
     ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
+    cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: none]")] = None,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
@@ -258,15 +259,18 @@ def gen(
                                  tokens_per_step=opt("tokens_per_step"), alg=alg_name, alg_temp=alg_temp,
                                  sampling=sampling, early_stop=early),
             "threshold": ThresholdConfig(max_new_tokens=opt("max_new_tokens"), block_length=opt("block_length"),
-                                         threshold=opt("threshold"), sampling=sampling, early_stop=early),
+                                         threshold=opt("threshold"), sampling=sampling, early_stop=early,
+                                         cache=opt("cache")),
             "codila": CodilaConfig(max_new_tokens=opt("max_new_tokens"), block_size=opt("block_size"), tau=opt("tau"),
                                    candidate_blocks=opt("candidate_blocks"), parallel_blocks=opt("parallel_blocks"),
                                    conditioning=opt("conditioning"), ar_temperature=opt("ar_temperature"),
                                    ar_context=opt("ar_context"), ar_verify=ar_verify, verify_penalty=verify_penalty,
                                    alg=alg_name if alg_name != "origin" else "entropy", sampling=sampling,
-                                   early_stop=early),
+                                   early_stop=early, cache=opt("cache") if chosen == "codila" else "none"),
         }
         cfg = configs[chosen]
+        if chosen == "dream" and opt("cache") != "none":
+            raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
         device_name, dtype_name = opt("device", "runtime"), opt("dtype", "runtime")
         models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device_name,
                              dtype=dtype_name)

@@ -15,6 +15,11 @@ The canvas is a fixed grid of blocks of B slots; the candidates are the first W 
   from the AR's top-1 (teacher-forced on the DLM proposal) has its confidence scaled by the penalty.
 
 Slots already committed inside a written span are fed one-hot and forced in the AR's output.
+
+``cache`` = prefix / dual (models/dream.py::BlockCache): the cache's block is the candidate window
+[first candidate, last candidate). A full forward refreshes the cache whenever the window's start moves;
+otherwise only the window (dual) or the window and what follows (prefix) is recomputed, and block
+choice and fallback look only inside the window.
 """
 
 from __future__ import annotations
@@ -53,23 +58,37 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
 def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, generator: torch.Generator | None = None,
                   on_step: OnStep = no_op) -> DecodeResult:
     c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, ar=writer.ar, on_step=on_step)
-    B, W = config.block_size, config.candidate_blocks
+    B, W, L, P = config.block_size, config.candidate_blocks, config.max_new_tokens, c.prompt_len
+    cache, cached_lo = None, -1
+    if config.cache != "none":
+        from codila_cli.models.dream import BlockCache
+
+        cache = BlockCache(dlm, config.cache)
     while not c.done(early_stop=config.early_stop):
-        logits = dlm.logits(c.x)[0, c.prompt_len :]  # [L, V], row j predicts slot j
+        masked_all = c.masked()
+        cands = _candidates(masked_all, B, W)
+        lo, hi = (cands[0][0], cands[-1][1]) if cache is not None else (0, L)  # the canvas view [lo, hi)
+        if cache is None:
+            logits = dlm.logits(c.x)[0, P:]  # [L, V], row j predicts slot j
+        elif lo != cached_lo:
+            logits, cached_lo = cache.refresh(c.x)[0, P + lo : P + hi], lo
+        else:
+            logits = cache.logits(c.x, P + lo, P + hi)[0]
         probs = torch.softmax(logits, dim=-1)  # raw marginals π for the AR and the block choice
-        H = entropy(probs)  # [L] nats
-        masked = c.masked()
-        cands = _candidates(masked, B, W)
-        means = [float(H[s:e][masked[s:e]].mean()) for s, e in cands]
+        H = entropy(probs)  # [hi - lo] nats
+        view = _View(c, lo)
+        masked = masked_all[lo:hi]
+        rel = [(s - lo, e - lo) for s, e in cands]
+        means = [float(H[s:e][masked[s:e]].mean()) for s, e in rel]
         if config.ar_verify:
             _verify_step(c, writer, logits, probs, cands, config, generator)
         elif config.tau is None:
-            order = sorted(range(len(cands)), key=lambda i: means[i])[: config.parallel_blocks]
+            order = sorted(range(len(rel)), key=lambda i: means[i])[: config.parallel_blocks]
             for i in sorted(order):
-                _write(c, writer, probs, cands[i], config, generator)
+                _write(view, writer, probs, rel[i], config, generator)
         else:
             best, best_k, best_mean = None, 0, float("inf")
-            for (s, e) in cands:
+            for (s, e) in rel:
                 slots = s + masked[s:e].nonzero().flatten()
                 prefix = torch.cumsum(H[slots], 0) / torch.arange(1, len(slots) + 1, device=H.device)
                 ok = (prefix <= config.tau).nonzero().flatten()
@@ -78,13 +97,29 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
                 if k > best_k or (k == best_k and k > 0 and mean < best_mean):
                     best, best_k, best_mean = (s, int(slots[k - 1]) + 1), k, mean
             if best_k >= 2:
-                _write(c, writer, probs, best, config, generator)
-            else:  # k <= 1: the DLM's own one-token confidence step over all masked slots
+                _write(view, writer, probs, best, config, generator)
+            else:  # k <= 1: the DLM's own one-token confidence step over the masked slots in view
                 idx = masked.nonzero().flatten()
                 p, x0 = sample(logits[idx], config.sampling, generator)
                 j = int(confidence(p, x0, config.alg).argmax())
-                c.commit(idx[j : j + 1], x0[j : j + 1], source="dlm")
+                c.commit(lo + idx[j : j + 1], x0[j : j + 1], source="dlm")
     return c.result()
+
+
+class _View:
+    """The canvas seen from offset ``lo`` (the cache window): relative spans, absolute commits."""
+
+    def __init__(self, c: Canvas, lo: int) -> None:
+        self.c, self.lo = c, lo
+        self.mask_id, self.x, self.prompt_len = c.mask_id, c.x, c.prompt_len + lo
+
+    @property
+    def gen(self) -> torch.Tensor:
+        return self.c.gen[self.lo :]
+
+    def commit(self, positions, tokens, *, source, block=None) -> None:
+        span = (block[0] + self.lo, block[1] + self.lo) if block else None
+        self.c.commit(positions + self.lo, tokens, source=source, block=span)
 
 
 def _verify_step(c: Canvas, writer, logits, probs, cands, cfg: CodilaConfig, gen) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+CACHES = ("none", "prefix", "dual")
 MAX_CANVAS = 100_000
 
 
@@ -71,10 +72,13 @@ class ThresholdConfig:
     threshold: float = 0.9
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = True
+    cache: str = "none"
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
         _check_positive("block-length", self.block_length)
+        if self.cache not in CACHES:
+            raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
         if not (0.0 < self.threshold <= 1.0):
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
 
@@ -101,10 +105,15 @@ class CodilaConfig:
     alg: str = "entropy"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = True
+    cache: str = "none"
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
         _check_positive("block-size", self.block_size, limit=256)
+        if self.cache not in CACHES:
+            raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
+        if self.cache != "none" and self.ar_verify:
+            raise ValueError("--cache works with the static and dynamic CoDiLA schedules, not --ar-verify")
         _check_positive("candidate-blocks", self.candidate_blocks)
         _check_positive("parallel-blocks", self.parallel_blocks, limit=16)
         if self.tau is not None and not (0.0 <= self.tau <= 100.0):

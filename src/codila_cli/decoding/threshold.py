@@ -18,11 +18,23 @@ from codila_cli.decoding.marginals import confidence, sample
 def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
                      on_step: OnStep = no_op) -> DecodeResult:
     c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step)
-    L, B = config.max_new_tokens, config.block_length
+    L, B, P = config.max_new_tokens, config.block_length, c.prompt_len
+    cache = None
+    if config.cache != "none":
+        from codila_cli.models.dream import BlockCache
+
+        cache = BlockCache(dlm, config.cache)
     for start in range(0, L, B):
         end = min(start + B, L)
+        fresh = True
         while bool(c.masked()[start:end].any()):
-            logits = dlm.logits(c.x)[0, c.prompt_len + start : c.prompt_len + end]  # [B, V]
+            if cache is None:
+                logits = dlm.logits(c.x)[0, P + start : P + end]  # [B, V]
+            elif fresh:
+                logits = cache.refresh(c.x)[0, P + start : P + end]
+            else:
+                logits = cache.logits(c.x, P + start, P + end)[0]
+            fresh = False
             idx = c.masked()[start:end].nonzero().flatten()
             probs, x0 = sample(logits[idx], config.sampling, generator)
             conf = confidence(probs, x0, "maskgit_plus")

@@ -1,7 +1,7 @@
 """Compact decoder settings for sweeps: ``dream:K=4``, ``threshold:0.9``, ``codila:B=4,tau=0.5``.
 
 Grammar: ``DECODER[:ARGS]`` with ARGS a comma list of ``key=value`` (or a bare number for threshold).
-Keys: dream K/steps/alg; threshold t (threshold)/block; codila B/tau/W/P (parallel blocks)/cond/verify.
+Keys: dream K/steps/alg; threshold t (threshold)/block/cache; codila B/tau/W/P (parallel blocks)/cond/verify/cache.
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ def parse_setting(text: str, *, max_new_tokens: int, sampling: SamplingConfig | 
                                    steps=int(kv["steps"]) if "steps" in kv else None,
                                    alg=kv.get("alg", "entropy"), **common)
         elif name == "threshold":
-            cfg = ThresholdConfig(threshold=float(kv.get("t", 0.9)), block_length=int(kv.get("block", 32)), **common)
+            cfg = ThresholdConfig(threshold=float(kv.get("t", 0.9)), block_length=int(kv.get("block", 32)),
+                                  cache=kv.get("cache", "none"), **common)
         elif name == "codila":
             cfg = CodilaConfig(block_size=int(kv.get("B", 4)), tau=float(kv["tau"]) if "tau" in kv else None,
                                candidate_blocks=int(kv.get("W", 10)), parallel_blocks=int(kv.get("P", 1)),
-                               conditioning=kv.get("cond", "soft"), ar_verify=kv.get("verify") == "1", **common)
+                               conditioning=kv.get("cond", "soft"), ar_verify=kv.get("verify") == "1",
+                               cache=kv.get("cache", "none"), **common)
         else:
             raise ValueError(f"unknown decoder {name!r} in setting {text!r}")
     except (KeyError, TypeError) as exc:

@@ -95,3 +95,64 @@ def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False)
     return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))
+
+
+class BlockCache:
+    """Fast-dLLM-style approximate KV cache for a Dream-family DLM (algorithms.md §5.2).
+
+    :meth:`refresh` runs one full forward, keeps every layer's keys/values (RoPE already applied, so
+    they are tied to their positions) and returns the exact shifted logits. Until the next refresh,
+    :meth:`logits` runs only a slice of the sequence and attends to the cached (stale) K/V of the rest:
+
+    * ``prefix``: the slice is ``[start − 1, N)``: everything from the token before the block on;
+    * ``dual``: the slice is ``[start − 1, end)``: the block and the token before it; the suffix after
+      the block comes from the cache too.
+
+    The slice starts one token early because of Dream's shift: the first block slot is predicted by the
+    raw output of the token before it (§1.3, §7 item 8). Attention is order-free over keys, so the cached
+    context is simply the kept positions; the slice gets its true position ids.
+    """
+
+    def __init__(self, dlm: DreamDenoiser, mode: str) -> None:
+        if mode not in ("prefix", "dual"):
+            raise ValueError(f"cache mode must be 'prefix' or 'dual', got {mode!r}")
+        self.dlm, self.mode = dlm, mode
+        self.keys: list = []
+        self.values: list = []
+        self.full_forwards = 0
+
+    def refresh(self, x: Any) -> Any:
+        import torch
+        from transformers import DynamicCache
+
+        dlm = self.dlm
+        dlm.forwards += 1
+        self.full_forwards += 1
+        cache = DynamicCache(config=dlm.model.config)
+        with torch.inference_mode():
+            out = dlm.model(input_ids=x, attention_mask={"full_attention": None}, cache=cache, use_cache=True)
+        self.keys = [layer.keys for layer in out.cache.layers]
+        self.values = [layer.values for layer in out.cache.layers]
+        return shift_logits(out.logits).float()
+
+    def logits(self, x: Any, start: int, end: int) -> Any:
+        """Shifted logits [B, end − start, V] for sequence positions [start, end), from the cache."""
+        import torch
+        from transformers import DynamicCache
+
+        dlm = self.dlm
+        n = x.shape[1]
+        lo = max(1, start) - 1
+        hi = n if self.mode == "prefix" else end
+        keep = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(x.device)
+        cache = DynamicCache(config=dlm.model.config)
+        for i, (k, v) in enumerate(zip(self.keys, self.values)):
+            cache.update(k.index_select(2, keep), v.index_select(2, keep), i)
+        pos = torch.arange(lo, hi, device=x.device).unsqueeze(0)
+        dlm.forwards += 1
+        with torch.inference_mode():
+            out = dlm.model(input_ids=x[:, lo:hi], attention_mask={"full_attention": None}, position_ids=pos,
+                            cache=cache, use_cache=True)
+        raw = out.logits  # row j predicts token lo + j + 1
+        shifted = raw[:, start - lo - 1 : end - lo - 1] if start > 0 else torch.cat([raw[:, :1], raw[:, : end - 1]], 1)
+        return shifted.float()
