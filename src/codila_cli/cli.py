@@ -651,11 +651,12 @@ class Stage(str, Enum):
     dlm = "dlm"
     ar = "ar"
     align = "align"
+    export = "export"
 
 
 @app.command()
 def train(
-    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, ar or align (in that order).")],
+    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, ar, align, export (in that order).")],
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")] = Path("runs/bundled"),
     steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
@@ -679,6 +680,8 @@ def train(
             if not (run_dir / "corpus" / "train.jsonl").is_file():
                 raise UsageError(f"no corpus in {run_dir}", hint=f"run `codila train corpus --run-dir {run_dir}` first")
             out = stages.stage_tokenizer(run_dir)
+        elif stage == Stage.export:
+            out = stages.stage_export(run_dir)
         else:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -38,7 +38,8 @@ class Shape:
 
 DLM_SHAPE = Shape(hidden=256, layers=6, heads=4, kv_heads=2, intermediate=768, max_positions=512)
 AR_SHAPE = Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512)
-STAGES = ("corpus", "tokenizer", "arinit", "dlm", "ar", "align")
+STAGES = ("corpus", "tokenizer", "arinit", "dlm", "ar", "align", "export")
+MAX_BUNDLE_BYTES = 40 * 2**20
 Log = Callable[[dict], None]
 
 
@@ -239,6 +240,26 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     return last
 
 
+def stage_export(run: Path, *, target: Path | None = None) -> dict:
+    """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer) into the package."""
+    from codila_cli.models.registry import BUNDLED_DIR
+
+    target = target or BUNDLED_DIR
+    pairs = {"dlm": run / "dlm" / "final", "ar": run / "align" / "final"}
+    for name, src in pairs.items():
+        if not (src / "model.safetensors").is_file():
+            raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
+    total = sum(f.stat().st_size for src in pairs.values() for f in src.iterdir())
+    if total > MAX_BUNDLE_BYTES:
+        raise ValueError(f"bundle is {total / 2**20:.1f} MiB, over the {MAX_BUNDLE_BYTES / 2**20:.0f} MiB cap")
+    for name, src in pairs.items():
+        dst = target / name
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst)
+    return {"bytes": total, "target": str(target)}
+
+
 if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
     import sys
 
@@ -249,6 +270,8 @@ if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
         print(stage_corpus(run_dir, data_dir=Path(sys.argv[3]) if len(sys.argv) > 3 else None))
     elif stage == "tokenizer":
         print(stage_tokenizer(run_dir))
+    elif stage == "export":
+        print(stage_export(run_dir))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "ar": stage_ar, "align": stage_align}[stage]
         print(fn(run_dir, steps=n, on_log=printer))
