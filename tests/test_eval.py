@@ -95,3 +95,33 @@ def test_eval_command_writes_rows_summary_and_plot(tiny, tmp_path):
     assert {r["setting"] for r in rows} == {"dream:K=4", "codila:B=4"}
     assert (out / "pareto.png").stat().st_size > 0 and "pass@1" in (out / "summary.md").read_text()
     assert r.stdout.startswith("### humaneval") or r.stdout.startswith("| setting")
+
+
+@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
+def test_he_infilling_canonical_middles_pass():
+    import gzip as gz
+
+    tasks = select(load_tasks("he-infill-single", data=DATA), limit=8, ids=None)
+    raw = {json.loads(x)["task_id"]: json.loads(x) for x in
+           gz.open(DATA / "human-eval-infilling" / "HumanEval-SingleLineInfilling.jsonl.gz", "rt")}
+    for t in tasks:
+        assert run_sandboxed(t.program(raw[t.task_id]["canonical_solution"]), FAST).passed, t.task_id
+        assert not run_sandboxed(t.program(""), FAST).passed, t.task_id
+
+
+@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
+def test_eval_infill_benchmark_runs(tiny, tmp_path):
+    out = tmp_path / "inf"
+    r = CliRunner().invoke(app, ["eval", "-b", "he-infill-multi", "--data-dir", str(DATA), "--limit", "1", "--dlm",
+                                 str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--setting", "dreamon:K=1",
+                                 "--setting", "dreamon:tau=0.5", "--max-new-tokens", "8", "-o", str(out)])
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert [row["setting"] for row in rows] == ["dreamon:K=1", "dreamon:tau=0.5"]
+    assert all(row["passed"] is False for row in rows)  # a random model does not pass
+
+
+def test_infill_setting_on_completion_benchmark_is_refused(tiny, tmp_path):
+    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
+                                 "--setting", "dreamon:K=1", "-o", str(tmp_path / "x")])
+    assert r.exit_code == 2

@@ -396,7 +396,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
 
 @app.command("eval")
 def eval_cmd(
-    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp or heldout.")] = "heldout",
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, he-infill-single or he-infill-multi.")] = "heldout",
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png.")] = Path("codila-eval"),
     settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5.")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
@@ -423,16 +423,20 @@ def eval_cmd(
         from codila_cli.eval.benchmarks import load_tasks, select
         from codila_cli.eval.runner import markdown, run_eval, write_outputs
         from codila_cli.eval.sandbox import SandboxLimits
-        from codila_cli.eval.settings import PAPER_GRID, parse_setting
-        from codila_cli.runtime import default_ar, default_dlm, load_models
+        from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting
+        from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, load_models
 
-        labels = list(settings or []) + (PAPER_GRID if sweep else [])
+        infill_bench = benchmark.startswith("he-infill")
+        labels = list(settings or []) + ((INFILL_GRID if infill_bench else PAPER_GRID) if sweep else [])
+        if infill_bench:
+            labels = labels or ["dreamon:K=1"]
         labels = labels or ["codila:B=4" if (ar or (dlm is None and default_ar())) else "dream:K=1"]
         parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
         chosen = select(load_tasks(benchmark, data=data_dir), limit=limit, ids=tasks)
-        dlm_name = dlm or default_dlm()
+        dlm_name = dlm or (default_infill_dlm() if infill_bench else default_dlm())
         ar_name = ar or (default_ar() if dlm is None else None)
-        if any(p.decoder == "codila" for p in parsed) and not ar_name:
+        if any(p.decoder == "codila" or getattr(p.config, "tau", None) is not None and p.decoder == "dreamon"
+               for p in parsed) and not ar_name:
             raise UsageError("codila settings need an AR helper", hint="pass --ar")
         limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(timeout)))
         models = load_models(dlm=dlm_name, ar=ar_name, device=device, dtype=dtype)

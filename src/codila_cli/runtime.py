@@ -196,27 +196,26 @@ def default_infill_dlm() -> str:
                              hint="pass --dlm dreamon (DreamOn-v0-7B in the HF cache) or a local directory")
 
 
-def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | None = None,
-           instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
-    """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when config.tau)."""
+def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
+                  on_step: OnStep = no_op) -> tuple[Any, dict, int]:
+    """DreamOn (or CoDiLA) decoding of the middle between two texts; returns (InfillResult, context cut, seed).
+
+    Prefix and suffix are cut to the model's context around the fill point (2/3 of the room for the prefix).
+    """
     import torch
 
     from codila_cli.decoding.dreamon import decode_dreamon
-    from codila_cli.infill_files import fit_indent, patch, split
-    from codila_cli.syntax import check_python
 
     dlm = models.dlm
     tok = dlm.tokenizer
-    prefix, suffix = split(src, region)
-    view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
-    p_ids = tok.encode(view_prefix, add_special_tokens=False)
+    p_ids = tok.encode(prefix, add_special_tokens=False)
     s_ids = tok.encode(suffix, add_special_tokens=False)
     room = dlm.context_length - config.max_middle_tokens - 2
     if room < 16:
         raise UsageError(f"--max-middle-tokens {config.max_middle_tokens} leaves no room for context "
                          f"(the model's context is {dlm.context_length} tokens)", hint="lower --max-middle-tokens")
     cut = {"prefix_tokens": len(p_ids), "suffix_tokens": len(s_ids), "prefix_kept": len(p_ids), "suffix_kept": len(s_ids)}
-    if len(p_ids) + len(s_ids) > room:  # keep the text nearest the fill point; 2/3 of the room for the prefix
+    if len(p_ids) + len(s_ids) > room:
         keep_s = min(len(s_ids), max(room // 3, room - len(p_ids)))
         keep_p = room - keep_s
         p_ids, s_ids = p_ids[len(p_ids) - keep_p :], s_ids[:keep_s]
@@ -233,6 +232,19 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
         writer = SoftBlockWriter(models.ar, models.bridge)
     res = decode_dreamon(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, writer=writer, generator=gen,
                          on_step=on_step)
+    return res, cut, seed
+
+
+def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | None = None,
+           instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
+    """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when config.tau)."""
+    from codila_cli.infill_files import fit_indent, patch, split
+    from codila_cli.syntax import check_python
+
+    prefix, suffix = split(src, region)
+    view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
+    res, cut, seed = infill_tokens(models, view_prefix, suffix, config=config, seed=seed, on_step=on_step)
+    tok = models.dlm.tokenizer
     middle = fit_indent(tok.decode(res.middle, skip_special_tokens=True), region.indent)
     new_text = patch(src, region, middle)
     metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "steps": res.steps,

@@ -14,19 +14,23 @@ from pathlib import Path
 
 from codila_cli.errors import UsageError
 
-BENCHMARKS = ("humaneval", "mbpp", "heldout")
+BENCHMARKS = ("humaneval", "mbpp", "heldout", "he-infill-single", "he-infill-multi")
+INFILL_FILES = {"he-infill-single": "HumanEval-SingleLineInfilling.jsonl.gz",
+                "he-infill-multi": "HumanEval-MultiLineInfilling.jsonl.gz"}
 
 
 @dataclass(frozen=True)
 class Task:
     task_id: str
     prompt: str  # what the model sees
-    kind: str  # "complete" (program = prompt + completion) or "solution" (program = completion)
+    kind: str  # "complete" (prompt + completion), "solution" (completion), "infill" (prompt + middle + suffix)
     test: str = ""  # appended after the program; empty = syntax-only task
     entry_point: str | None = None
+    suffix: str = ""
 
     def program(self, completion: str) -> str:
-        body = (self.prompt + completion) if self.kind == "complete" else completion
+        body = {"complete": self.prompt + completion, "infill": self.prompt + completion + self.suffix}.get(
+            self.kind, completion)
         if not self.test:
             return body
         tail = f"\n\ncheck({self.entry_point})\n" if self.entry_point else "\n"
@@ -57,6 +61,14 @@ def load_tasks(name: str, *, data: Path | None = None) -> list[Task]:
             prompt = f'"""{r["prompt"].strip()}\nExample: {r["test_list"][0].strip()}\n"""\n'
             tasks.append(Task(f"mbpp/{r['task_id']}", prompt, "complete", tests))
         return tasks
+    if name in INFILL_FILES:
+        d = data_dir(data)
+        path = d / "human-eval-infilling" / INFILL_FILES[name] if d else None
+        if path is None or not path.is_file():
+            raise UsageError(f"{name} needs the data directory (human-eval-infilling/{INFILL_FILES[name]})",
+                             hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
+        rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
+        return [Task(r["task_id"], r["prompt"], "infill", r["test"], r["entry_point"], r["suffix"]) for r in rows]
     if name == "heldout":
         from codila_cli.eval.heldout import load_heldout
 

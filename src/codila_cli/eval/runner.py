@@ -22,12 +22,25 @@ ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "e
 
 
 def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: SandboxLimits) -> dict:
-    from codila_cli.runtime import generate
+    from codila_cli.runtime import generate, infill_tokens
     from codila_cli.syntax import check_python
 
-    r = generate(models, task.prompt, decoder=setting.decoder, config=setting.config, seed=seed)
-    completion = r.completion if r.mode == "raw" else r.text
-    code = (task.prompt + completion) if task.kind == "complete" else completion
+    if (task.kind == "infill") != (setting.decoder == "dreamon"):
+        raise ValueError(f"setting {setting.label!r} does not fit task {task.task_id} (infill tasks need dreamon:…)")
+    if task.kind == "infill":
+        res, _, _ = infill_tokens(models, task.prompt, task.suffix, config=setting.config, seed=seed)
+        completion = models.dlm.tokenizer.decode(res.middle, skip_special_tokens=True)
+        decided = len(res.middle) + res.deletions + res.expansions
+        metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "tokens": decided,
+                   "tokens_per_step": decided / res.dlm_forwards if res.dlm_forwards else 0.0,
+                   "tokens_per_second": decided / res.seconds if res.seconds else 0.0,
+                   "wall_seconds": res.seconds, "order_spearman": None}
+    else:
+        r = generate(models, task.prompt, decoder=setting.decoder, config=setting.config, seed=seed)
+        completion = r.completion if r.mode == "raw" else r.text
+        metrics = r.metrics
+    code = {"complete": task.prompt + completion, "infill": task.prompt + completion + task.suffix}.get(
+        task.kind, completion)  # the program without its tests, for the syntax check
     parses = check_python(code).valid
     empty = not completion.strip()
     row = {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": completion,
@@ -35,8 +48,8 @@ def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: Sa
     if task.test:
         out = run_sandboxed(task.program(completion), limits)
         row["passed"], row["status"] = out.passed, out.status
-    row.update({k: r.metrics[k] for k in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step",
-                                         "tokens_per_second", "wall_seconds", "order_spearman")})
+    row.update({k: metrics[k] for k in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step",
+                                       "tokens_per_second", "wall_seconds", "order_spearman")})
     return row
 
 

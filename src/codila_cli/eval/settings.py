@@ -1,6 +1,7 @@
 """Compact decoder settings for sweeps: ``dream:K=4``, ``threshold:0.9``, ``codila:B=4,tau=0.5``.
 
 Grammar: ``DECODER[:ARGS]`` with ARGS a comma list of ``key=value`` (or a bare number for threshold).
+Infill: ``dreamon:K=1``, ``dreamon:tau=0.5`` (CoDiLA on DreamOn marginals), keys K/n0/max/tau/B.
 Keys: dream K/steps/alg; threshold t (threshold)/block/cache; codila B/tau/W/P (parallel blocks)/cond/verify/cache.
 """
 
@@ -9,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+from codila_cli.decoding.config import CodilaConfig, DreamConfig, InfillConfig, SamplingConfig, ThresholdConfig
 
+INFILL_GRID = ["dreamon:K=1", "dreamon:K=2", "dreamon:tau=0.2", "dreamon:tau=0.5"]
 PAPER_GRID = ["dream:K=1", "dream:K=2", "dream:K=4", "dream:K=8", "threshold:0.9",
               "codila:B=2", "codila:B=4", "codila:B=8", "codila:B=4,tau=0.1", "codila:B=4,tau=0.5",
               "codila:B=4,tau=1.0"]
@@ -46,6 +48,11 @@ def parse_setting(text: str, *, max_new_tokens: int, sampling: SamplingConfig | 
                                candidate_blocks=int(kv.get("W", 10)), parallel_blocks=int(kv.get("P", 1)),
                                conditioning=kv.get("cond", "soft"), ar_verify=kv.get("verify") == "1",
                                cache=kv.get("cache", "none"), **common)
+        elif name == "dreamon":
+            cfg = InfillConfig(tokens_per_step=int(kv.get("K", 1)), initial_masks=int(kv.get("n0", 4)),
+                               max_middle_tokens=int(kv.get("max", max_new_tokens)),
+                               tau=float(kv["tau"]) if "tau" in kv else None, block_size=int(kv.get("B", 4)),
+                               sampling=sampling)
         else:
             raise ValueError(f"unknown decoder {name!r} in setting {text!r}")
     except (KeyError, TypeError) as exc:
