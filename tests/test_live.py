@@ -41,3 +41,31 @@ def test_live_view_is_off_when_stderr_is_not_a_terminal(tiny):
     assert r.exit_code == 0
     assert "DLM forwards" not in r.stderr and "\x1b[?25l" not in r.stderr
     assert "\x1b[" not in r.stdout
+
+
+def test_streamed_output_equals_buffered_output(tiny):
+    args = ["gen", "--dlm", str(tiny["dlm"]), "-K", "2", "--max-new-tokens", "24", "--seed", "5", "def f(x):\n    "]
+    streamed = CliRunner().invoke(app, args)
+    buffered = CliRunner().invoke(app, [*args, "--no-stream"])
+    assert streamed.exit_code == buffered.exit_code == 0
+    assert streamed.stdout == buffered.stdout
+
+
+def test_streamer_writes_whole_lines_before_the_end():
+    from codila_cli.models.tokens import SpecialTokens
+    from codila_cli.ui.stream import StdoutStreamer
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join({5: "a", 6: "\n", 7: "b"}[i] for i in ids)
+
+    out = io.StringIO()
+    sp = SpecialTokens(mask=1, eos=0, pad=0, bos=2, end_of_turn=None, expand=None, think_open=None, think_close=None)
+    s = StdoutStreamer(tokenizer=Tok(), specials=sp, prompt="x\n", out=out)
+    s(StepEvent(0, (0,), (5,), "dlm", None, 1, 0, 0.1, (5, 1, 1)))
+    assert out.getvalue() == "x\n"  # "a" is not a whole line yet
+    s(StepEvent(1, (1,), (6,), "dlm", None, 2, 0, 0.2, (5, 6, 1)))
+    assert out.getvalue() == "x\na\n"
+    s(StepEvent(2, (2,), (0,), "dlm", None, 3, 0, 0.3, (5, 6, 0)))
+    s.finish("x\na\n")
+    assert out.getvalue() == "x\na\n"

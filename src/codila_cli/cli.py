@@ -201,6 +201,7 @@ def gen(
     device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
     dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA, else fp32), float32, bfloat16, float16. [default: auto]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).")] = True,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.")] = False,
@@ -275,7 +276,16 @@ def gen(
         models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device_name,
                              dtype=dtype_name)
         err = _stderr(color)
-        if _stderr_is_tty() and not (json_out or quiet):
+        live = _stderr_is_tty() and not (json_out or quiet)
+        streamer = None
+        if stream and not json_out and not live and not getattr(models.dlm.tokenizer, "chat_template", None):
+            from codila_cli.ui.stream import StdoutStreamer
+
+            streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
+                                      out=sys.stdout)
+        if streamer is not None:
+            result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system, on_step=streamer)
+        elif live:
             from codila_cli.ui.live import LiveView
 
             block = {"codila": cfg.block_size if chosen == "codila" else None,
@@ -289,6 +299,8 @@ def gen(
             import json
 
             sys.stdout.write(json.dumps(result.to_json(models=models.describe()), ensure_ascii=False) + "\n")
+        elif streamer is not None:
+            streamer.finish(result.text)
         else:
             sys.stdout.write(result.text)
         sys.stdout.flush()

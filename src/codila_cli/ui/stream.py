@@ -1,0 +1,50 @@
+"""Stream final text to stdout while decoding (raw completion mode only).
+
+No decoder in codila ever remasks a committed token, so the longest fully committed prefix of the
+canvas is final. After each step the newly final **complete lines** are written and flushed (a line
+cannot change once its newline is final, even with tokenizers that clean up spaces), and nothing after
+a stop token is ever written. At the end
+:meth:`finish` writes whatever remains so that the streamed bytes equal the non-streamed output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from codila_cli.decoding.events import StepEvent
+
+
+class StdoutStreamer:
+    def __init__(self, *, tokenizer: Any, specials: Any, prompt: str, out: TextIO) -> None:
+        self.tok, self.sp, self.out = tokenizer, specials, out
+        self.written = ""
+        self.prompt = prompt
+        self._emit(prompt[: prompt.rfind("\n") + 1])
+
+    def _emit(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self.out.flush()
+            self.written += text
+
+    def __call__(self, event: StepEvent) -> None:
+        ids: list[int] = []
+        stops = set(self.sp.stop_ids)
+        for t in event.canvas:
+            if t == self.sp.mask or t in stops:
+                break
+            ids.append(t)
+        text = self.prompt + self.tok.decode(ids, skip_special_tokens=True)
+        text = text[: text.rfind("\n") + 1]  # whole lines only
+        if text.startswith(self.written) and len(text) > len(self.written):
+            self._emit(text[len(self.written) :])
+
+    def finish(self, final: str) -> None:
+        """Write the rest of ``final`` (the full result); ``final`` always extends what was streamed."""
+        if final.startswith(self.written):
+            self._emit(final[len(self.written) :])
+        else:  # cannot happen with append-only canvases; never print a wrong result silently
+            from codila_cli.errors import CodilaError
+
+            raise CodilaError("the streamed text differs from the final result (stdout is incomplete)",
+                              hint="run again with --no-stream")
