@@ -133,3 +133,25 @@ def test_diffusion_loss_masks_only_and_keeps_bos():
     with torch.no_grad():
         w, plain = diffusion_loss(m, x0, mask_id=3, gen=g, t=torch.tensor([1.0, 1.0]))
     assert float(plain) > 0 and float(w) == pytest.approx(float(plain) * 11 / 11, rel=1e-5)
+
+
+def test_dreamon_batch_builds_expand_and_delete_targets():
+    from codila_cli.train.objectives import dreamon_batch
+
+    NL, BOS, EOS, MASK, EXP = 9, 1, 0, 2, 3
+    row = [10, 11, NL, 12, 13, 14, NL, 15, 16, NL, 17, NL]
+    g = torch.Generator().manual_seed(0)
+    seen_expand = seen_delete = False
+    for _ in range(40):
+        x, y, w = dreamon_batch([row], bos=BOS, eos=EOS, mask=MASK, expand=EXP, newline=NL, seq_len=40, gen=g)
+        assert x[0, 0] == BOS
+        scored = y[0] != -100
+        assert bool((x[0][scored] == MASK).all())  # loss only on masked slots
+        assert bool((w[0][~scored] == 0).all())
+        seen_expand |= bool((y[0] == EXP).any())
+        seen_delete |= bool((y[0] == EOS).any())
+        if (y[0] == EOS).sum() > 1:  # all delete targets together weigh like one masked slot
+            other = w[0][scored & (y[0] != EOS)]
+            if len(other):
+                assert float(w[0][y[0] == EOS].sum()) <= float(other.max()) + 1e-6
+    assert seen_expand and seen_delete
