@@ -178,3 +178,24 @@ def test_bad_contract_file_is_usage_error(tiny, tmp_path):
     f.write_text("@unit 1 role=boss budget=1 def= use=\n@end\n")
     r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), "--contract", str(f), "x"])
     assert r.exit_code == 2 and "role 'boss'" in r.stderr
+
+
+def test_plan_training_examples_use_the_decoding_layout(tiny_models):
+    from codila_cli.train.plan_data import build_examples
+
+    module = ('"""Tiny word tools."""\n\n\ndef split(s):\n    return s.split()\n\n\n'
+              'def count(s):\n    return len(split(s))\n\n\nclass Box:\n    pass\n')
+    dlm = tiny_models.dlm
+    cfg = PlanConfig(def_slots=8, use_slots=8)
+    ex = build_examples([module], tokenizer=dlm.tokenizer, specials=dlm.specials, vocab_rows=dlm.vocab_rows,
+                        config=cfg, seq_len=2000)
+    assert ex, "no example built"
+    text = dlm.tokenizer.decode(ex[0].ids)
+    assert "# contract" in text and "# unit 1" in text and "def split(" in text
+    tpl = ContractTemplate(dlm.tokenizer, dlm.specials, cfg, dlm.vocab_rows)
+    head = len(dlm.tokenizer.encode("Tiny word tools.")) + 1 + len(dlm.tokenizer.encode("\n# contract\n"))
+    ids, slots = tpl.layout()
+    contract, _ = tpl.read(ex[0].ids[head : head + len(ids)], slots)
+    assert [e.defs for e in contract.entries][:2] == [("split",), ("count",)]
+    assert contract.entries[1].uses == ("split",)
+    assert all(ex[0].ids[p] != dlm.specials.mask for p in ex[0].maskable)

@@ -667,13 +667,13 @@ class Stage(str, Enum):
     dlm = "dlm"
     ar = "ar"
     align = "align"
-    infill = "infill"
+    tasks = "tasks"
     export = "export"
 
 
 @app.command()
 def train(
-    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, ar, align, infill, export (in that order).")],
+    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, ar, align, tasks, export (in that order).")],
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")] = Path("runs/bundled"),
     steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
@@ -703,7 +703,7 @@ def train(
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
             fn = {"arinit": stages.stage_arinit, "dlm": stages.stage_dlm, "ar": stages.stage_ar,
-                  "align": stages.stage_align, "infill": stages.stage_infill}[stage.value]
+                  "align": stages.stage_align, "tasks": stages.stage_tasks}[stage.value]
             if not (run_dir / "tokenizer" / "tokenizer.json").is_file():
                 raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")
             with Progress(TextColumn(f"[bold]{stage.value}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -38,8 +38,8 @@ BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"
 BUNDLED: dict[str, tuple[Kind, str]] = {
     "bundled-dlm": ("dlm", "dlm"),
     "bundled-ar": ("ar", "ar"),
-    "bundled-infill": ("infill", "infill"),
-    "bundled-plan": ("plan", "plan"),
+    "bundled-infill": ("infill", "tasks"),  # one multi-task fine-tune serves infill and plan (size cap)
+    "bundled-plan": ("plan", "tasks"),
 }
 
 

@@ -15,7 +15,7 @@ def causal_lm_loss(model, x0: torch.Tensor) -> torch.Tensor:
 
 
 def diffusion_loss(model, x0: torch.Tensor, *, mask_id: int, gen: torch.Generator, t: torch.Tensor | None = None,
-                   eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor]:
+                   eps: float = 1e-3, maskable: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Masked-diffusion NELBO (MDLM/LLaDA/Dream): t ~ U(eps, 1) per row, each position masked with prob t,
     cross-entropy on masked positions weighted by 1/t, averaged over all B·L positions.
 
@@ -28,11 +28,14 @@ def diffusion_loss(model, x0: torch.Tensor, *, mask_id: int, gen: torch.Generato
         t = eps + (1 - eps) * torch.rand(b, generator=gen)
     masked = torch.rand(b, n, generator=gen) < t[:, None]
     masked[:, 0] = False
+    if maskable is not None:  # only these positions are ever noised (e.g. contract values, unit bodies)
+        masked &= maskable
     xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
     logits = model(input_ids=xt, attention_mask={"full_attention": None}, use_cache=False).logits[:, :-1].float()
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x0[:, 1:].reshape(-1), reduction="none").view(b, n - 1)
     m = masked[:, 1:].float()
-    weighted = (ce * m / t[:, None]).sum() / (b * (n - 1))
+    denom = int(maskable[:, 1:].sum()) if maskable is not None else b * (n - 1)
+    weighted = (ce * m / t[:, None]).sum() / max(1, denom)
     plain = (ce * m).sum() / m.sum().clamp_min(1)
     return weighted, plain
 

@@ -38,7 +38,7 @@ class Shape:
 
 DLM_SHAPE = Shape(hidden=256, layers=6, heads=4, kv_heads=2, intermediate=768, max_positions=512)
 AR_SHAPE = Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512)
-STAGES = ("corpus", "tokenizer", "arinit", "dlm", "ar", "align", "infill", "export")
+STAGES = ("corpus", "tokenizer", "arinit", "dlm", "ar", "align", "tasks", "export")
 MAX_BUNDLE_BYTES = 40 * 2**20
 Log = Callable[[dict], None]
 
@@ -285,14 +285,92 @@ def stage_infill(run: Path, *, steps: int, batch: int = 8, seq_len: int = 384, s
     return last
 
 
+def _plan_examples(run: Path, split: str, ids: dict):
+    from codila_cli.decoding.config import PlanConfig
+    from codila_cli.models.dream import load_dlm
+    from codila_cli.train.corpus import read_jsonl
+    from codila_cli.train.plan_data import build_examples
+
+    cache = run / f"plan_{split}.pt"
+    if cache.exists():
+        return torch.load(cache, weights_only=False)
+    dlm = load_dlm(run / "dlm" / "final", name="dlm", device=torch.device("cpu"), dtype=torch.float32)
+    texts = (r["text"] for r in read_jsonl(run / "corpus" / f"{split}.jsonl") if r["kind"] == "file")
+    ex = build_examples(texts, tokenizer=dlm.tokenizer, specials=dlm.specials, vocab_rows=dlm.vocab_rows,
+                        config=PlanConfig())
+    torch.save(ex, cache)
+    return ex
+
+
+def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: float = 3e-4,
+                on_log: Log | None = None) -> dict:
+    """Multi-task fine-tune of the finished DLM for `infill` (DreamOn objective) and `plan` (SDDC
+    contract-formatted programs), alternating steps → RUN/tasks/final. One checkpoint serves both
+    commands, so the bundle stays under its size cap."""
+    from tokenizers import Tokenizer
+
+    from codila_cli.train.objectives import dreamon_batch, dreamon_loss, diffusion_loss
+
+    ids = _ids(run)
+    newline = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json")).token_to_id("Ċ")
+    plan = {split: _plan_examples(run, split, ids) for split in ("train", "valid")}
+    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+    if not (run / "tasks" / "ckpt.pt").exists():
+        from safetensors.torch import load_file
+
+        state = load_file(str(run / "dlm" / "final" / "model.safetensors"))
+        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+        model.tie_weights()
+    for module in model.modules():
+        if hasattr(module, "is_causal"):
+            module.is_causal = False
+    data = {split: load_tokens(run / f"tokens_{split}.npz") for split in ("train", "valid")}
+
+    def infill_loss(split: str, step: int, g: torch.Generator) -> torch.Tensor:
+        d = data[split]
+        rng = np.random.default_rng([seed, step, 7])
+        rows = [d.func_tokens[d.func_offsets[f] : d.func_offsets[f + 1]][:344].tolist()
+                for f in rng.integers(d.n_functions, size=batch)]
+        x, y, w = dreamon_batch(rows, bos=ids["bos"], eos=ids["eos"], mask=ids["mask"], expand=ids["expand"],
+                                newline=newline, seq_len=384, gen=g)
+        return dreamon_loss(model, x, y, w)
+
+    def plan_loss(split: str, step: int, g: torch.Generator) -> torch.Tensor:
+        ex = plan[split]
+        rng = np.random.default_rng([seed, step, 11])
+        picks = [ex[i] for i in rng.integers(len(ex), size=batch)]
+        L = max(len(e.ids) for e in picks)
+        x0 = torch.full((batch, L), ids["eos"], dtype=torch.long)
+        allowed = torch.zeros(batch, L, dtype=torch.bool)
+        for r, e in enumerate(picks):
+            x0[r, : len(e.ids)] = torch.tensor(e.ids)
+            allowed[r, e.maskable] = True
+        return diffusion_loss(model, x0, mask_id=ids["mask"], gen=g, maskable=allowed)[0]
+
+    def loss_at(split: str, step: int, g: torch.Generator) -> torch.Tensor:
+        return infill_loss(split, step, g) if step % 2 == 0 or not plan[split] else plan_loss(split, step, g)
+
+    def vloss() -> float:
+        g = torch.Generator().manual_seed(5)
+        return sum(float(loss_at("valid", 10_000 + i, g)) for i in range(4)) / 4
+
+    cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=30)
+    last = run_loop(model=model, stage_dir=run / "tasks", cfg=cfg, train_step=lambda s, g: loss_at("train", s, g),
+                    valid_loss=vloss, on_log=on_log)
+    meta = {"stage": "tasks", "steps": steps, "batch": batch, "valid_loss": last.get("valid"),
+            "plan_examples": len(plan["train"]), "shape": asdict(DLM_SHAPE)}
+    _export(model, run / "tasks" / "final", dream=True, ids=ids, run=run, meta=meta)
+    return last
+
+
 def stage_export(run: Path, *, target: Path | None = None) -> dict:
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer) into the package."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
     pairs = {"dlm": run / "dlm" / "final", "ar": run / "align" / "final"}
-    if (run / "infill" / "final" / "model.safetensors").is_file():
-        pairs["infill"] = run / "infill" / "final"
+    if (run / "tasks" / "final" / "model.safetensors").is_file():
+        pairs["tasks"] = run / "tasks" / "final"
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
             raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
@@ -321,5 +399,5 @@ if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
         print(stage_export(run_dir))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "ar": stage_ar, "align": stage_align,
-              "infill": stage_infill}[stage]
+              "infill": stage_infill, "tasks": stage_tasks}[stage]
         print(fn(run_dir, steps=n, on_log=printer))
