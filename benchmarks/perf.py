@@ -1,0 +1,125 @@
+"""Speed benchmarks, measured side by side in one run (never timed assertions in tests).
+
+    python benchmarks/perf.py --out results/perf [--prompts 12] [--max-new-tokens 128] [--dlm … --ar …]
+
+Reports, on the same held-out prompts:
+* tokens/s of every decoder setting and its ratio to the plain DLM at K = 1;
+* the gain of each KV-cache mode (threshold and CoDiLA B = 4 with --cache none / prefix / dual);
+* sampler overhead: the share of decode wall time spent outside DLM and AR model forwards;
+* the live view's cost (CoDiLA B = 4 with the view rendering to a null terminal vs without);
+* `codila --help` start-up time and the end-to-end time of a short `codila gen`, and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from codila_cli.eval.heldout import load_heldout
+from codila_cli.eval.settings import parse_setting
+from codila_cli.runtime import default_ar, default_dlm, generate, load_models
+
+SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0.9,cache=prefix",
+            "threshold:0.9,cache=dual", "codila:B=4", "codila:B=4,cache=prefix", "codila:B=4,cache=dual",
+            "codila:B=4,tau=0.5", "codila:B=4,P=2"]
+
+
+class ForwardTimer:
+    """Accumulates wall time spent inside a module's forward (pre/post hooks)."""
+
+    def __init__(self, module) -> None:
+        self.total = 0.0
+        self._t = 0.0
+        module.register_forward_pre_hook(lambda *a: self._start())
+        module.register_forward_hook(lambda *a: self._stop())
+
+    def _start(self) -> None:
+        self._t = time.perf_counter()
+
+    def _stop(self) -> None:
+        self.total += time.perf_counter() - self._t
+
+
+def timed(cmd: list[str], n: int) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=False)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--dlm", default=None)
+    ap.add_argument("--ar", default=None)
+    ap.add_argument("--settings", nargs="*", default=SETTINGS)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    exe = [sys.executable, "-m", "codila_cli"]
+    startup = {"help_seconds": timed([*exe, "--help"], 5),
+               "gen_end_to_end_seconds": timed([*exe, "gen", "-q", "--max-new-tokens", "16", "def f(x):"], 3)}
+    models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
+    dlm_t = ForwardTimer(models.dlm.model)
+    ar_t = ForwardTimer(models.ar.model) if models.ar is not None else None
+    prompts = [p["prompt"] for p in load_heldout()[: args.prompts]]
+    rows = []
+    for label in args.settings:
+        st = parse_setting(label, max_new_tokens=args.max_new_tokens)
+        dlm_t.total = 0.0
+        if ar_t:
+            ar_t.total = 0.0
+        tokens = wall = valid = 0
+        for p in prompts:
+            r = generate(models, p, decoder=st.decoder, config=st.config, seed=0)
+            tokens += r.metrics["tokens"]
+            wall += r.metrics["wall_seconds"]
+            valid += r.syntax.valid and bool(r.completion.strip())
+        inside = dlm_t.total + (ar_t.total if ar_t else 0.0)
+        rows.append({"setting": label, "tokens": tokens, "wall_seconds": wall, "tokens_per_second": tokens / wall,
+                     "model_seconds": inside, "sampler_overhead": max(0.0, 1 - inside / wall),
+                     "valid_share": valid / len(prompts)})
+    base = next(r for r in rows if r["setting"] == "dream:K=1")["tokens_per_second"]
+    for r in rows:
+        r["speedup_vs_dream_k1"] = r["tokens_per_second"] / base
+    # live view cost: render every event to a null terminal vs no view
+    from rich.console import Console
+
+    from codila_cli.ui.live import LiveView
+
+    st = parse_setting("codila:B=4", max_new_tokens=args.max_new_tokens)
+    plain = sum(generate(models, p, decoder="codila", config=st.config, seed=0).metrics["wall_seconds"] for p in prompts)
+    con = Console(file=io.StringIO(), force_terminal=True, width=100)
+    t_view = 0.0
+    for p in prompts:
+        with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=con, block_size=4) as v:
+            t_view += generate(models, p, decoder="codila", config=st.config, seed=0, on_step=v).metrics["wall_seconds"]
+    live = {"without_view_seconds": plain, "with_view_seconds": t_view, "overhead": t_view / plain - 1}
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    report = {"startup": startup, "rows": rows, "live_view": live, "peak_rss_mib": peak,
+              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
+    (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = ["| setting | tokens/s | × dream K=1 | sampler overhead | valid |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['setting']}` | {r['tokens_per_second']:.1f} | {r['speedup_vs_dream_k1']:.2f}× | "
+                     f"{r['sampler_overhead']:.1%} | {r['valid_share']:.0%} |")
+    lines += ["", f"* `codila --help`: {startup['help_seconds']:.2f} s; short `codila gen` end to end: "
+              f"{startup['gen_end_to_end_seconds']:.2f} s",
+              f"* live view: {live['overhead']:+.1%} decode time ({live['with_view_seconds']:.2f} s vs "
+              f"{live['without_view_seconds']:.2f} s)", f"* peak RSS: {peak:.0f} MiB"]
+    (args.out / "perf.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
