@@ -125,3 +125,26 @@ def test_infill_setting_on_completion_benchmark_is_refused(tiny, tmp_path):
     r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
                                  "--setting", "dreamon:K=1", "-o", str(tmp_path / "x")])
     assert r.exit_code == 2
+
+
+@pytest.mark.slow
+def test_sharded_and_unsharded_runs_give_the_same_rows(tiny, tmp_path):
+    import subprocess
+    import sys
+
+    common = ["eval", "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
+              "--setting", "dream:K=4", "--setting", "codila:B=4", "--max-new-tokens", "8", "--timeout", "3", "-q"]
+    one = subprocess.run([sys.executable, "-m", "codila_cli", *common, "-o", str(tmp_path / "one")],
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                          "29531", "-m", "codila_cli", *common, "-o", str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+
+    def rows(d):
+        return [{k: v for k, v in json.loads(x).items() if k not in ("wall_seconds", "tokens_per_second")}
+                for x in (tmp_path / d / "rows.jsonl").read_text().splitlines()]
+
+    assert rows("one") == rows("two") and len(rows("one")) == 6
+    assert not list((tmp_path / "two").glob("*.partial.jsonl"))

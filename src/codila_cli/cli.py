@@ -451,21 +451,35 @@ def eval_cmd(
                for p in parsed) and not ar_name:
             raise UsageError("codila settings need an AR helper", hint="pass --ar")
         limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(timeout)))
-        models = load_models(dlm=dlm_name, ar=ar_name, device=device, dtype=dtype)
+        from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
+
+        shard = init_from_env()
+        models = load_models(dlm=dlm_name, ar=ar_name, device=device_for(shard, device), dtype=dtype)
         output.mkdir(parents=True, exist_ok=True)
         done = [0]
-        total = len(chosen) * len(parsed)
-        with open(output / "rows.jsonl", "w", encoding="utf-8") as fh:
-            def log(row: dict) -> None:
-                fh.write(json.dumps(row) + "\n")
-                fh.flush()
-                done[0] += 1
-                if not quiet and _stderr_is_tty():
-                    sys.stderr.write(f"\r{done[0]}/{total} {row['setting']} {row['task_id']}\x1b[K")
+        total = -(-len(chosen) // shard.world) * len(parsed)
+        show = not quiet and shard.main and _stderr_is_tty()
 
-            rows = run_eval(models, chosen, parsed, seed=seed, limits=limits, on_row=log)
-        if not quiet and _stderr_is_tty():
+        partial = output / f"rows.rank{shard.rank}.partial.jsonl"  # survives an interrupted run
+        fh = open(partial, "w", encoding="utf-8")
+
+        def log(row: dict) -> None:
+            fh.write(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}) + "\n")
+            fh.flush()
+            done[0] += 1
+            if show:
+                sys.stderr.write(f"\r{done[0]}/{total} {row['setting']} {row['task_id']}\x1b[K")
+
+        mine = run_eval(models, chosen, parsed, seed=seed, limits=limits, on_row=log, rank=shard.rank,
+                        world=shard.world)
+        fh.close()
+        partial.unlink()
+        if show:
             sys.stderr.write("\n")
+        rows = gather_rows(shard, mine)
+        finish()
+        if rows is None:  # not rank 0: rank 0 writes everything
+            return
         summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)")
         sys.stdout.write(markdown(summary))
 

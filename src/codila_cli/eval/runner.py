@@ -54,11 +54,16 @@ def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: Sa
 
 
 def run_eval(models, tasks: list[Task], settings: list[Setting], *, seed: int = 0,
-             limits: SandboxLimits = SandboxLimits(), on_row: Callable[[dict], None] | None = None) -> list[dict]:
+             limits: SandboxLimits = SandboxLimits(), on_row: Callable[[dict], None] | None = None,
+             rank: int = 0, world: int = 1) -> list[dict]:
+    """Rows for every (setting, task); with ``world`` > 1 only this rank's share (tasks rank::world)."""
     rows = []
-    for st in settings:
-        for task in tasks:
+    for si, st in enumerate(settings):
+        for ti, task in enumerate(tasks):
+            if ti % world != rank:
+                continue
             row = evaluate_task(models, task, st, seed=seed, limits=limits)
+            row["_setting_index"], row["_task_index"] = si, ti
             rows.append(row)
             if on_row:
                 on_row(row)
@@ -126,6 +131,9 @@ def pareto_plot(summary: list[dict], png: Path) -> None:
 
 def write_outputs(out_dir: Path, rows: list[dict], *, title: str) -> list[dict]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "rows.jsonl", "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n")
     summary = summarize(rows)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out_dir / "summary.md").write_text(markdown(summary, title=title))
