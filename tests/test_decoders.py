@@ -170,7 +170,7 @@ def test_kv_cached_ar_equals_uncached_reference(tiny_models):
     emb = ar.embedding
     q = writer.condition(pi, forced)
     open_e, close_e = ar.wrapper_embeddings()
-    seq = torch.cat([open_e, q @ writer.table, close_e])
+    seq = torch.cat([open_e, q.to(writer.table.dtype) @ writer.table, close_e])
     out = []
     for j, f in enumerate(forced):
         with torch.inference_mode():

@@ -58,6 +58,25 @@ def _stderr(color: Color = Color.auto):
     return Console(stderr=True, highlight=False, force_terminal=force, no_color=color == Color.never or None)
 
 
+def _quiet_libraries(verbose: bool = False) -> None:
+    """Hugging Face / transformers progress bars and warnings stay off unless -v (set before their import)."""
+    if not verbose:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def _peak_memory() -> str:
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 1024**2)
+    out = f"peak RSS {rss:.0f} MiB"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        out += f", peak GPU {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB"
+    return out
+
+
 def _stderr_is_tty() -> bool:
     """The live view needs a real terminal on stderr (``--color always`` colours, it does not animate)."""
     try:
@@ -226,6 +245,7 @@ def gen(
         from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
         from codila_cli.runtime import default_ar, default_dlm, generate, load_models
 
+        _quiet_libraries(verbose)
         user = load_config()
         if not quiet:
             for w in user.warnings:
@@ -311,7 +331,7 @@ def gen(
             err.print(f"seed: {result.seed}  decoder: {chosen}  prompt tokens: {result.prompt_tokens}", markup=False)
             err.print(f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
                       f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
-                      f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s", markup=False)
+                      f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {_peak_memory()}", markup=False)
         if strict and not result.syntax.valid:
             raise StrictSyntaxError("the generated code does not parse (--strict)",
                                     hint="try another --seed, a smaller --block-size or --tokens-per-step")
@@ -530,6 +550,7 @@ def infill(
         from codila_cli.infill_files import find_region, read_source, to_disk, unified_diff, write_in_place
         from codila_cli.runtime import default_ar, default_infill_dlm, infill as run_infill, load_models
 
+        _quiet_libraries(verbose)
         if in_place and file == "-":
             raise UsageError("--in-place needs a file, not stdin")
         if in_place and json_out:
@@ -625,6 +646,7 @@ def plan(
         from codila_cli.models.registry import bundled_available
         from codila_cli.runtime import load_models, plan as run_plan
 
+        _quiet_libraries(verbose)
         text = read_prompt(prompt, prompt_file)
         if commit == "single":
             gamma = None

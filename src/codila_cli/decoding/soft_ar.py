@@ -6,6 +6,7 @@ For block positions j = 1..m with bridged marginals π_j over the shared ids S:
     input = [ctx tokens…, E(<think>), e_1 … e_m, E(</think>)]
 
 then m tokens are written left to right with a KV cache: one prefill, then one cached step per token.
+The K/V of the ``<think>`` prefix are computed once per run and reused by every block.
 Outputs are restricted to S; a position already committed on the canvas is fed one-hot and forced.
 """
 
@@ -24,7 +25,8 @@ class SoftBlockWriter:
         self.topk = topk
         device = ar.embedding.device
         self.shared = bridge.shared_ids.to(device)
-        self.table = ar.embedding[self.shared].float()  # [|S|, d], gathered once
+        self.table = ar.embedding[self.shared]  # [|S|, d] in the AR's dtype, gathered once per run
+        self._open_kv: list | None = None  # K/V of the <think> prefix, computed once and reused per block
         self.allowed = bridge.ar_allowed[: ar.vocab_rows].to(device)
         index = torch.full((max(bridge.dlm_vocab_rows, ar.vocab_rows),), -1, dtype=torch.long)
         index[bridge.shared_ids] = torch.arange(len(bridge.shared_ids))
@@ -50,12 +52,14 @@ class SoftBlockWriter:
         """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals."""
         emb = self.ar.embedding
         q = self.condition(pi, forced)
-        soft = (q @ self.table).to(emb.dtype)  # [m, d]
+        soft = q.to(emb.dtype) @ self.table  # [m, d]: one matmul per block
         open_e, close_e = self.ar.wrapper_embeddings()
-        parts = [open_e, soft, close_e]
         if context:
-            parts.insert(0, emb[torch.tensor(context, device=emb.device)])
-        logits, cache = self.ar.forward(inputs_embeds=torch.cat(parts).unsqueeze(0), cache=None)
+            parts = [emb[torch.tensor(context, device=emb.device)], open_e, soft, close_e]
+            logits, cache = self.ar.forward(inputs_embeds=torch.cat(parts).unsqueeze(0), cache=None)
+        else:  # the <think> prefix is the same for every block: reuse its K/V
+            logits, cache = self.ar.forward(inputs_embeds=torch.cat([soft, close_e]).unsqueeze(0),
+                                            cache=self._think_cache(open_e))
         out: list[int] = []
         for j, tok in enumerate(forced):
             if tok is None:
@@ -70,6 +74,19 @@ class SoftBlockWriter:
                 logits, cache = self.ar.forward(inputs_embeds=nxt, cache=cache)
         return torch.tensor(out, dtype=torch.long)
 
+    def _think_cache(self, open_e: torch.Tensor):
+        """A fresh DynamicCache holding the K/V of ``<think>`` (computed on first use, not counted per block)."""
+        from transformers import DynamicCache
+
+        if self._open_kv is None:
+            _, cache = self.ar.forward(inputs_embeds=open_e.unsqueeze(0), cache=None)
+            self.ar.forwards -= 1  # a one-off cost of the run, not of any block
+            self._open_kv = [(layer.keys, layer.values) for layer in cache.layers]
+        cache = DynamicCache(config=self.ar.model.config)
+        for i, (k, v) in enumerate(self._open_kv):
+            cache.update(k, v, i)
+        return cache
+
     def verify(self, pi: torch.Tensor, proposal: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
         """AR top-1 for each slot of W blocks at once, teacher-forced on ``proposal``.
 
@@ -80,7 +97,7 @@ class SoftBlockWriter:
         emb = self.ar.embedding
         q = torch.stack([self.condition(pi[w], [int(t) if f else None for t, f in zip(proposal[w], forced[w])])
                          for w in range(W)])
-        soft = (q @ self.table).to(emb.dtype)
+        soft = q.to(emb.dtype) @ self.table
         open_e, close_e = self.ar.wrapper_embeddings()
         seq = torch.cat([open_e.expand(W, -1, -1), soft, close_e.expand(W, -1, -1), emb[proposal[:, :-1]]], dim=1)
         self.ar.forwards += 1
