@@ -216,6 +216,7 @@ def gen(
     cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: none]")] = None,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
+    compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
     device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
     dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA, else fp32), float32, bfloat16, float16. [default: auto]")] = None,
@@ -294,7 +295,7 @@ def gen(
             raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
         device_name, dtype_name = opt("device", "runtime"), opt("dtype", "runtime")
         models = load_models(dlm=dlm_name, ar=ar_name if chosen == "codila" else None, device=device_name,
-                             dtype=dtype_name)
+                             dtype=dtype_name, compile=compile_model)
         err = _stderr(color)
         live = _stderr_is_tty() and not (json_out or quiet)
         streamer = None
@@ -439,6 +440,7 @@ def eval_cmd(
     ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL")] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Canvas length per task.")] = 128,
     timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.")] = 10.0,
+    compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.")] = False,
     seed: Annotated[int, typer.Option()] = 0,
     device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
     dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
@@ -474,7 +476,8 @@ def eval_cmd(
         from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
 
         shard = init_from_env()
-        models = load_models(dlm=dlm_name, ar=ar_name, device=device_for(shard, device), dtype=dtype)
+        models = load_models(dlm=dlm_name, ar=ar_name, device=device_for(shard, device), dtype=dtype,
+                             compile=compile_model)
         output.mkdir(parents=True, exist_ok=True)
         done = [0]
         total = -(-len(chosen) // shard.world) * len(parsed)

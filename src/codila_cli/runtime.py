@@ -47,7 +47,7 @@ def default_ar() -> str | None:
     return "bundled-ar" if bundled_available("bundled-ar") else None
 
 
-def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto") -> Models:
+def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False) -> Models:
     from codila_cli.models.cache import resolve_local_dir
 
     dlm_spec = resolve_spec(dlm, kind="dlm")
@@ -70,6 +70,12 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
             dlm_tokenizer=models.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,
             dlm_specials=models.dlm.specials, ar_specials=models.ar.specials,
             dlm_vocab_rows=models.dlm.vocab_rows, ar_vocab_rows=models.ar.vocab_rows, dlm_name=dlm, ar_name=ar)
+    if compile:  # torch.compile of the model forwards; pays on GPUs at 7B, rarely for the small CPU models
+        import torch
+
+        for m in (models.dlm.model, models.ar.model if models.ar is not None else None):
+            if m is not None:
+                m.forward = torch.compile(m.forward, dynamic=True)
     models.load_seconds = time.perf_counter() - t0
     return models
 
