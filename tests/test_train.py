@@ -155,3 +155,26 @@ def test_dreamon_batch_builds_expand_and_delete_targets():
             if len(other):
                 assert float(w[0][y[0] == EOS].sum()) <= float(other.max()) + 1e-6
     assert seen_expand and seen_delete
+
+
+def test_alignment_loss_with_left_context_trains():
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from codila_cli.train.objectives import codila_alignment_loss
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1)
+    dlm = Qwen2ForCausalLM(Qwen2Config(**common))
+    for mod in dlm.modules():
+        if hasattr(mod, "is_causal"):
+            mod.is_causal = False
+    ar = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=8))
+    x0 = torch.randint(6, 40, (2, 33))
+    shared = torch.tensor([0] + list(range(6, 40)))
+    kw = dict(mask_id=2, think_open=4, think_close=5, shared=shared, block=4, blocks_per_row=3)
+    plain = codila_alignment_loss(dlm, ar, x0, gen=torch.Generator().manual_seed(1), **kw)
+    ctx = codila_alignment_loss(dlm, ar, x0, gen=torch.Generator().manual_seed(1), ctx_max=16, ctx_prob=1.0, **kw)
+    assert torch.isfinite(plain) and torch.isfinite(ctx)
+    ctx.backward()
+    assert ar.get_input_embeddings().weight.grad is not None

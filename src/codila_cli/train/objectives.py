@@ -53,12 +53,16 @@ def block_mask(b: int, n: int, *, t: torch.Tensor, block: int, gen: torch.Genera
 
 def codila_alignment_loss(dlm, ar, x0: torch.Tensor, *, mask_id: int, think_open: int, think_close: int,
                           shared: torch.Tensor, block: int, blocks_per_row: int, gen: torch.Generator,
-                          eps: float = 1e-3) -> torch.Tensor:
+                          eps: float = 1e-3, ctx_max: int = 0, ctx_prob: float = 0.5) -> torch.Tensor:
     """CoDiLA AR objective (§3.5): frozen DLM marginals on block-masked x_t → soft tokens
-    ``[<think>, e_1..e_B, </think>]`` → teacher-forced log-likelihood of the block's true tokens,
+    ``[ctx…, <think>, e_1..e_B, </think>]`` → teacher-forced log-likelihood of the block's true tokens.
+
     Committed (unmasked) block positions are one-hot. The paper weights the NELBO by 1/t; here a fixed
     number of blocks that hold masks is drawn per row, which already scales the expected count of
     scored blocks like 1/t would, so the loss is a plain average per target token (lower variance).
+    With ``ctx_max`` > 0, a share ``ctx_prob`` of the blocks also get their committed left context (the
+    true tokens left of the block back to the nearest mask, at most ``ctx_max``), exactly what
+    ``--ar-context`` feeds at inference; the rest get none, so both modes are trained.
     """
     b, n = x0.shape
     t = eps + (1 - eps) * torch.rand(b, generator=gen)
@@ -73,7 +77,6 @@ def codila_alignment_loss(dlm, ar, x0: torch.Tensor, *, mask_id: int, think_open
     ok = shared[pos.clamp_max(len(shared) - 1)] == x0
     onehot.scatter_(2, pos.clamp_max(len(shared) - 1).unsqueeze(-1), 1.0)
     pi = torch.where(masked.unsqueeze(-1), pi, onehot)
-    # choose blocks_per_row blocks per row that contain at least one mask (else any block)
     nblocks = (n - 1) // block
     starts = []
     for r in range(b):
@@ -87,11 +90,31 @@ def codila_alignment_loss(dlm, ar, x0: torch.Tensor, *, mask_id: int, think_open
     tgt = x0[rows[:, None], cols]  # [m, B]
     valid = ok[rows[:, None], cols]
     emb = ar.get_input_embeddings().weight
-    soft = pi_blk.to(emb.dtype) @ emb[shared]  # [m, B, d]
+    soft = pi_blk.to(emb.dtype) @ emb[shared]  # [m, d]
     m = soft.shape[0]
-    inp = torch.cat([emb[think_open].expand(m, 1, -1), soft, emb[think_close].expand(m, 1, -1),
-                     emb[tgt[:, :-1]]], dim=1)  # [m, 2B+1, d]
-    out = ar(inputs_embeds=inp, use_cache=False).logits[:, block + 1 :].float()  # predicts tgt[0..B-1]
+    body = torch.cat([emb[think_open].expand(m, 1, -1), soft, emb[think_close].expand(m, 1, -1),
+                      emb[tgt[:, :-1]]], dim=1)  # [m, 2B+1, d]
+    ctx_len = torch.zeros(m, dtype=torch.long)
+    if ctx_max > 0:
+        for j, (r, s) in enumerate(starts):
+            if float(torch.rand(1, generator=gen)) < ctx_prob:
+                left = masked[r, max(0, s - ctx_max) : s]
+                holes = left.nonzero().flatten()
+                ctx_len[j] = len(left) - (int(holes[-1]) + 1 if len(holes) else 0)
+    C = int(ctx_len.max())
+    if C == 0:
+        out = ar(inputs_embeds=body, use_cache=False).logits[:, block + 1 :].float()
+    else:  # left-pad the context so every row ends at the same place; pads are masked out
+        ctx = torch.zeros(m, C, emb.shape[1], dtype=emb.dtype)
+        attn = torch.ones(m, C + body.shape[1], dtype=torch.long)
+        for j, (r, s) in enumerate(starts):
+            c = int(ctx_len[j])
+            if c:
+                ctx[j, C - c :] = emb[x0[r, s - c : s]]
+            attn[j, : C - c] = 0
+        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
+        out = ar(inputs_embeds=torch.cat([ctx, body], 1), attention_mask=attn, position_ids=position_ids,
+                 use_cache=False).logits[:, C + block + 1 :].float()
     ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1), reduction="none").view(m, block)
     w = valid.float()
     return (ce * w).sum() / w.sum().clamp_min(1)

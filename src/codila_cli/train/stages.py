@@ -207,7 +207,7 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
 
 
 def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, blocks_per_row: int = 8,
-                seed: int = 3, lr: float = 1e-3, on_log: Log | None = None) -> dict:
+                seed: int = 3, lr: float = 1e-3, ctx_max: int = 48, on_log: Log | None = None) -> dict:
     from codila_cli.models.dream import load_dlm
     from codila_cli.train.objectives import codila_alignment_loss
 
@@ -225,7 +225,7 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     def loss(step: int, g: torch.Generator, x0: torch.Tensor) -> torch.Tensor:
         return codila_alignment_loss(dlm, ar, x0, mask_id=ids["mask"], think_open=ids["think_open"],
                                      think_close=ids["think_close"], shared=shared, block=blocks[step % 3],
-                                     blocks_per_row=blocks_per_row, gen=g)
+                                     blocks_per_row=blocks_per_row, gen=g, ctx_max=ctx_max)
 
     def vloss() -> float:
         g = torch.Generator().manual_seed(99)
@@ -235,6 +235,7 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     last = run_loop(model=ar, stage_dir=run / "align", cfg=cfg, train_step=lambda s, g: loss(s, g, get(s)),
                     valid_loss=vloss, on_log=on_log)
     meta = {"stage": "align", "steps": steps, "batch": batch, "blocks": blocks, "valid_block_ce": last.get("valid"),
+            "context_max": ctx_max,
             "shape": asdict(AR_SHAPE)}
     _export(ar, run / "align" / "final", dream=False, ids=ids, run=run, meta=meta)
     return last
