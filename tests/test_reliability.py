@@ -124,3 +124,20 @@ def test_never_trust_remote_code_anywhere():
     assert offenders == []
     no_click = [p for p in src.rglob("*.py") if "import click" in p.read_text()]
     assert no_click == []
+
+
+def test_prompt_argument_does_not_wait_for_a_silent_open_stdin(tiny):
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "codila_cli", "gen", "--dlm", str(tiny["dlm"]), "-K", "8",
+                             "--max-new-tokens", "8", "--seed", "0", "def f("],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.time()
+    try:
+        proc.wait(timeout=90)  # stdin stays open and silent: the run must not wait for it
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    out, err = proc.stdout.read(), proc.stderr.read()
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().startswith("def f(") and time.time() - t0 < 90

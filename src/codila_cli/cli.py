@@ -140,10 +140,23 @@ def _root(
     """codila: diffusion code generation. Results go to stdout; status and errors to stderr."""
 
 
+def _stdin_ready(timeout: float = 0.2) -> bool:
+    """True when stdin has data (or EOF) within ``timeout`` seconds; True where select() cannot tell."""
+    try:
+        import select
+
+        return bool(select.select([sys.stdin], [], [], timeout)[0])
+    except (OSError, ValueError, TypeError, AttributeError):  # not a real file (tests) or not selectable
+        return True
+
+
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     """Argument, `-` (stdin only), -f FILE, or piped stdin placed before the argument."""
     stdin_text = None
-    if prompt == "-" or (not sys.stdin.isatty() and prompt_file is None):
+    piped = not sys.stdin.isatty() and prompt_file is None
+    if piped and prompt not in (None, "-") and not _stdin_ready():
+        piped = False  # an open stdin that sends nothing (agents, CI) must not block a prompt given as argument
+    if prompt == "-" or piped:
         raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
         try:
             stdin_text = raw.decode("utf-8")
