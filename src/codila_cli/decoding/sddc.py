@@ -96,6 +96,19 @@ class ContractTemplate:
             out[(k, "use")] = self.enc(",".join(e.uses))[: self.cfg.use_slots]
         return out
 
+    def allowed_now(self, ids: list[int], slots: list[Slot], i: int) -> torch.Tensor:
+        """Legal tokens for slot ``i`` given what is committed: a function, class, method or helper entry
+        must name something, so its first ``def`` slot may not be end-of-text."""
+        s = slots[i]
+        allowed = s.allowed
+        if s.field == "def" and s.pos == min(x.pos for x in slots if x.entry == s.entry and x.field == "def"):
+            role = self.tok.decode([ids[x.pos] for x in slots if x.entry == s.entry and x.field == "role"
+                                    and ids[x.pos] not in (self.sp.mask, self.sp.eos)]).strip()
+            if role in ("function", "class", "method", "helper"):
+                allowed = allowed.clone()
+                allowed[self.sp.eos] = False
+        return allowed
+
     def choose(self, logits: torch.Tensor, slots: list[Slot], entry: int, fname: str) -> dict[int, int]:
         """Pick a role (or "no unit") or a budget from the menu by the summed log-probabilities of its
         tokens over the field's slots; returns {slot index: token}. Choosing "no unit" empties the entry."""
@@ -189,8 +202,8 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
             if not masked:
                 break
             logits = dlm.logits(torch.tensor([head + ids], device=dlm.device))[0, len(head):]
-            rows = torch.stack([logits[slots[i].pos].masked_fill(~slots[i].allowed.to(logits.device), float("-inf"))
-                                for i in masked])
+            rows = torch.stack([logits[slots[i].pos].masked_fill(~tpl.allowed_now(ids, slots, i).to(logits.device),
+                                                                 float("-inf")) for i in masked])
             probs, x0 = sample(rows, config.sampling, generator)
             j = contract_order(slots, masked, confidence(probs, x0, "maskgit_plus"), config.contract_schedule,
                                filled, sp.eos)
