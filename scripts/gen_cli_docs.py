@@ -16,7 +16,16 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 
 def render() -> str:
+    saved = dict(os.environ)
     os.environ.update({"COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1", "_TYPER_FORCE_DISABLE_TERMINAL": "1"})
+    try:
+        return _render()
+    finally:  # leave the caller's environment as it was (the test suite runs this in-process)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _render() -> str:
     from typer.testing import CliRunner
 
     from codila_cli.cli import app

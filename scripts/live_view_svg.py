@@ -27,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
     models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
     record = Console(record=True, width=100, force_terminal=True, color_system="truecolor", file=open("/dev/null", "w"))
-    cfg = CodilaConfig(max_new_tokens=96, block_size=4, tau=0.5)
+    cfg = CodilaConfig(max_new_tokens=96, block_size=4)
     view = LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=record,
                     block_size=cfg.block_size, title="codila codila", min_interval=0.0)
     captured = {}
