@@ -6,7 +6,8 @@ Tasks: windows of 2–4 top-level functions/classes from the held-out packages (
 HELDOUT_PACKAGES); the prompt is the module docstring's first line (or the first unit's) plus the names
 to define, the reference contract comes from static analysis (train/plan_data.py). Settings: plan with
 coupled/isolated attention × single/γ 0.99/γ 0.9 commitment, and gen (the same DLM, plain K = 1) on the
-same prompt. Metrics: valid share, share where every contracted identifier is defined, Misbound,
+same prompt. Metrics: valid share (parses and not empty), share where every identifier of the task's reference
+contract is defined, share of runs whose own contract fell back to one unit, Misbound,
 Overrun, iterations (DLM forwards) and seconds. SDDC's Table 3 direction: binding and coupling cut
 Misbound.
 """
@@ -62,13 +63,14 @@ def main() -> None:
         for att, com in settings:
             r = plan(models, t["prompt"], config=PlanConfig(attention=att, commit=com, max_units=4), seed=0)
             rows.append({"task": t["id"], "setting": f"plan {att} {'single' if com is None else com}",
-                         "valid": r["syntax"].valid, "defined": r["metrics"]["all_defined"],
+                         "valid": r["syntax"].valid and bool(r["text"].strip()),
+                         "defined": all_defined(t["contract"], r["text"]),
                          "misbound": r["metrics"]["misbound"], "overrun": r["metrics"]["overrun"],
                          "iterations": r["metrics"]["iterations"], "seconds": r["metrics"]["latency_seconds"],
                          "fallback": r["contract_source"] == "fallback"})
         g = generate(models, t["prompt"] + "\n", decoder="dream", config=DreamConfig(max_new_tokens=256, tokens_per_step=1),
                      seed=0)
-        rows.append({"task": t["id"], "setting": "gen dream K=1", "valid": g.syntax.valid,
+        rows.append({"task": t["id"], "setting": "gen dream K=1", "valid": g.syntax.valid and bool(g.completion.strip()),
                      "defined": all_defined(t["contract"], g.text), "misbound": None, "overrun": None,
                      "iterations": g.metrics["dlm_forwards"], "seconds": g.metrics["wall_seconds"], "fallback": None})
     args.out.mkdir(parents=True, exist_ok=True)
