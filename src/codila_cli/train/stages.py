@@ -241,17 +241,10 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     return last
 
 
-def stage_infill(run: Path, *, steps: int, batch: int = 8, seq_len: int = 384, seed: int = 4, lr: float = 3e-4,
-                 on_log: Log | None = None) -> dict:
-    """DreamOn fine-tune of the finished DLM (expand/delete infilling) → RUN/infill/final (Dream layout)."""
-    from codila_cli.train.objectives import dreamon_batch, dreamon_loss
-
-    ids = _ids(run)
-    from tokenizers import Tokenizer
-
-    newline = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json")).token_to_id("Ċ")
+def _dlm_from_final(run: Path, stage: str, ids: dict):
+    """The finished DLM as a trainable bidirectional network (fresh start of a fine-tune stage)."""
     model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
-    if not (run / "infill" / "ckpt.pt").exists():
+    if not (run / stage / "ckpt.pt").exists():  # a resumed run loads its own checkpoint instead
         from safetensors.torch import load_file
 
         state = load_file(str(run / "dlm" / "final" / "model.safetensors"))
@@ -260,30 +253,7 @@ def stage_infill(run: Path, *, steps: int, batch: int = 8, seq_len: int = 384, s
     for module in model.modules():
         if hasattr(module, "is_causal"):
             module.is_causal = False
-    data = {split: load_tokens(run / f"tokens_{split}.npz") for split in ("train", "valid")}
-
-    def rows(split: str, step: int, n: int) -> list[list[int]]:
-        d = data[split]
-        rng = np.random.default_rng([seed, step, 7])
-        picks = rng.integers(d.n_functions, size=n)
-        return [d.func_tokens[d.func_offsets[f] : d.func_offsets[f + 1]][: seq_len - 40].tolist() for f in picks]
-
-    def loss_at(split: str, step: int, g: torch.Generator) -> torch.Tensor:
-        x, y, w = dreamon_batch(rows(split, step, batch), bos=ids["bos"], eos=ids["eos"], mask=ids["mask"],
-                                expand=ids["expand"], newline=newline, seq_len=seq_len, gen=g)
-        return dreamon_loss(model, x, y, w)
-
-    def vloss() -> float:
-        g = torch.Generator().manual_seed(5)
-        return sum(float(loss_at("valid", 10_000 + i, g)) for i in range(4)) / 4
-
-    cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=30)
-    last = run_loop(model=model, stage_dir=run / "infill", cfg=cfg, train_step=lambda s, g: loss_at("train", s, g),
-                    valid_loss=vloss, on_log=on_log)
-    meta = {"stage": "infill", "steps": steps, "batch": batch, "seq_len": seq_len, "valid_loss": last.get("valid"),
-            "shape": asdict(DLM_SHAPE)}
-    _export(model, run / "infill" / "final", dream=True, ids=ids, run=run, meta=meta)
-    return last
+    return model
 
 
 def _plan_examples(run: Path, split: str, ids: dict):
@@ -315,16 +285,7 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     ids = _ids(run)
     newline = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json")).token_to_id("Ċ")
     plan = {split: _plan_examples(run, split, ids) for split in ("train", "valid")}
-    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
-    if not (run / "tasks" / "ckpt.pt").exists():
-        from safetensors.torch import load_file
-
-        state = load_file(str(run / "dlm" / "final" / "model.safetensors"))
-        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-        model.tie_weights()
-    for module in model.modules():
-        if hasattr(module, "is_causal"):
-            module.is_causal = False
+    model = _dlm_from_final(run, "tasks", ids)
     data = {split: load_tokens(run / f"tokens_{split}.npz") for split in ("train", "valid")}
 
     def infill_loss(split: str, step: int, g: torch.Generator) -> torch.Tensor:
@@ -400,5 +361,5 @@ if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
         print(stage_export(run_dir))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "ar": stage_ar, "align": stage_align,
-              "infill": stage_infill, "tasks": stage_tasks}[stage]
+              "tasks": stage_tasks}[stage]
         print(fn(run_dir, steps=n, on_log=printer))
