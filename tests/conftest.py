@@ -73,3 +73,27 @@ def scripted():
         return ScriptedDLM(list(target), list(conf), prompt_len, vocab)
 
     return make
+
+
+SLOW_CODILA = """
+import os, sys, time
+import codila_cli.models.dream as d
+_orig = d.DreamDenoiser.logits
+def slow(self, x, **k):
+    if os.environ.get("CODILA_TEST_MARKER"):
+        open(os.environ["CODILA_TEST_MARKER"], "w").close()  # decoding has started
+    time.sleep(float(os.environ.get("CODILA_TEST_DELAY", "0.2")))
+    return _orig(self, x, **k)
+d.DreamDenoiser.logits = slow
+from codila_cli.cli import main
+sys.argv = ["codila"] + sys.argv[1:]
+main()
+"""
+
+
+@pytest.fixture
+def slow_codila(tmp_path):
+    """Path of a script that runs `codila …` with every DLM forward slowed down (for real-process tests)."""
+    script = tmp_path / "slow_codila.py"
+    script.write_text(SLOW_CODILA)
+    return script

@@ -10,24 +10,7 @@ import time
 
 import pytest
 
-SLOW_MODEL = """
-import os, time, torch, codila_cli.models.dream as d
-_orig = d.DreamDenoiser.logits
-def slow(self, x, **k):
-    open(os.environ["CODILA_TEST_MARKER"], "w").close()  # decoding has started
-    time.sleep(0.2)
-    return _orig(self, x, **k)
-d.DreamDenoiser.logits = slow
-from codila_cli.cli import main
-import sys
-sys.argv = ['codila'] + sys.argv[1:]
-main()
-"""
-
-
-def _start(args, tmp_path):
-    script = tmp_path / "run.py"
-    script.write_text(SLOW_MODEL)
+def _start(args, tmp_path, script):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CODILA_TEST_MARKER": str(tmp_path.parent / f"{tmp_path.name}.marker")}
     return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env)
@@ -43,9 +26,9 @@ def _wait_for_decoding(proc, tmp_path, timeout=60):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_during_gen_exits_130_with_empty_stdout(tiny, tmp_path, sig):
+def test_signal_during_gen_exits_130_with_empty_stdout(tiny, tmp_path, sig, slow_codila):
     proc = _start(["gen", "--dlm", str(tiny["dlm"]), "-K", "1", "--max-new-tokens", "200", "--seed", "0",
-                   "--no-early-stop", "def f("], tmp_path)
+                   "--no-early-stop", "def f("], tmp_path, slow_codila)
     _wait_for_decoding(proc, tmp_path)
     t0 = time.time()
     proc.send_signal(sig)
@@ -56,14 +39,14 @@ def test_signal_during_gen_exits_130_with_empty_stdout(tiny, tmp_path, sig):
     assert b"Traceback" not in err
 
 
-def test_signal_during_infill_leaves_file_untouched(tiny, tmp_path):
+def test_signal_during_infill_leaves_file_untouched(tiny, tmp_path, slow_codila):
     f = tmp_path / "a.py"
     original = b"def f(x):\n    # codila: fill\n    return x\n"
     f.write_bytes(original)
     proc = _start(["infill", str(f), "--dlm", str(tiny["dlm"]), "--in-place", "--max-middle-tokens", "64",
-                   "--initial-masks", "60", "--seed", "0"], tmp_path)
+                   "--initial-masks", "60", "--seed", "0"], tmp_path, slow_codila)
     _wait_for_decoding(proc, tmp_path)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err.decode()
-    assert f.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "run.py"]
+    assert f.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "slow_codila.py"]

@@ -11,24 +11,10 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")]
 
-SLOW = """
-import sys, time, codila_cli.models.dream as d
-_orig = d.DreamDenoiser.logits
-def slow(self, x, **k):
-    time.sleep(0.15)
-    return _orig(self, x, **k)
-d.DreamDenoiser.logits = slow
-from codila_cli.cli import main
-sys.argv = ["codila"] + sys.argv[1:]
-main()
-"""
-
-
-def test_live_view_in_tmux_then_code(tiny, tmp_path):
-    script = tmp_path / "slow.py"
-    script.write_text(SLOW)
+def test_live_view_in_tmux_then_code(tiny, slow_codila):
+    script = slow_codila
     session = f"codila-test-{int(time.time() * 1000) % 100000}"
-    cmd = (f"{sys.executable} {script} gen --dlm {tiny['dlm']} --ar {tiny['ar']} --decoder codila "
+    cmd = (f"CODILA_TEST_DELAY=0.15 {sys.executable} {script} gen --dlm {tiny['dlm']} --ar {tiny['ar']} --decoder codila "
            f"--max-new-tokens 48 --no-early-stop --seed 0 'def f(x):'; echo CODILA-EXIT=$?; sleep 30")
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "40", cmd], check=True)
     try:
