@@ -3,7 +3,6 @@ and scripted stand-in models for exact decoder accounting."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from codila_cli import __version__
-from codila_cli.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, CodilaError, StrictSyntaxError, UsageError
+from codila_cli.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, CodilaError, StrictSyntaxError, UsageError
 
 app = typer.Typer(
     name="codila",

@@ -172,7 +172,7 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
     if text and not text.endswith("\n"):
         text += "\n"
     metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
-    settings = {k: v for k, v in asdict(config).items()}
+    settings = asdict(config)
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
                             settings=settings, metrics={**metrics.to_dict(), "stopped_early": res.stopped_early,
                                                         "load_seconds": round(models.load_seconds, 3)},

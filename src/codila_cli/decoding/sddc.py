@@ -159,7 +159,7 @@ def contract_order(slots: list[Slot], masked: list[int], conf: torch.Tensor, sch
         return max((i for i in range(len(masked)) if slots[masked[i]].entry == low), key=lambda i: float(conf[i]))
     if schedule == "pad-scan":  # decide role slots from the last entry backwards until one is present
         roles = [i for i in range(len(masked)) if slots[masked[i]].field == "role"]
-        present_after = any(slots[s].field == "role" and v != eos for s, v in filled.items())  # noqa: F841
+        present_after = any(slots[s].field == "role" and v != eos for s, v in filled.items())
         if roles and not present_after:
             return max(roles, key=lambda i: slots[masked[i]].entry)
     return int(conf.argmax())

@@ -79,7 +79,7 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
     def save() -> None:
         _atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
 
-    t0, tokens_seen, last = time.time(), 0, {}
+    t0, last = time.time(), {}
     try:
         while step < cfg.steps:
             for group in opt.param_groups:
