@@ -154,3 +154,34 @@ def test_internal_errors_are_one_line_without_traceback(tiny, monkeypatch):
 def test_version():
     r = runner.invoke(app, ["--version"])
     assert r.exit_code == 0 and r.stdout.startswith("codila ")
+
+
+def test_num_samples_json_one_batch_consecutive_seeds(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "-n", "3", "--temperature", "1",
+            "--ar-temperature", "1", "--max-new-tokens", "16", "--seed", "40", "--json", "def f(")
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["command"] == "gen" and [s["seed"] for s in doc["samples"]] == [40, 41, 42]
+    assert all(s["text"].startswith("def f(") for s in doc["samples"])
+    b = doc["batch"]
+    assert b["rows"] == 3 and b["row_dlm_forwards"] == sum(s["metrics"]["dlm_forwards"] for s in doc["samples"])
+    assert b["batched_dlm_forwards"] == max(s["metrics"]["dlm_forwards"] for s in doc["samples"])
+    # sample 2 is exactly what a single run with its seed gives
+    one = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "--temperature", "1",
+              "--ar-temperature", "1", "--max-new-tokens", "16", "--seed", "41", "--json", "def f(")
+    assert json.loads(one.stdout)["text"] == doc["samples"][1]["text"]
+
+
+def test_num_samples_text_has_one_header_per_sample(tiny):
+    r = gen("--dlm", str(tiny["dlm"]), "-n", "2", "-K", "4", "--max-new-tokens", "8", "--seed", "5", "def f(")
+    assert r.exit_code == 0, r.stderr
+    heads = [line for line in r.stdout.splitlines() if line.startswith("# codila sample")]
+    assert heads == ["# codila sample 1/2 (seed 5)", "# codila sample 2/2 (seed 6)"]
+    assert "every sample is the same" in r.stderr and "samples parse" in r.stderr
+
+
+@pytest.mark.parametrize("n", ["0", "-1", "65", "100000"])
+def test_num_samples_out_of_range_is_a_usage_error(tiny, n):
+    r = gen("--dlm", str(tiny["dlm"]), "-n", n, "def f(")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.startswith("Error: --num-samples must be between 1 and 64")

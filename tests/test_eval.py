@@ -148,3 +148,26 @@ def test_sharded_and_unsharded_runs_give_the_same_rows(tiny, tmp_path):
 
     assert rows("one") == rows("two") and len(rows("one")) == 6
     assert not list((tmp_path / "two").glob("*.partial.jsonl"))
+
+
+def test_batched_eval_gives_one_row_per_task_in_order(tiny, tmp_path):
+    common = ["eval", "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
+              "--setting", "dream:K=4", "--setting", "codila:B=4", "--max-new-tokens", "8", "--timeout", "3", "-q"]
+    one = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "one")])
+    three = CliRunner().invoke(app, [*common, "--batch-size", "3", "-o", str(tmp_path / "three")])
+    assert one.exit_code == 0 and three.exit_code == 0, three.stderr
+
+    def rows(d):
+        return [json.loads(x) for x in (tmp_path / d / "rows.jsonl").read_text().splitlines()]
+
+    key = [(r["setting"], r["task_id"]) for r in rows("one")]
+    assert [(r["setting"], r["task_id"]) for r in rows("three")] == key and len(key) == 6
+    for r in rows("three"):
+        assert r["tokens_per_step"] == (4.0 if r["setting"] == "dream:K=4" else r["tokens_per_step"])
+        assert r["dlm_forwards"] >= 1 and isinstance(r["valid"], bool)
+
+
+def test_batch_size_out_of_range_is_refused(tiny, tmp_path):
+    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
+                                 "--batch-size", "0", "-o", str(tmp_path / "x")])
+    assert r.exit_code == 2 and r.stderr.startswith("Error: --batch-size must be between 1 and 64")

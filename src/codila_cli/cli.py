@@ -231,6 +231,7 @@ def gen(
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples together in one batch (seeds seed, seed+1, …); 1–64.")] = 1,
     device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
     dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA, else fp32), float32, bfloat16, float16. [default: auto]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
@@ -249,6 +250,8 @@ def gen(
         codila gen "def fib(n):"
 
         codila gen --decoder codila --block-size 4 --tau 0.5 "def is_prime(n):"
+
+        codila gen -n 4 --temperature 0.8 "def parse(line):"
 
         cat spec.md | codila gen --json > out.json
     """
@@ -273,6 +276,9 @@ def gen(
                 value = user.get(section, key)
             return GEN_DEFAULTS.get(key) if value is None else value
 
+        if not 1 <= num_samples <= 64:
+            raise UsageError(f"--num-samples must be between 1 and 64, got {num_samples}",
+                             hint="ask for fewer samples, or run codila several times")
         text = read_prompt(prompt, prompt_file)
         if not text.strip():
             raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
@@ -311,6 +317,10 @@ def gen(
                              dtype=dtype_name, compile=compile_model)
         err = _stderr(color)
         live = _stderr_is_tty() and not (json_out or quiet)
+        if num_samples > 1:
+            _gen_many(models, text, chosen=chosen, cfg=cfg, seed=seed, system=system, n=num_samples, live=live,
+                      json_out=json_out, strict=strict, quiet=quiet, verbose=verbose, err=err)
+            return
         streamer = None
         if stream and not json_out and not live and not getattr(models.dlm.tokenizer, "chat_template", None):
             from codila_cli.ui.stream import StdoutStreamer
@@ -351,6 +361,53 @@ def gen(
                                     hint="try another --seed, a smaller --block-size or --tokens-per-step")
 
     boundary(body, quiet=quiet)
+
+
+def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None, system: str | None, n: int,
+              live: bool, json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any) -> None:
+    """``gen --num-samples N``: one batched decode; samples on stdout in order, each after a comment line."""
+    import json
+    import secrets
+
+    from codila_cli.runtime import SCHEMA_VERSION, generate_many
+
+    if cfg.sampling.temperature == 0 and getattr(cfg, "ar_temperature", 0) == 0 and not quiet:
+        sys.stderr.write("Warning: with --temperature 0 every sample is the same; set --temperature (and "
+                         "--ar-temperature for codila) to get different samples\n")
+    base = secrets.randbelow(2**31 - 64) if seed is None else seed
+    seeds = [base + i for i in range(n)]
+    if live:
+        from codila_cli.ui.live import LiveView
+
+        block = cfg.block_size if chosen == "codila" else getattr(cfg, "block_length", None)
+        with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
+                      block_size=block, title=f"codila {chosen} · sample 1 of {n}") as view:
+            out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
+                                on_step=view)
+    else:
+        out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system)
+    if json_out:
+        doc = {"schema_version": SCHEMA_VERSION, "command": "gen", "models": models.describe(),
+               "samples": [r.to_json(models=models.describe()) for r in out.results], "batch": out.summary()}
+        for sample in doc["samples"]:
+            sample.pop("models", None)
+            sample.pop("schema_version", None)
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    else:
+        for i, r in enumerate(out.results):
+            sys.stdout.write(f"# codila sample {i + 1}/{n} (seed {r.seed})\n{r.text}")
+    sys.stdout.flush()
+    valid = sum(r.syntax.valid for r in out.results)
+    if not quiet:
+        err.print(f"{valid} of {n} samples parse", style="green" if valid == n else "yellow", markup=False)
+    if verbose and not quiet:
+        b = out.summary()
+        err.print(f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {chosen}  batched dlm forwards: {b['batched_dlm_forwards']}"
+                  f"  row forwards: {b['row_dlm_forwards']}  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
+                  f"  decode: {b['wall_seconds']:.2f}s  {_peak_memory()}", markup=False)
+    if strict and valid < n:
+        raise StrictSyntaxError(f"{n - valid} of {n} samples do not parse (--strict)",
+                                hint="try other seeds, a smaller --block-size or --tokens-per-step")
 
 
 config_app = typer.Typer(help="Show where the configuration lives and what it resolves to.", no_args_is_help=True)
@@ -455,6 +512,7 @@ def eval_cmd(
     timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.")] = 10.0,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.")] = False,
     seed: Annotated[int, typer.Option()] = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Completion tasks decoded together per DLM forward (1–64).")] = 1,
     device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
     dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
@@ -473,6 +531,8 @@ def eval_cmd(
         from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting
         from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, load_models
 
+        if not 1 <= batch_size <= 64:
+            raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
         infill_bench = benchmark.startswith("he-infill")
         labels = list(settings or []) + ((INFILL_GRID if infill_bench else PAPER_GRID) if sweep else [])
         if infill_bench:
@@ -507,7 +567,7 @@ def eval_cmd(
                 sys.stderr.write(f"\r{done[0]}/{total} {row['setting']} {row['task_id']}\x1b[K")
 
         mine = run_eval(models, chosen, parsed, seed=seed, limits=limits, on_row=log, rank=shard.rank,
-                        world=shard.world)
+                        world=shard.world, batch_size=batch_size)
         fh.close()
         partial.unlink()
         if show:

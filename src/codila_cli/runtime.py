@@ -120,13 +120,7 @@ class GenerationResult:
                 "syntax": self.syntax.to_dict(), "metrics": self.metrics}
 
 
-def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig | ThresholdConfig | CodilaConfig,
-             seed: int | None = None, system: str | None = None, on_step: OnStep = no_op) -> GenerationResult:
-    import torch
-
-    from codila_cli.decoding.metrics import MetricsRecorder
-    from codila_cli.syntax import check_python, extract_code
-
+def _prepare(models: Models, prompt: str, config: Any, system: str | None) -> tuple[list[int], str]:
     if not prompt.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     dlm = models.dlm
@@ -138,6 +132,55 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
             f"more than the model's context of {dlm.context_length} tokens",
             hint="shorten the prompt or lower --max-new-tokens",
         )
+    return ids, mode
+
+
+def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
+            on_step: OnStep) -> Any:
+    """Run one sampler on one sequence; ``dlm``/``ar`` may be per-row views of the loaded models."""
+    if decoder == "dream":
+        from codila_cli.decoding.dream import decode_dream
+
+        return decode_dream(dlm, ids, config=config, generator=gen, on_step=on_step)
+    if decoder == "threshold":
+        from codila_cli.decoding.threshold import decode_threshold
+
+        return decode_threshold(dlm, ids, config=config, generator=gen, on_step=on_step)
+    if decoder == "codila":
+        from codila_cli.decoding.codila import decode_codila
+        from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+        if ar is None:
+            raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
+        writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk)
+        return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
+    raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
+
+
+def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
+            seed: int, recorder: Any, wall: float) -> GenerationResult:
+    from codila_cli.syntax import check_python, extract_code
+
+    dlm = models.dlm
+    completion = decode_text(dlm.tokenizer, dlm.specials, res.canvas)
+    text = extract_code(completion) if mode == "chat" else prompt + completion
+    if text and not text.endswith("\n"):
+        text += "\n"
+    metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
+    return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
+                            settings=asdict(config), metrics={**metrics.to_dict(), "stopped_early": res.stopped_early,
+                                                              "load_seconds": round(models.load_seconds, 3)},
+                            syntax=check_python(text), prompt_tokens=len(ids), events=recorder.events)
+
+
+def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig | ThresholdConfig | CodilaConfig,
+             seed: int | None = None, system: str | None = None, on_step: OnStep = no_op) -> GenerationResult:
+    import torch
+
+    from codila_cli.decoding.metrics import MetricsRecorder
+
+    ids, mode = _prepare(models, prompt, config, system)
+    dlm = models.dlm
     seed = secrets.randbelow(2**31) if seed is None else seed
     torch.manual_seed(seed)
     gen = torch.Generator(device=dlm.device).manual_seed(seed)
@@ -148,35 +191,63 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
         on_step(event)
 
     t0 = time.perf_counter()
-    if decoder == "dream":
-        from codila_cli.decoding.dream import decode_dream
+    res = _decode(models, dlm, models.ar, ids, decoder=decoder, config=config, gen=gen, on_step=tee)
+    return _result(models, prompt, mode, ids, res, decoder=decoder, config=config, seed=seed, recorder=recorder,
+                   wall=time.perf_counter() - t0)
 
-        res = decode_dream(dlm, ids, config=config, generator=gen, on_step=tee)
-    elif decoder == "threshold":
-        from codila_cli.decoding.threshold import decode_threshold
 
-        res = decode_threshold(dlm, ids, config=config, generator=gen, on_step=tee)
-    elif decoder == "codila":
-        from codila_cli.decoding.codila import decode_codila
-        from codila_cli.decoding.soft_ar import SoftBlockWriter
+@dataclass
+class BatchOutcome:
+    results: list[GenerationResult]
+    batched_forwards: int  # DLM forwards the hardware ran (shared by the rows)
+    wall_seconds: float
 
-        if models.ar is None:
-            raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
-        writer = SoftBlockWriter(models.ar, models.bridge, temperature=config.ar_temperature, topk=config.topk)
-        res = decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=tee)
-    else:
-        raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
+    def summary(self) -> dict:
+        tokens = sum(r.metrics.get("tokens", 0) for r in self.results)
+        return {"rows": len(self.results), "batched_dlm_forwards": self.batched_forwards,
+                "row_dlm_forwards": sum(r.metrics.get("dlm_forwards", 0) for r in self.results),
+                "tokens": tokens, "wall_seconds": round(self.wall_seconds, 4),
+                "tokens_per_second": round(tokens / self.wall_seconds, 2) if self.wall_seconds > 0 else 0.0}
+
+
+def generate_many(models: Models, prompts: list[str], *, decoder: str, config: Any, seeds: list[int],
+                  system: str | None = None, on_step: OnStep = no_op) -> BatchOutcome:
+    """Decode several prompts (or one prompt several times) together: one DLM forward per step serves
+    every row (decoding/batch.py). Row i uses ``seeds[i]`` and gives exactly what ``generate`` gives with
+    that seed. ``on_step`` receives row 0's events (the live view follows one row)."""
+    import torch
+
+    from codila_cli.decoding.batch import RowAR, run_batched
+    from codila_cli.decoding.metrics import MetricsRecorder
+
+    if len(prompts) != len(seeds) or not prompts:
+        raise ValueError("generate_many needs one seed per prompt and at least one prompt")
+    prepared = [_prepare(models, p, config, system) for p in prompts]
+    dlm = models.dlm
+    recorders = [MetricsRecorder() for _ in prompts]
+    walls = [0.0] * len(prompts)
+
+    def row(r: int, row_dlm: Any) -> Any:
+        gen = torch.Generator(device=dlm.device).manual_seed(seeds[r])
+        rec = recorders[r]
+
+        def tee(event):
+            rec(event)
+            if r == 0:
+                on_step(event)
+
+        t = time.perf_counter()
+        ar = RowAR(models.ar) if models.ar is not None else None
+        out = _decode(models, row_dlm, ar, prepared[r][0], decoder=decoder, config=config, gen=gen, on_step=tee)
+        walls[r] = time.perf_counter() - t
+        return out
+
+    t0 = time.perf_counter()
+    outs, batcher = run_batched(dlm, len(prompts), row)
     wall = time.perf_counter() - t0
-    completion = decode_text(dlm.tokenizer, dlm.specials, res.canvas)
-    text = extract_code(completion) if mode == "chat" else prompt + completion
-    if text and not text.endswith("\n"):
-        text += "\n"
-    metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
-    settings = asdict(config)
-    return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
-                            settings=settings, metrics={**metrics.to_dict(), "stopped_early": res.stopped_early,
-                                                        "load_seconds": round(models.load_seconds, 3)},
-                            syntax=check_python(text), prompt_tokens=len(ids), events=recorder.events)
+    results = [_result(models, p, mode, ids, res, decoder=decoder, config=config, seed=s, recorder=rec, wall=w)
+               for p, (ids, mode), res, s, rec, w in zip(prompts, prepared, outs, seeds, recorders, walls)]
+    return BatchOutcome(results, batcher.batched_forwards, wall)
 
 
 @dataclass

@@ -23,10 +23,8 @@ ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "e
 
 def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: SandboxLimits) -> dict:
     from codila_cli.runtime import generate, infill_tokens
-    from codila_cli.syntax import check_python
 
-    if (task.kind == "infill") != (setting.decoder == "dreamon"):
-        raise ValueError(f"setting {setting.label!r} does not fit task {task.task_id} (infill tasks need dreamon:…)")
+    _check_fit(task, setting)
     if task.kind == "infill":
         res, _, _ = infill_tokens(models, task.prompt, task.suffix, config=setting.config, seed=seed)
         completion = models.dlm.tokenizer.decode(res.middle, skip_special_tokens=True)
@@ -35,10 +33,34 @@ def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: Sa
                    "tokens_per_step": decided / res.dlm_forwards if res.dlm_forwards else 0.0,
                    "tokens_per_second": decided / res.seconds if res.seconds else 0.0,
                    "wall_seconds": res.seconds, "order_spearman": None}
-    else:
-        r = generate(models, task.prompt, decoder=setting.decoder, config=setting.config, seed=seed)
-        completion = r.completion if r.mode == "raw" else r.text
-        metrics = r.metrics
+        return _row(task, setting, completion, metrics, limits)
+    r = generate(models, task.prompt, decoder=setting.decoder, config=setting.config, seed=seed)
+    return _row(task, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
+
+
+def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
+    """Several completion tasks decoded together (runtime.generate_many: one DLM forward per step for
+    the whole batch); each row equals its single run up to float rounding in left-padded rows."""
+    from codila_cli.runtime import generate_many
+
+    for task in tasks:
+        _check_fit(task, setting)
+    if len(tasks) == 1 or any(t.kind == "infill" for t in tasks):
+        return [evaluate_task(models, t, setting, seed=seed, limits=limits) for t in tasks]
+    out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder, config=setting.config,
+                        seeds=[seed] * len(tasks))
+    return [_row(t, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
+            for t, r in zip(tasks, out.results)]
+
+
+def _check_fit(task: Task, setting: Setting) -> None:
+    if (task.kind == "infill") != (setting.decoder == "dreamon"):
+        raise ValueError(f"setting {setting.label!r} does not fit task {task.task_id} (infill tasks need dreamon:…)")
+
+
+def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: SandboxLimits) -> dict:
+    from codila_cli.syntax import check_python
+
     code = {"complete": task.prompt + completion, "infill": task.prompt + completion + task.suffix}.get(
         task.kind, completion)  # the program without its tests, for the syntax check
     parses = check_python(code).valid
@@ -55,18 +77,21 @@ def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: Sa
 
 def run_eval(models, tasks: list[Task], settings: list[Setting], *, seed: int = 0,
              limits: SandboxLimits = SandboxLimits(), on_row: Callable[[dict], None] | None = None,
-             rank: int = 0, world: int = 1) -> list[dict]:
-    """Rows for every (setting, task); with ``world`` > 1 only this rank's share (tasks rank::world)."""
+             rank: int = 0, world: int = 1, batch_size: int = 1) -> list[dict]:
+    """Rows for every (setting, task); with ``world`` > 1 only this rank's share (tasks rank::world);
+    with ``batch_size`` > 1 completion tasks are decoded ``batch_size`` at a time."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     rows = []
+    mine = [(ti, task) for ti, task in enumerate(tasks) if ti % world == rank]
     for si, st in enumerate(settings):
-        for ti, task in enumerate(tasks):
-            if ti % world != rank:
-                continue
-            row = evaluate_task(models, task, st, seed=seed, limits=limits)
-            row["_setting_index"], row["_task_index"] = si, ti
-            rows.append(row)
-            if on_row:
-                on_row(row)
+        for b in range(0, len(mine), batch_size):
+            chunk = mine[b : b + batch_size]
+            for (ti, _), row in zip(chunk, evaluate_batch(models, [t for _, t in chunk], st, seed=seed, limits=limits)):
+                row["_setting_index"], row["_task_index"] = si, ti
+                rows.append(row)
+                if on_row:
+                    on_row(row)
     return rows
 
 

@@ -178,6 +178,31 @@ def functions_of(text: str) -> list[str]:
     return out
 
 
+def split_function(text: str, *, keep_docstring: bool = True) -> tuple[str, str] | None:
+    """(prompt, body) of a function sample: decorators + signature (+ docstring when ``keep_docstring``
+    and it has one) as the prompt, the remaining lines as the body. Both end in a newline, so the
+    prompt stops exactly where a user's signature/docstring prompt would. None when nothing is left."""
+    try:
+        node = ast.parse(text).body[0]
+    except (SyntaxError, IndexError, ValueError):
+        return None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    body = node.body
+    if keep_docstring and ast.get_docstring(node) and len(body) > 1:
+        cut = body[0].end_lineno
+    else:
+        first = body[0]
+        cut = (first.lineno - 1) if first.lineno > node.lineno else None
+        if cut is None:  # one-line def: nothing to split
+            return None
+    lines = text.splitlines(keepends=True)
+    prompt, rest = "".join(lines[:cut]), "".join(lines[cut:])
+    if not rest.strip() or not prompt.endswith("\n"):
+        return None
+    return prompt, rest
+
+
 def is_validation(relpath: str) -> bool:
     return int(hashlib.sha256(relpath.encode()).hexdigest()[:8], 16) % 1000 < VALID_PERMILLE
 

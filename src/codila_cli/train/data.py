@@ -69,3 +69,78 @@ def sample_batch(data: TokenData, *, step: int, seed: int, batch: int, seq_len: 
             ids = data.stream[start : start + seq_len - 1]
             out[r, 1 : 1 + len(ids)] = ids
     return out
+
+
+@dataclass
+class PromptedData:
+    """Function samples split into (prompt, body) token spans, for prompt-conditioned training."""
+
+    prompt_tokens: np.ndarray
+    prompt_offsets: np.ndarray
+    body_tokens: np.ndarray
+    body_offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt_offsets) - 1
+
+    def pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return (self.prompt_tokens[self.prompt_offsets[i] : self.prompt_offsets[i + 1]],
+                self.body_tokens[self.body_offsets[i] : self.body_offsets[i + 1]])
+
+
+def tokenize_prompted(jsonl: Path, tokenizer_file: Path, out: Path) -> PromptedData:
+    """Each function sample gives up to two examples: signature + docstring → rest, and signature → rest.
+    Prompt and body are encoded separately, exactly as a prompt is encoded at generation time."""
+    from tokenizers import Tokenizer
+
+    from codila_cli.train.corpus import split_function
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    prompts, bodies = [], []
+    with open(jsonl, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            if row["kind"] != "function":
+                continue
+            variants = {split_function(row["text"], keep_docstring=k) for k in (True, False)}
+            for v in sorted(v for v in variants if v is not None):
+                prompts.append(v[0])
+                bodies.append(v[1])
+
+    def pack(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        toks, offs = [], [0]
+        for enc in tok.encode_batch(texts, add_special_tokens=False):
+            toks += enc.ids
+            offs.append(len(toks))
+        return np.asarray(toks, np.int32), np.asarray(offs, np.int64)
+
+    data = PromptedData(*pack(prompts), *pack(bodies))
+    np.savez(out, prompt_tokens=data.prompt_tokens, prompt_offsets=data.prompt_offsets,
+             body_tokens=data.body_tokens, body_offsets=data.body_offsets)
+    return data
+
+
+def load_prompted(path: Path) -> PromptedData:
+    z = np.load(path)
+    return PromptedData(z["prompt_tokens"], z["prompt_offsets"], z["body_tokens"], z["body_offsets"])
+
+
+def sample_prompted(data: PromptedData, *, rows: np.ndarray, seq_len: int, canvas: int, bos: int,
+                    eos: int) -> tuple[np.ndarray, np.ndarray]:
+    """([n, seq_len] ids, [n, seq_len] maskable). Row = bos + prompt + canvas, where the canvas holds the
+    body, then end-of-text up to ``canvas`` positions (what `codila gen` fills after a prompt); only the
+    canvas is maskable. Everything after the canvas is end-of-text and stays visible."""
+    n = len(rows)
+    x = np.full((n, seq_len), eos, np.int32)
+    m = np.zeros((n, seq_len), bool)
+    x[:, 0] = bos
+    for r, i in enumerate(rows):
+        prompt, body = data.pair(int(i))
+        prompt = prompt[-(seq_len - 1 - min(canvas, 16)) :]  # keep the prompt's end: it borders the canvas
+        start = 1 + len(prompt)
+        x[r, 1:start] = prompt
+        width = min(canvas, seq_len - start)
+        fill = body[:width]
+        x[r, start : start + len(fill)] = fill
+        m[r, start : start + width] = True
+    return x, m

@@ -38,7 +38,7 @@ class Shape:
 
 DLM_SHAPE = Shape(hidden=256, layers=6, heads=4, kv_heads=2, intermediate=768, max_positions=512)
 AR_SHAPE = Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512)
-STAGES = ("corpus", "tokenizer", "arinit", "dlm", "ar", "align", "tasks", "export")
+STAGES = ("corpus", "tokenizer", "arinit", "dlm", "sft", "ar", "align", "tasks", "export")
 MAX_BUNDLE_BYTES = 40 * 2**20
 Log = Callable[[dict], None]
 
@@ -188,6 +188,71 @@ def stage_dlm(run: Path, *, steps: int, batch: int = 8, seq_len: int = 512, seed
     return last
 
 
+def _final_dlm_dir(run: Path) -> Path:
+    """The finished DLM: the prompt-conditioned ``sft`` stage when it ran, else the ``dlm`` stage."""
+    sft = run / "sft" / "final"
+    return sft if (sft / "model.safetensors").is_file() else run / "dlm" / "final"
+
+
+def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, canvas: int = 128,
+              prompted_share: float = 0.5, seed: int = 7, lr: float = 4e-4, on_log: Log | None = None) -> dict:
+    """Continue the DLM with prompt-conditioned diffusion (Dream's SFT recipe): for a share of the rows
+    the prompt (signature, with or without docstring) stays visible and only the canvas after it (body,
+    then end-of-text) is noised, the exact situation `codila gen` puts the model in; the other rows keep
+    the plain diffusion objective on file windows so the model stays a general code DLM."""
+    from codila_cli.train.data import load_prompted, tokenize_prompted
+    from codila_cli.train.objectives import diffusion_loss
+
+    ids = _ids(run)
+    for split in ("train", "valid"):
+        if not (run / f"prompted_{split}.npz").exists():
+            tokenize_prompted(run / "corpus" / f"{split}.jsonl", run / "tokenizer" / "tokenizer.json",
+                              run / f"prompted_{split}.npz")
+    prompted = {s: load_prompted(run / f"prompted_{s}.npz") for s in ("train", "valid")}
+    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+    if not (run / "sft" / "ckpt.pt").exists():
+        src = run / "dlm" / "ckpt.pt"
+        model.load_state_dict(torch.load(src, map_location="cpu", weights_only=True)["model"])
+    for module in model.modules():
+        if hasattr(module, "is_causal"):
+            module.is_causal = False
+    n_prompted = int(round(batch * prompted_share))
+    stream = _batcher(run, "train", ids, batch=batch - n_prompted, seq_len=seq_len, seed=seed, function_share=0.3)
+
+    def rows_at(split: str, step: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        from codila_cli.train.data import sample_prompted
+
+        rng = np.random.default_rng([seed, step, 3])
+        x, m = sample_prompted(prompted[split], rows=rng.integers(len(prompted[split]), size=n), seq_len=seq_len,
+                               canvas=canvas, bos=ids["bos"], eos=ids["eos"])
+        return torch.from_numpy(x.astype(np.int64)), torch.from_numpy(m)
+
+    def train_step(step: int, g: torch.Generator) -> torch.Tensor:
+        xp, mp = rows_at("train", step, n_prompted)
+        xs = stream(step)
+        ms = torch.ones_like(xs, dtype=torch.bool)
+        ms[:, 0] = False
+        return diffusion_loss(model, torch.cat([xp, xs]), mask_id=ids["mask"], gen=g, maskable=torch.cat([mp, ms]))[0]
+
+    def vloss() -> float:
+        """Mean CE over canvas tokens at 50 % masking of prompted validation rows (fixed masks)."""
+        g = torch.Generator().manual_seed(4242)
+        vals = []
+        for i in range(6):
+            x, m = rows_at("valid", 100_000 + i, 16)
+            vals.append(float(diffusion_loss(model, x, mask_id=ids["mask"], gen=g, maskable=m,
+                                             t=torch.full((16,), 0.5))[1]))
+        return sum(vals) / len(vals)
+
+    cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
+    last = run_loop(model=model, stage_dir=run / "sft", cfg=cfg, train_step=train_step, valid_loss=vloss,
+                    on_log=on_log)
+    meta = {"stage": "sft", "steps": steps, "batch": batch, "seq_len": seq_len, "canvas": canvas,
+            "prompted_share": prompted_share, "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
+    _export(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
+    return last
+
+
 def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 2, lr: float = 3e-3,
              on_log: Log | None = None) -> dict:
     from codila_cli.train.objectives import causal_lm_loss
@@ -207,15 +272,25 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
 
 
 def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, blocks_per_row: int = 8,
-                seed: int = 3, lr: float = 1e-3, ctx_max: int = 48, on_log: Log | None = None) -> dict:
+                seed: int = 3, lr: float = 1e-3, ctx_max: int = 48, init: Path | None = None,
+                on_log: Log | None = None) -> dict:
+    """``init``: start from an already aligned helper (a checkpoint directory) instead of ``ar/final.pt``,
+    e.g. to re-align it after the DLM was trained further."""
     from codila_cli.models.dream import load_dlm
     from codila_cli.train.objectives import codila_alignment_loss
 
     ids = _ids(run)
-    dlm = load_dlm(run / "dlm" / "final", name="dlm", device=torch.device("cpu"), dtype=torch.float32).model
+    dlm = load_dlm(_final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32).model
     ar = _qwen3(AR_SHAPE, ids["vocab"], ids)
     if not (run / "align" / "ckpt.pt").exists():
-        ar.load_state_dict(torch.load(run / "ar" / "final.pt", map_location="cpu", weights_only=True))
+        if init is not None:
+            from safetensors.torch import load_file
+
+            ar.load_state_dict({k: v.float() for k, v in load_file(str(init / "model.safetensors")).items()},
+                               strict=False)
+            ar.tie_weights()
+        else:
+            ar.load_state_dict(torch.load(run / "ar" / "final.pt", map_location="cpu", weights_only=True))
     cut = {ids["bos"], ids["mask"], ids["expand"], ids["think_open"], ids["think_close"]}
     shared = torch.tensor([i for i in range(ids["vocab"]) if i not in cut])
     get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
@@ -235,6 +310,7 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     last = run_loop(model=ar, stage_dir=run / "align", cfg=cfg, train_step=lambda s, g: loss(s, g, get(s)),
                     valid_loss=vloss, on_log=on_log)
     meta = {"stage": "align", "steps": steps, "batch": batch, "blocks": blocks, "valid_block_ce": last.get("valid"),
+            "init": str(init.name) if init is not None else "ar",
             "context_max": ctx_max,
             "shape": asdict(AR_SHAPE)}
     _export(ar, run / "align" / "final", dream=False, ids=ids, run=run, meta=meta)
@@ -247,7 +323,7 @@ def _dlm_from_final(run: Path, stage: str, ids: dict):
     if not (run / stage / "ckpt.pt").exists():  # a resumed run loads its own checkpoint instead
         from safetensors.torch import load_file
 
-        state = load_file(str(run / "dlm" / "final" / "model.safetensors"))
+        state = load_file(str(_final_dlm_dir(run) / "model.safetensors"))
         model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
         model.tie_weights()
     for module in model.modules():
@@ -265,7 +341,7 @@ def _plan_examples(run: Path, split: str, ids: dict):
     cache = run / f"plan_{split}.pt"
     if cache.exists():
         return torch.load(cache, weights_only=False)
-    dlm = load_dlm(run / "dlm" / "final", name="dlm", device=torch.device("cpu"), dtype=torch.float32)
+    dlm = load_dlm(_final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32)
     texts = (r["text"] for r in read_jsonl(run / "corpus" / f"{split}.jsonl") if r["kind"] == "file")
     ex = build_examples(texts, tokenizer=dlm.tokenizer, specials=dlm.specials, vocab_rows=dlm.vocab_rows,
                         config=PlanConfig())
@@ -330,7 +406,7 @@ def stage_export(run: Path, *, target: Path | None = None) -> dict:
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
-    pairs = {"dlm": run / "dlm" / "final", "ar": run / "align" / "final"}
+    pairs = {"dlm": _final_dlm_dir(run), "ar": run / "align" / "final"}
     if (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = run / "tasks" / "final"
     for name, src in pairs.items():
@@ -352,6 +428,7 @@ if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
 
     run_dir, stage = Path(sys.argv[1]), sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    extra = {"init": Path(sys.argv[4])} if stage == "align" and len(sys.argv) > 4 else {}
     printer = lambda r: print(json.dumps(r), flush=True) if r["step"] % 50 == 0 or "valid" in r else None  # noqa: E731
     if stage == "corpus":
         print(stage_corpus(run_dir, data_dir=Path(sys.argv[3]) if len(sys.argv) > 3 else None))
@@ -360,6 +437,6 @@ if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
     elif stage == "export":
         print(stage_export(run_dir))
     else:
-        fn = {"arinit": stage_arinit, "dlm": stage_dlm, "ar": stage_ar, "align": stage_align,
+        fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
-        print(fn(run_dir, steps=n, on_log=printer))
+        print(fn(run_dir, steps=n, on_log=printer, **extra))
