@@ -2,6 +2,7 @@
 
     python benchmarks/sweep.py --out results/heldout [--benchmark heldout] [--limit 120]
         [--dlm bundled-dlm --ar bundled-ar] [--settings dream:K=1 codila:B=4 ...] [--max-new-tokens 128]
+        [--batch-size 8]
 
 Same as `codila eval --sweep`, kept as a script so it can run in the background and stream rows.
 """
@@ -30,6 +31,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--settings", nargs="*", default=PAPER_GRID)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=int, default=1, help="completion tasks decoded together")
     args = ap.parse_args()
     models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
     tasks = select(load_tasks(args.benchmark, data=args.data_dir), limit=args.limit, ids=None)
@@ -39,7 +41,7 @@ def main() -> None:
         def log(row: dict) -> None:
             fh.write(json.dumps(row) + "\n")
             fh.flush()
-        rows = run_eval(models, tasks, settings, seed=args.seed, on_row=log)
+        rows = run_eval(models, tasks, settings, seed=args.seed, on_row=log, batch_size=args.batch_size)
     summary = write_outputs(args.out, rows, title=f"{args.benchmark} ({len(tasks)} tasks)")
     sys.stdout.write(markdown(summary))
 

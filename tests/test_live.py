@@ -69,3 +69,62 @@ def test_streamer_writes_whole_lines_before_the_end():
     s(StepEvent(2, (2,), (0,), "dlm", None, 3, 0, 0.3, (5, 6, 0)))
     s.finish("x\na\n")
     assert out.getvalue() == "x\na\n"
+
+
+def _console(buf):
+    return Console(file=buf, force_terminal=True, color_system="standard", width=100)
+
+
+def test_infill_view_shows_context_and_keeps_owners_across_expansions(monkeypatch):
+    from codila_cli.ui.live import InfillView
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    buf = io.StringIO()
+    view = InfillView(prefix="import os\ndef g():\n", suffix="    return x\n", tokenizer=FakeTok(), mask_id=1,
+                      console=_console(buf), min_interval=0.0)
+    with view:
+        view(StepEvent(0, (0,), (5,), "dlm", None, 1, 0, 0.1, (5, 1, 1)))
+        # slot 1 expanded into two masks: the middle grows, token 5 keeps its DLM owner at slot 0
+        view(StepEvent(1, (3,), (6,), "ar", (3, 4), 2, 1, 0.2, (5, 1, 1, 6)))
+    assert view._owner == {0: "dlm", 3: "ar"}
+    out = buf.getvalue()
+    assert "def g():" in out and "return x" in out  # the file around the fill, dim
+    assert "middle 4 slots" in out and "\x1b[36mdef" in out
+
+
+def test_plan_view_has_a_row_for_the_contract_and_each_unit(monkeypatch):
+    from codila_cli.ui.live import PlanView
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    buf = io.StringIO()
+    view = PlanView(tokenizer=FakeTok(), mask_id=1, console=_console(buf), min_interval=0.0)
+    with view:
+        view(StepEvent(0, (0,), (5,), "dlm", None, 1, 0, 0.1, (5, 1), row=0))
+        view(StepEvent(1, (0,), (6,), "dlm", (10, 13), 2, 0, 0.2, (6, 1, 1), row=1))
+        view(StepEvent(1, (1,), (7,), "dlm", (13, 15), 2, 0, 0.2, (1, 7), row=2))
+    out = buf.getvalue()
+    assert "contract (1 masked)" in out and "unit 0 (2 masked)" in out and "unit 1 (1 masked)" in out
+    assert "tokens/forward 1.50" in out
+
+
+def test_infill_and_plan_show_the_live_view_on_a_terminal_only(tiny, tmp_path, monkeypatch):
+    import codila_cli.cli as cli
+    import codila_cli.ui.live as live
+
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    # codila: fill\n    return x\n")
+    runs = {"InfillView": ["infill", str(src), "--dlm", str(tiny["dlm"]), "--seed", "0", "--max-middle-tokens", "8"],
+            "PlanView": ["plan", "--dlm", str(tiny["dlm"]), "--seed", "0", "--max-units", "2", "a tool"]}
+    for view_name, args in runs.items():
+        off = CliRunner().invoke(app, args)
+        assert off.exit_code == 0, off.stderr
+        seen: list[str] = []
+        with monkeypatch.context() as m:
+            m.setattr(cli, "_stderr_is_tty", lambda: True)
+            cls = getattr(live, view_name)
+            real = cls.__call__
+            m.setattr(cls, "__call__", lambda self, e, real=real: (seen.append(type(self).__name__), real(self, e)))
+            on = CliRunner().invoke(app, args)
+        assert on.exit_code == 0, on.stderr
+        assert seen and set(seen) == {view_name}
+        assert on.stdout == off.stdout  # the view never touches stdout

@@ -67,7 +67,8 @@ def test_missing_model_names_cache_and_hint(tmp_path, monkeypatch):
     with pytest.raises(ModelNotFoundError) as exc:
         resolve_local_dir(resolve_spec("dream-coder", kind="dlm"))
     assert str(tmp_path / "empty-cache") in exc.value.message
-    assert exc.value.hint == "hf download Dream-org/Dream-Coder-v0-Instruct-7B"
+    assert exc.value.hint == ("hf download Dream-org/Dream-Coder-v0-Instruct-7B --revision "
+                              "5d9e88c723af9045f362748b5284bdf43d9c501e")
     assert exc.value.exit_code == 3
 
 
@@ -80,6 +81,34 @@ def test_missing_model_fails_before_torch_import(tmp_path):
     env = {"HF_HUB_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.split() == ["ModelNotFoundError", "False", "False"], out.stderr
+
+
+def _fake_hub(tiny, cache, repo: str, rev: str, *, main: bool = True):
+    root = cache / ("models--" + repo.replace("/", "--"))
+    shutil.copytree(tiny["dlm"], root / "snapshots" / rev)
+    if main:
+        (root / "refs").mkdir(parents=True, exist_ok=True)
+        (root / "refs" / "main").write_text(rev)
+    return root
+
+
+def test_aliases_are_pinned_to_a_revision_and_load_exactly_it(tiny, tmp_path, monkeypatch):
+    from codila_cli.models.registry import ALIASES
+
+    assert all(s.revision and len(s.revision) == 40 for s in ALIASES.values())
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    pinned = ALIASES["dream-coder"].revision
+    # the cache's main points at a newer snapshot: the alias still loads the pinned one
+    _fake_hub(tiny, cache, "Dream-org/Dream-Coder-v0-Instruct-7B", "f" * 40)
+    with pytest.raises(ModelNotFoundError) as exc:
+        resolve_local_dir(resolve_spec("dream-coder", kind="dlm"))
+    assert f"--revision {pinned}" in exc.value.hint and "dream-coder@main" in exc.value.hint
+    assert resolve_local_dir(resolve_spec("dream-coder@main", kind="dlm")).name == "f" * 40
+    _fake_hub(tiny, cache, "Dream-org/Dream-Coder-v0-Instruct-7B", pinned, main=False)
+    assert resolve_local_dir(resolve_spec("dream-coder", kind="dlm")).name == pinned
+    with pytest.raises(UsageError):
+        resolve_spec("dream-coder@", kind="dlm")
 
 
 def test_unknown_alias_is_usage_error():

@@ -648,7 +648,17 @@ def infill(
         if decoder == InfillDecoder.codila and not ar_name:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
         models = load_models(dlm=dlm_name, ar=ar_name, device=device, dtype=dtype)
-        out = run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction)
+        if _stderr_is_tty() and not (json_out or quiet):
+            from codila_cli.infill_files import split
+            from codila_cli.ui.live import InfillView
+
+            before, after = split(src, region)
+            with InfillView(prefix=before, suffix=after, tokenizer=models.dlm.tokenizer,
+                            mask_id=models.dlm.specials.mask, console=_stderr(Color.auto),
+                            title=f"codila infill {decoder.value}") as view:
+                out = run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction, on_step=view)
+        else:
+            out = run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction)
         name = file if file != "-" else "stdin"
         if strict and out.introduced_errors:
             raise StrictSyntaxError("the fill introduces syntax errors (--strict); nothing was written",
@@ -745,7 +755,14 @@ def plan(
 
             raise ModelNotFoundError("no plan model given and no bundled model is installed", hint="pass --dlm")
         models = load_models(dlm=name, ar=None, device=device, dtype=dtype)
-        out = run_plan(models, text, config=cfg, contract=user_contract, seed=seed)
+        if _stderr_is_tty() and not (json_out or quiet):
+            from codila_cli.ui.live import PlanView
+
+            with PlanView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask,
+                          console=_stderr(Color.auto), title="codila plan") as view:
+                out = run_plan(models, text, config=cfg, contract=user_contract, seed=seed, on_step=view)
+        else:
+            out = run_plan(models, text, config=cfg, contract=user_contract, seed=seed)
         if not quiet:
             for w in out["warnings"]:
                 sys.stderr.write(f"Warning: {w}\n")

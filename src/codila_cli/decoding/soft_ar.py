@@ -75,14 +75,14 @@ class SoftBlockWriter:
         return torch.tensor(out, dtype=torch.long)
 
     def _think_cache(self, open_e: torch.Tensor):
-        """A fresh DynamicCache holding the K/V of ``<think>`` (computed on first use, not counted per block)."""
-        from transformers import DynamicCache
+        """A fresh KV cache holding the K/V of ``<think>`` (computed on first use, not counted per block)."""
+        from codila_cli.models.native import new_cache
 
         if self._open_kv is None:
             _, cache = self.ar.forward(inputs_embeds=open_e.unsqueeze(0), cache=None)
             self.ar.forwards -= 1  # a one-off cost of the run, not of any block
             self._open_kv = [(layer.keys, layer.values) for layer in cache.layers]
-        cache = DynamicCache(config=self.ar.model.config)
+        cache = new_cache(self.ar.model)
         for i, (k, v) in enumerate(self._open_kv):
             cache.update(k, v, i)
         return cache

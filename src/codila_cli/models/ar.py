@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from codila_cli.errors import ModelLoadError
-from codila_cli.models.loading import LoadedCheckpoint, build_model, is_dream, read_config
+from codila_cli.models.loading import LoadedCheckpoint, build_model, is_dream, native_tokenizer, read_config
 from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
 
@@ -50,11 +50,12 @@ class ARHelper:
     def forward(self, *, inputs_embeds: Any, cache: Any | None) -> tuple[Any, Any]:
         """One causal forward over [B, T, d] embeddings; returns (last-position logits [B, V] fp32, cache)."""
         import torch
-        from transformers import DynamicCache
+
+        from codila_cli.models.native import new_cache
 
         self.forwards += 1
         if cache is None:
-            cache = DynamicCache(config=self.model.config)
+            cache = new_cache(self.model)
         with torch.inference_mode():
             out = self.model(inputs_embeds=inputs_embeds, cache=cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1].float(), out.cache
@@ -67,7 +68,7 @@ def load_ar(path: Path, *, name: str, device: Any, dtype: Any) -> ARHelper:
             f"'{name}' is a Dream diffusion model, not an autoregressive helper",
             hint="pass a causal LM such as qwen3-0.6b or bundled-ar to --ar",
         )
-    tokenizer = load_tokenizer(path, name=name)
+    tokenizer = load_tokenizer(path, name=name, native=native_tokenizer(path, cfg))
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=False, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=True)
     return ARHelper(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))

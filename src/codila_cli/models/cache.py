@@ -53,9 +53,11 @@ def resolve_local_dir(spec: ModelSpec) -> Path:
         )
     except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError) as exc:
         what = f"'{spec.name}' ({spec.repo_id}{'@' + spec.revision if spec.revision else ''})"
-        raise ModelNotFoundError(
-            f"model {what} is not in the Hugging Face cache ({cache})", hint=_download_hint(spec)
-        ) from exc
+        hint = _download_hint(spec)
+        repo_dir = cache / ("models--" + spec.repo_id.replace("/", "--")) / "snapshots"
+        if spec.revision and repo_dir.is_dir() and any(repo_dir.iterdir()):
+            hint += f" (the cache holds other revisions of it; `{spec.name.partition('@')[0]}@main` loads the newest)"
+        raise ModelNotFoundError(f"model {what} is not in the Hugging Face cache ({cache})", hint=hint) from exc
     path = Path(folder)
     _check_dir(path, spec)
     return path

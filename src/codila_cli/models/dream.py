@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from codila_cli.errors import ModelLoadError
-from codila_cli.models.loading import LoadedCheckpoint, build_model, is_dream, read_config
+from codila_cli.models.loading import LoadedCheckpoint, build_model, is_dream, native_tokenizer, read_config
 from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
 
@@ -55,15 +55,11 @@ class DreamDenoiser:
             if attention_mask is None or bool(attention_mask.all()):
                 out = self.model(input_ids=x, attention_mask={"full_attention": None}, use_cache=False)
             else:
-                from transformers.masking_utils import create_bidirectional_mask
-
                 # Dream's padding convention: positions count real tokens only; pads get position 1.
                 position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
-                embeds = self.model.get_input_embeddings()(x)
-                mask = create_bidirectional_mask(config=self.model.config, inputs_embeds=embeds,
-                                                 attention_mask=attention_mask.bool())
-                out = self.model(inputs_embeds=embeds, attention_mask={"full_attention": mask},
-                                 position_ids=position_ids, use_cache=False)
+                keys = attention_mask.bool()[:, None, None, :].expand(-1, 1, x.shape[1], -1)  # [B, 1, N, N]
+                out = self.model(input_ids=x, attention_mask={"full_attention": keys}, position_ids=position_ids,
+                                 use_cache=False)
         return out.logits
 
     def logits(self, x: Any, *, attention_mask: Any | None = None, pair_mask: Any | None = None,
@@ -91,7 +87,7 @@ def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser
             f"'{name}' is a '{cfg.get('model_type')}' model, not a Dream-family diffusion model",
             hint="use --dlm with a Dream checkpoint (model_type \"Dream\"), e.g. dream-coder or bundled-dlm",
         )
-    tokenizer = load_tokenizer(path, name=name)
+    tokenizer = load_tokenizer(path, name=name, native=native_tokenizer(path, cfg))
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False)
     return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))
@@ -123,12 +119,13 @@ class BlockCache:
 
     def refresh(self, x: Any) -> Any:
         import torch
-        from transformers import DynamicCache
+
+        from codila_cli.models.native import new_cache
 
         dlm = self.dlm
         dlm.forwards += 1
         self.full_forwards += 1
-        cache = DynamicCache(config=dlm.model.config)
+        cache = new_cache(dlm.model)
         with torch.inference_mode():
             out = dlm.model(input_ids=x, attention_mask={"full_attention": None}, cache=cache, use_cache=True)
         self.keys = [layer.keys for layer in out.cache.layers]
@@ -138,14 +135,15 @@ class BlockCache:
     def logits(self, x: Any, start: int, end: int) -> Any:
         """Shifted logits [B, end − start, V] for sequence positions [start, end), from the cache."""
         import torch
-        from transformers import DynamicCache
+
+        from codila_cli.models.native import new_cache
 
         dlm = self.dlm
         n = x.shape[1]
         lo = max(1, start) - 1
         hi = n if self.mode == "prefix" else end
         keep = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(x.device)
-        cache = DynamicCache(config=dlm.model.config)
+        cache = new_cache(dlm.model)
         for i, (k, v) in enumerate(zip(self.keys, self.values)):
             cache.update(k.index_select(2, keep), v.index_select(2, keep), i)
         pos = torch.arange(lo, hi, device=x.device).unsqueeze(0)

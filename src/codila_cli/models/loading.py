@@ -112,9 +112,59 @@ def load_state_dict(path: Path, *, name: str, device: Any, dtype: Any) -> dict:
     return {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()}
 
 
+ENGINES = ("auto", "native", "transformers")
+
+
+def engine_for(path: Path, cfg: dict) -> str:
+    """"native" (models/native.py, torch only) or "transformers" for this checkpoint.
+
+    ``CODILA_ENGINE`` = auto (default: native for the bundled models, transformers for everything else),
+    native (every checkpoint whose architecture models/native.py runs exactly) or transformers.
+    """
+    import os
+
+    from codila_cli.models.registry import BUNDLED_DIR
+
+    choice = os.environ.get("CODILA_ENGINE", "auto").strip().lower() or "auto"
+    if choice not in ENGINES:
+        raise UsageError(f"invalid CODILA_ENGINE '{choice}'", hint="use auto, native or transformers")
+    if choice == "transformers":
+        return "transformers"
+    from codila_cli.models.native import NativeConfig
+
+    supported = NativeConfig.from_dict(cfg) is not None
+    if choice == "native":
+        return "native" if supported else "transformers"
+    bundled = path.resolve().is_relative_to(BUNDLED_DIR.resolve())
+    return "native" if bundled and supported else "transformers"
+
+
+def native_tokenizer(path: Path, cfg: dict) -> bool:
+    """True when the checkpoint runs natively and has no chat template: its tokenizer then needs only
+    the ``tokenizers`` library (models/native.py::NativeTokenizer)."""
+    if engine_for(path, cfg) != "native" or (path / "chat_template.jinja").is_file():
+        return False
+    try:
+        tcfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    return not (isinstance(tcfg, dict) and tcfg.get("chat_template"))
+
+
 def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool) -> Any:
-    """Instantiate the transformers module and load its safetensors weights with strict key checks."""
+    """Instantiate the network (models/native.py or transformers, see :func:`engine_for`) and load its
+    safetensors weights with strict key checks."""
     import torch
+
+    if engine_for(path, cfg) == "native":
+        from codila_cli.models.native import NativeConfig, build_native
+
+        state = load_state_dict(path, name=name, device=device, dtype=dtype)
+        try:
+            return build_native(NativeConfig.from_dict(cfg), state, device=device, dtype=dtype, causal=causal)
+        except KeyError as exc:
+            raise ModelLoadError(f"'{name}': weights do not match the config ({exc.args[0]})",
+                                 hint="the checkpoint is incomplete or belongs to another architecture") from exc
     from transformers import AutoModelForCausalLM
 
     hf_cfg = _hf_config(cfg, name=name)

@@ -7,7 +7,7 @@ may also be a repository id (``org/name``) or a local directory in the Hugging F
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -26,12 +26,16 @@ class ModelSpec:
     bundled: bool = False
 
 
-# Revisions: the Hugging Face commit shas could not be read from this offline build machine, so the
-# registry resolves the cache's `refs/main`; a user can pin one with `ORG/NAME@REVISION`.
+# Pinned revisions (Hugging Face commit shas of the snapshots codila was written against): an alias
+# loads exactly that snapshot from the cache, never whatever `refs/main` points to today. A user opts out
+# per call with `ALIAS@REVISION` (e.g. `dream-coder@main`) or names any repo as `ORG/NAME@REVISION`.
 ALIASES: dict[str, ModelSpec] = {
-    "dream-coder": ModelSpec("dream-coder", "dlm", repo_id="Dream-org/Dream-Coder-v0-Instruct-7B"),
-    "dreamon": ModelSpec("dreamon", "infill", repo_id="Dream-org/DreamOn-v0-7B"),
-    "qwen3-0.6b": ModelSpec("qwen3-0.6b", "ar", repo_id="Qwen/Qwen3-0.6B"),
+    "dream-coder": ModelSpec("dream-coder", "dlm", repo_id="Dream-org/Dream-Coder-v0-Instruct-7B",
+                             revision="5d9e88c723af9045f362748b5284bdf43d9c501e"),
+    "dreamon": ModelSpec("dreamon", "infill", repo_id="Dream-org/DreamOn-v0-7B",
+                         revision="8ccc74750e43177327f29dab9e91882ba759e194"),
+    "qwen3-0.6b": ModelSpec("qwen3-0.6b", "ar", repo_id="Qwen/Qwen3-0.6B",
+                            revision="c1899de289a04d12100db370d81485cdf75e47ca"),
 }
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"
@@ -60,6 +64,11 @@ def resolve_spec(name: str, *, kind: Kind) -> ModelSpec:
         raise UsageError("empty model name", hint="use an alias (see `codila models`), a repo id or a directory")
     if text in ALIASES:
         return ALIASES[text]
+    base, at, rev = text.partition("@")
+    if at and base in ALIASES:
+        if not rev:
+            raise UsageError(f"'{text}' names no revision", hint=f"use {base}@main or {base}@<commit sha>")
+        return replace(ALIASES[base], name=text, revision=rev)
     if text in BUNDLED:
         return ModelSpec(text, BUNDLED[text][0], local_path=bundled_path(text), bundled=True)
     expanded = Path(os.path.expanduser(text))

@@ -92,13 +92,23 @@ def resolve_special_tokens(tokenizer: Any, config: dict, *, require_mask: bool, 
     )
 
 
-def load_tokenizer(path: Path, *, name: str) -> Any:
-    """A fast tokenizer from tokenizer.json + tokenizer_config.json; never custom (remote) classes."""
-    from transformers import PreTrainedTokenizerFast
+def load_tokenizer(path: Path, *, name: str, native: bool = False) -> Any:
+    """A fast tokenizer from tokenizer.json + tokenizer_config.json; never custom (remote) classes.
 
+    ``native``: the ``tokenizers``-only stand-in of models/native.py (no transformers import), for
+    checkpoints without a chat template."""
     file = path / "tokenizer.json"
     if not file.is_file():
         raise ModelLoadError(f"'{name}' has no tokenizer.json ({path})", hint="codila needs a fast tokenizer file")
+    if native:
+        from codila_cli.models.native import NativeTokenizer
+
+        try:
+            return NativeTokenizer(path)
+        except Exception as exc:  # tokenizers raises plain Exceptions on bad files
+            raise ModelLoadError(f"'{name}': cannot read tokenizer.json: {exc}") from exc
+    from transformers import PreTrainedTokenizerFast
+
     cfg: dict = {}
     if (path / "tokenizer_config.json").is_file():
         try:

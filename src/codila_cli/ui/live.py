@@ -66,18 +66,29 @@ class LiveView:
         from rich.text import Text
 
         e = self._last
-        text = Text()
         if e is None:
-            return text
-        block = e.block
-        for i, tok in enumerate(e.canvas):
-            if self.block_size and i and i % self.block_size == 0:
+            return Text()
+        text = self.tokens_text(e.canvas, self._owner, e.block)
+        lines = text.split("\n")
+        if len(lines) > self.max_lines:
+            text = Text("\n").join(lines[-self.max_lines :])
+        return Group(text, Text(""), self.status(e), LEGEND())
+
+    def tokens_text(self, canvas: tuple[int, ...], owner: dict[int, str], block: tuple[int, int] | None,
+                    *, block_size: int | None = -1) -> Any:
+        """Styled text of a canvas: masks as dim dots, DLM / AR tokens in their colours, the block underlined."""
+        from rich.text import Text
+
+        size = self.block_size if block_size == -1 else block_size
+        text = Text()
+        for i, tok in enumerate(canvas):
+            if size and i and i % size == 0:
                 text.append("▏", style="bright_black")
             in_block = block is not None and block[0] <= i < block[1]
             if tok == self.mask_id:
                 text.append("·", style="bright_black underline" if in_block else "bright_black")
                 continue
-            style = STYLES.get(self._owner.get(i, "dlm"), "cyan") + (" underline bold" if in_block else "")
+            style = STYLES.get(owner.get(i, "dlm"), "cyan") + (" underline bold" if in_block else "")
             piece = self.piece(tok)
             if "\n" in piece:
                 parts = piece.split("\n")
@@ -87,14 +98,112 @@ class LiveView:
                         text.append("↵\n", style="bright_black")
             else:
                 text.append(piece, style=style)
-        lines = text.split("\n")
-        if len(lines) > self.max_lines:
-            text = Text("\n").join(lines[-self.max_lines :])
+        return text
+
+    def status(self, e: StepEvent) -> Any:
+        from rich.text import Text
+
         done = sum(1 for s in self._owner.values() if s != "fill")
         rate = f"{done / e.dlm_forwards:.2f}" if e.dlm_forwards else "-"
         speed = done / e.elapsed if e.elapsed > 0 else 0.0
-        status = Text(f"{self.title}  step {e.step + 1}  DLM forwards {e.dlm_forwards}  AR forwards "
-                      f"{e.ar_forwards}  tokens/forward {rate}  {speed:.1f} tok/s", style="bold")
-        legend = Text.assemble(("·", "bright_black"), " masked  ", ("DLM", "cyan"), "  ", ("AR", "green"), "  ",
-                               ("block", "underline"))
-        return Group(text, Text(""), status, legend)
+        return Text(f"{self.title}  step {e.step + 1}  DLM forwards {e.dlm_forwards}  AR forwards "
+                    f"{e.ar_forwards}  tokens/forward {rate}  {speed:.1f} tok/s", style="bold")
+
+
+def LEGEND() -> Any:  # noqa: N802 - a constant built lazily (rich is imported only when a view is shown)
+    from rich.text import Text
+
+    return Text.assemble(("·", "bright_black"), " masked  ", ("DLM", "cyan"), "  ", ("AR", "green"), "  ",
+                         ("block", "underline"))
+
+
+class InfillView(LiveView):
+    """`codila infill`: the middle being denoised between a few dim lines of the file around it.
+
+    The middle changes length (expand turns one mask into two, delete removes a slot), so the owner of
+    each committed token is carried over by aligning the previous middle with the new one.
+    """
+
+    def __init__(self, *, prefix: str, suffix: str, context_lines: int = 4, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.before = prefix.splitlines()[-context_lines:] if prefix else []
+        self.after = suffix.splitlines()[:context_lines] if suffix else []
+        self._canvas: tuple[int, ...] = ()
+
+    def __call__(self, event: StepEvent) -> None:
+        if len(event.canvas) != len(self._canvas) and self._owner:
+            from difflib import SequenceMatcher
+
+            moved: dict[int, str] = {}
+            for a, b, n in SequenceMatcher(None, self._canvas, event.canvas, autojunk=False).get_matching_blocks():
+                for k in range(n):
+                    if a + k in self._owner:
+                        moved[b + k] = self._owner[a + k]
+            self._owner = moved
+        self._canvas = event.canvas
+        super().__call__(event)
+
+    def render(self) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        e = self._last
+        if e is None:
+            return Text()
+        middle = self.tokens_text(e.canvas, self._owner, e.block, block_size=None)
+        lines = middle.split("\n")
+        if len(lines) > self.max_lines:
+            middle = Text("\n").join(lines[-self.max_lines :])
+        ctx = lambda rows: Text("\n".join(rows), style="bright_black")  # noqa: E731
+        return Group(ctx(self.before), middle, ctx(self.after), Text(""),
+                     Text(f"{self.status(e)}  middle {len(e.canvas)} slots", style="bold"), LEGEND())
+
+
+class PlanView(LiveView):
+    """`codila plan`: one row for the contract, then one row per unit canvas, all denoised together.
+
+    Events carry ``row``: 0 is the contract, k + 1 is unit k (decoding/sddc.py)."""
+
+    def __init__(self, *, unit_lines: int = 4, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.unit_lines = unit_lines
+        self._rows: dict[int, tuple[tuple[int, ...], dict[int, str]]] = {}
+        self._committed = 0
+
+    def __call__(self, event: StepEvent) -> None:
+        canvas, owner = self._rows.get(event.row, ((), {}))
+        owner = dict(owner)
+        for p in event.positions:
+            owner[p] = event.source
+        self._rows[event.row] = (event.canvas, owner)
+        self._committed += len(event.positions)
+        self._last = event
+        now = time.perf_counter()
+        if self._live is not None and now - self._drawn >= self.min_interval:
+            self._drawn = now
+            self.redraws += 1
+            self._live.update(self.render(), refresh=True)
+
+    def render(self) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        e = self._last
+        if e is None:
+            return Text()
+        parts: list[Any] = []
+        for row in sorted(self._rows):
+            canvas, owner = self._rows[row]
+            body = self.tokens_text(canvas, owner, None, block_size=None)
+            lines = body.split("\n")
+            limit = self.max_lines if row == 0 else self.unit_lines
+            if len(lines) > limit:
+                body = Text("\n").join(lines[:limit] + [Text("…", style="bright_black")])
+            left = sum(1 for t in canvas if t == self.mask_id)
+            label = "contract" if row == 0 else f"unit {row - 1}"
+            parts += [Text(f"── {label} ({left} masked) ", style="bold"), body]
+        rate = f"{self._committed / e.dlm_forwards:.2f}" if e.dlm_forwards else "-"
+        parts += [Text(""), Text(f"{self.title}  DLM forwards {e.dlm_forwards}  tokens/forward {rate}  "
+                                 f"{self._committed / e.elapsed if e.elapsed > 0 else 0.0:.1f} tok/s", style="bold"),
+                  LEGEND()]
+        return Group(*parts)

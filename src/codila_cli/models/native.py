@@ -1,0 +1,323 @@
+"""A torch-only Qwen2 / Qwen3 (and Dream) network and tokenizer for the small bundled models.
+
+Why: a short ``codila gen`` on the bundled pair spent most of its start-up importing transformers
+(``Qwen2ForCausalLM`` pulls in torch.distributed, torch._dynamo and sympy: about 2 s here, against a
+decode of about 1 s), and transformers' generic forward (mask builders, cache classes, output objects)
+costs more per call than the small networks themselves. The bundled checkpoints use a fixed, simple
+architecture, so codila runs them with this module: the same weights and state-dict names, the same
+maths, only torch (docs/decoders.md, "Engines"; equivalence with transformers is tested to 1e-5 in
+tests/test_native.py). Every other checkpoint (Dream-Coder, DreamOn, Qwen3 from the Hugging Face cache)
+still runs on transformers; ``CODILA_ENGINE=transformers`` forces that path for the bundled ones too.
+
+The call surface mirrors the subset of transformers that codila uses:
+``model(input_ids= | inputs_embeds=, attention_mask=, position_ids=, cache=, use_cache=, logits_to_keep=)``
+returning ``.logits`` and ``.cache``; ``attention_mask`` is ``{"full_attention": None | bool [1|B, 1, N, M]}``
+or a 2-D padding mask [B, N] (1 = real token); a cache has ``layers[i].keys/values`` and ``update``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ARCHITECTURES = ("dream", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class NativeConfig:
+    kind: str  # "dream" | "qwen2" | "qwen3"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    tie_word_embeddings: bool
+    attention_bias: bool
+    max_position_embeddings: int
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> "NativeConfig | None":
+        """The config when this module can run it exactly, else None (then transformers runs it)."""
+        kind = str(cfg.get("model_type", "")).lower()
+        if kind not in ARCHITECTURES or cfg.get("hidden_act", "silu") != "silu":
+            return None
+        rope = cfg.get("rope_parameters") or {}
+        if rope.get("rope_type", "default") != "default" or cfg.get("rope_scaling") or cfg.get("use_sliding_window"):
+            return None
+        heads = int(cfg["num_attention_heads"])
+        return cls(kind=kind, vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
+                   intermediate_size=int(cfg["intermediate_size"]), num_hidden_layers=int(cfg["num_hidden_layers"]),
+                   num_attention_heads=heads, num_key_value_heads=int(cfg.get("num_key_value_heads", heads)),
+                   head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
+                   rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                   rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+                   tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                   attention_bias=bool(cfg.get("attention_bias", False)) if kind == "qwen3" else True,
+                   max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)))
+
+
+@dataclass
+class LayerKV:
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+@dataclass
+class NativeCache:
+    """Per-layer keys/values ([B, H_kv, T, d], RoPE applied) that grow as tokens are appended."""
+
+    layers: list[LayerKV] = field(default_factory=list)
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer: int, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer < len(self.layers):
+            kv = self.layers[layer]
+            kv.keys = torch.cat([kv.keys, keys], dim=2)
+            kv.values = torch.cat([kv.values, values], dim=2)
+        else:
+            self.layers.append(LayerKV(keys, values))
+            kv = self.layers[layer]
+        return kv.keys, kv.values
+
+    def get_seq_length(self) -> int:
+        return int(self.layers[0].keys.shape[2]) if self.layers else 0
+
+
+@dataclass
+class Output:
+    logits: torch.Tensor
+    cache: NativeCache | None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: NativeConfig, index: int) -> None:
+        super().__init__()
+        d, h, kv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+        self.index, self.head_dim, self.heads, self.kv_heads = index, d, h, kv
+        self.q_proj = nn.Linear(cfg.hidden_size, h * d, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, kv * d, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, kv * d, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=cfg.kind == "qwen3" and cfg.attention_bias)
+        if cfg.kind == "qwen3":
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
+                causal: bool, cache: NativeCache | None) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim)
+        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if cache is not None:
+            k, v = cache.update(k, v, self.index)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None and n > 1,
+                                             enable_gqa=self.heads != self.kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: NativeConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: NativeConfig, index: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg, index)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, causal, cache):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, causal, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Body(nn.Module):
+    def __init__(self, cfg: NativeConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Layer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class NativeLM(nn.Module):
+    """Causal (Qwen2/Qwen3) or bidirectional (Dream) LM with transformers' state-dict names."""
+
+    def __init__(self, cfg: NativeConfig, *, causal: bool) -> None:
+        super().__init__()
+        self.config = cfg
+        self.causal = causal
+        self.model = Body(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def _mask(self, attention_mask: Any, b: int, n: int, m: int, past: int, device: Any) -> tuple[Any, bool]:
+        """(sdpa attn_mask or None, causal flag for sdpa)."""
+        if isinstance(attention_mask, dict):
+            attention_mask = attention_mask.get("full_attention")
+            if attention_mask is None:
+                return None, False  # explicit full attention (Dream)
+            return attention_mask.to(device=device, dtype=torch.bool), False
+        keep = None
+        if attention_mask is not None:  # 2-D padding mask over the keys
+            keep = attention_mask.to(device=device, dtype=torch.bool)[:, None, None, :]  # [b, 1, 1, m]
+        if not self.causal:
+            return keep, False
+        if keep is None and past == 0:
+            return None, True
+        rows = torch.arange(past, past + n, device=device)[:, None]
+        cols = torch.arange(m, device=device)[None, :]
+        allowed = (cols <= rows)[None, None]
+        return (allowed if keep is None else allowed & keep), False
+
+    def forward(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
+                attention_mask: Any = None, position_ids: torch.Tensor | None = None,
+                cache: NativeCache | None = None, use_cache: bool = False, logits_to_keep: int = 0,
+                **_: Any) -> Output:
+        x = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        b, n, _ = x.shape
+        past = cache.get_seq_length() if (cache is not None and use_cache) else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + n, device=x.device)[None].expand(b, n)
+        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :].to(x.device)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        cos, sin = emb.cos().to(x.dtype)[:, None], emb.sin().to(x.dtype)[:, None]  # [b, 1, n, d]
+        mask, causal = self._mask(attention_mask, b, n, past + n, past, x.device)
+        cache = cache if use_cache else None
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, mask, causal, cache)
+        x = self.model.norm(x)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        return Output(self.lm_head(x), cache)
+
+
+def new_cache(model: Any) -> Any:
+    """An empty KV cache of the right kind for ``model`` (native or transformers)."""
+    if isinstance(model, NativeLM):
+        return NativeCache()
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+def build_native(cfg: NativeConfig, state: dict, *, device: Any, dtype: Any, causal: bool) -> NativeLM:
+    """Build the network and load ``state`` with strict key checks (raises KeyError listing mismatches)."""
+    with torch.device("meta"):
+        model = NativeLM(cfg, causal=causal)
+    expected = set(model.state_dict().keys())
+    tied = cfg.tie_word_embeddings
+    missing = sorted(expected - set(state) - ({"lm_head.weight"} if tied else set()))
+    unexpected = sorted(k for k in set(state) - expected if not k.endswith("rotary_emb.inv_freq"))
+    if missing or unexpected:
+        raise KeyError(f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+    model.to_empty(device=device)
+    model.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+    model.inv_freq = inv.to(device)
+    model.tie_weights()
+    model.to(dtype)
+    model.inv_freq = inv.to(device)  # kept in fp32 like transformers' rotary embedding
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+class NativeTokenizer:
+    """The part of a transformers fast tokenizer that codila uses, on the ``tokenizers`` library alone.
+
+    Special tokens come from tokenizer_config.json like PreTrainedTokenizerFast reads them; there is no
+    chat template (the bundled models are completion models)."""
+
+    chat_template = None
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+        cfg = {}
+        if (path / "tokenizer_config.json").is_file():
+            cfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
+
+        def named(key: str) -> str | None:
+            value = cfg.get(key)
+            value = value.get("content") if isinstance(value, dict) else value
+            return value if isinstance(value, str) else None
+
+        for key in ("bos", "eos", "pad", "unk", "mask"):
+            text = named(f"{key}_token")
+            setattr(self, f"{key}_token", text)
+            setattr(self, f"{key}_token_id", self._tok.token_to_id(text) if text is not None else None)
+        added = self._tok.get_added_tokens_decoder()
+        self.added_tokens_decoder = added
+        self._special_ids = {i for i, t in added.items() if t.special}
+        self.all_special_tokens = [t for t in (self.bos_token, self.eos_token, self.unk_token, self.pad_token,
+                                               self.mask_token) if t is not None]
+
+    def __len__(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._tok.get_vocab(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
+        ids = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
+        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def convert_ids_to_tokens(self, ids: Any) -> Any:
+        if isinstance(ids, int):
+            return self._tok.id_to_token(ids)
+        return [self._tok.id_to_token(int(i)) for i in ids]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
