@@ -7,7 +7,9 @@ Reports, on the same held-out prompts:
 * the gain of each KV-cache mode (threshold and CoDiLA B = 4 with --cache none / prefix / dual);
 * sampler overhead: the share of decode wall time spent outside DLM and AR model forwards;
 * the live view's cost (CoDiLA B = 4 with the view rendering to a null terminal vs without);
-* `codila --help` start-up time and the end-to-end time of a short `codila gen`, and peak RSS.
+* `codila --help` start-up time and the end-to-end time of a short `codila gen` on each engine
+  (models/native.py vs transformers), and peak RSS;
+* batching: tokens/s of N prompts decoded together (runtime.generate_many) vs one after another.
 """
 
 from __future__ import annotations
@@ -47,11 +49,13 @@ class ForwardTimer:
         self.total += time.perf_counter() - self._t
 
 
-def timed(cmd: list[str], n: int) -> float:
+def timed(cmd: list[str], n: int, env: dict | None = None) -> float:
+    import os
+
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        subprocess.run(cmd, capture_output=True, check=False)
+        subprocess.run(cmd, capture_output=True, check=False, env={**os.environ, **(env or {})})
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -64,11 +68,14 @@ def main() -> None:
     ap.add_argument("--dlm", default=None)
     ap.add_argument("--ar", default=None)
     ap.add_argument("--settings", nargs="*", default=SETTINGS)
+    ap.add_argument("--batch", type=int, default=8, help="rows for the batching measurement")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     exe = [sys.executable, "-m", "codila_cli"]
+    short_gen = [*exe, "gen", "-q", "--max-new-tokens", "16", "--seed", "0", "def f(x):"]
     startup = {"help_seconds": timed([*exe, "--help"], 5),
-               "gen_end_to_end_seconds": timed([*exe, "gen", "-q", "--max-new-tokens", "16", "def f(x):"], 3)}
+               "gen_end_to_end_seconds": timed(short_gen, 3),
+               "gen_end_to_end_seconds_transformers": timed(short_gen, 3, env={"CODILA_ENGINE": "transformers"})}
     models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
     dlm_t = ForwardTimer(models.dlm.model)
     ar_t = ForwardTimer(models.ar.model) if models.ar is not None else None
@@ -105,8 +112,26 @@ def main() -> None:
         with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=con, block_size=4) as v:
             t_view += generate(models, p, decoder="codila", config=st.config, seed=0, on_step=v).metrics["wall_seconds"]
     live = {"without_view_seconds": plain, "with_view_seconds": t_view, "overhead": t_view / plain - 1}
+    batching = []
+    from codila_cli.runtime import generate_many
+
+    group = (prompts * ((args.batch // len(prompts)) + 1))[: args.batch]
+    for label in ("dream:K=1", "codila:B=4"):
+        st = parse_setting(label, max_new_tokens=args.max_new_tokens)
+        t0 = time.perf_counter()
+        singles = [generate(models, p, decoder=st.decoder, config=st.config, seed=0) for p in group]
+        t_single = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = generate_many(models, group, decoder=st.decoder, config=st.config, seeds=[0] * len(group))
+        t_batch = time.perf_counter() - t0
+        tok_s = sum(r.metrics["tokens"] for r in singles)
+        tok_b = sum(r.metrics["tokens"] for r in out.results)
+        same = sum(a.text == b.text for a, b in zip(singles, out.results))
+        batching.append({"setting": label, "rows": len(group), "single_tokens_per_second": tok_s / t_single,
+                         "batch_tokens_per_second": tok_b / t_batch, "speedup": (tok_b / t_batch) / (tok_s / t_single),
+                         "batched_forwards": out.batched_forwards, "identical_rows": same})
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    report = {"startup": startup, "rows": rows, "live_view": live, "peak_rss_mib": peak,
+    report = {"startup": startup, "rows": rows, "live_view": live, "batching": batching, "peak_rss_mib": peak,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = ["| setting | tokens/s | × dream K=1 | sampler overhead | valid |", "|---|---|---|---|---|"]
@@ -114,9 +139,14 @@ def main() -> None:
         lines.append(f"| `{r['setting']}` | {r['tokens_per_second']:.1f} | {r['speedup_vs_dream_k1']:.2f}× | "
                      f"{r['sampler_overhead']:.1%} | {r['valid_share']:.0%} |")
     lines += ["", f"* `codila --help`: {startup['help_seconds']:.2f} s; short `codila gen` end to end: "
-              f"{startup['gen_end_to_end_seconds']:.2f} s",
+              f"{startup['gen_end_to_end_seconds']:.2f} s (native engine) vs "
+              f"{startup['gen_end_to_end_seconds_transformers']:.2f} s (CODILA_ENGINE=transformers)",
               f"* live view: {live['overhead']:+.1%} decode time ({live['with_view_seconds']:.2f} s vs "
               f"{live['without_view_seconds']:.2f} s)", f"* peak RSS: {peak:.0f} MiB"]
+    for b in batching:
+        lines.append(f"* batch of {b['rows']} `{b['setting']}`: {b['batch_tokens_per_second']:.1f} tokens/s vs "
+                     f"{b['single_tokens_per_second']:.1f} one at a time ({b['speedup']:.2f}×); "
+                     f"{b['identical_rows']}/{b['rows']} rows identical to their single runs")
     (args.out / "perf.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -199,3 +199,30 @@ def test_plan_training_examples_use_the_decoding_layout(tiny_models):
     assert [e.defs for e in contract.entries][:2] == [("split",), ("count",)]
     assert contract.entries[1].uses == ("split",)
     assert all(ex[0].ids[p] != dlm.specials.mask for p in ex[0].maskable)
+
+
+@pytest.mark.parametrize("floor", [0, 6])
+def test_no_unit_ends_before_min_unit_tokens(tiny_models, floor):
+    eos = tiny_models.dlm.specials.eos
+    _, events = _plan(tiny_models, parse_contract(GOOD), min_unit_tokens=floor, commit=1e-9)
+    final = {}
+    for e in events:
+        final[e.row] = e.canvas
+    assert set(final) == {1, 2}
+    for canvas in final.values():
+        assert eos not in canvas[:floor]
+
+
+def test_contract_repairs_keywords_and_drops_pure_redefinitions(tiny_models):
+    from codila_cli.decoding.sddc import _unkeyword
+
+    assert _unkeyword("is,parse,class,match") == "is_,parse,class_,match"
+    dlm = tiny_models.dlm
+    tpl = ContractTemplate(dlm.tokenizer, dlm.specials, PlanConfig(max_units=3), dlm.vocab_rows)
+    c = Contract((Entry(1, "function", 32, ("parse",)), Entry(2, "function", 32, ("parse",)),
+                  Entry(3, "main", 32, (), ("parse",))))
+    ids, slots = tpl.layout(tpl.values_of(c))
+    back, warnings = tpl.read(ids, slots)
+    assert [e.defs for e in back.entries] == [("parse",), ()]
+    assert [e.index for e in back.entries] == [1, 2]
+    assert warnings == ["contract entry 2 dropped: it only redefines parse"]

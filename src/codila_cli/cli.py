@@ -711,6 +711,7 @@ def plan(
     attention: Annotated[str, typer.Option(help="coupled (canvases see each other) or isolated.")] = "coupled",
     commit: Annotated[str, typer.Option(help="'single' (one token per canvas per iteration) or a threshold γ_u in (0, 1].")] = "single",
     pad_scale: Annotated[float, typer.Option(help="Canvas length = ceil(pad_scale x budget).")] = 1.25,
+    min_unit_tokens: Annotated[int, typer.Option(help="No unit may end (end-of-text) before this many tokens.")] = 8,
     max_units: Annotated[int, typer.Option(help="Entry slots in the contract template.")] = 4,
     dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_PLAN_MODEL", help="[default: bundled-plan, else bundled-dlm]")] = None,
     temperature: Annotated[float, typer.Option()] = 0.0,
@@ -742,7 +743,7 @@ def plan(
             except ValueError:
                 raise UsageError(f"--commit {commit!r} is neither 'single' nor a number") from None
         cfg = PlanConfig(max_units=max_units, contract_schedule=contract_schedule, pad_scale=pad_scale,
-                         attention=attention, commit=gamma, sampling=SamplingConfig(temperature=temperature))
+                         min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, sampling=SamplingConfig(temperature=temperature))
         user_contract = None
         if contract_file is not None:
             try:

@@ -192,6 +192,7 @@ class PlanConfig:
     contract_schedule: str = "default"
     pad_scale: float = 1.25
     min_canvas: int = 8
+    min_unit_tokens: int = 8
     attention: str = "coupled"
     commit: float | None = None
     budget_menu: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 192, 256)
@@ -203,6 +204,8 @@ class PlanConfig:
         _check_positive("def-slots", self.def_slots, limit=16)
         _check_positive("use-slots", self.use_slots, limit=16)
         _check_positive("min-canvas", self.min_canvas, limit=4096)
+        if not (0 <= self.min_unit_tokens <= 4096):
+            raise ValueError(f"min-unit-tokens must be between 0 and 4096, got {self.min_unit_tokens}")
         _check_positive("max-iterations", self.max_iterations)
         if self.contract_schedule not in SCHEDULES:
             raise ValueError(f"contract-schedule must be one of {', '.join(SCHEDULES)}")

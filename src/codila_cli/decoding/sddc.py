@@ -5,6 +5,8 @@
    identifier pieces, end-of-text = empty), decoded one slot per forward under a contract schedule.
 2. Canvases: entry k gets ``# unit k`` (binding marker, removed at assembly) + a code stub
    (``def name(`` / ``class Name``) committed, then ceil(pad_scale · budget) masks (length-scaled padding).
+   End-of-text is barred from a canvas's first ``min_unit_tokens`` slots (like ``min_new_tokens`` in AR
+   generation), so a unit cannot end before it has a body.
 3. All canvases denoised together: per forward, in each active canvas, the single most confident slot
    ("single") or every slot with confidence ≥ γ_u (at least one). ``isolated`` attention lets a canvas
    see only the prompt, the contract and itself (a pairwise mask; positions restart after the contract).
@@ -139,14 +141,27 @@ class ContractTemplate:
             if not text("role"):
                 continue  # an empty entry slot
             line = (f"@unit 1 role={text('role')} budget={text('budget')} "
-                    f"def={text('def')} use={text('use')}\n@end\n")
+                    f"def={_unkeyword(text('def'))} use={_unkeyword(text('use'))}\n@end\n")
             try:
-                entries.append(parse_contract(line).entries[0])
+                entry = parse_contract(line).entries[0]
             except ContractError as exc:
                 warnings.append(f"contract entry {k} dropped: {exc.message}")
+                continue
+            seen = {d for e in entries for d in e.defs}
+            if entry.defs and set(entry.defs) <= seen:
+                warnings.append(f"contract entry {k} dropped: it only redefines {', '.join(entry.defs)}")
+                continue
+            entries.append(entry)
         if not entries:
             return Contract(()), warnings
         return Contract(tuple(Entry(i + 1, e.role, e.budget, e.defs, e.uses) for i, e in enumerate(entries))), warnings
+
+
+def _unkeyword(names: str) -> str:
+    """A name the model wrote that is a Python keyword (``is``, ``class``) gets PEP 8's trailing underscore."""
+    import keyword
+
+    return ",".join(n + "_" if keyword.iskeyword(n) else n for n in names.split(","))
 
 
 def contract_order(slots: list[Slot], masked: list[int], conf: torch.Tensor, schedule: str,
@@ -266,6 +281,9 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
             idx = (canvas == sp.mask).nonzero().flatten()
             rows = logits[m0 + idx]
             rows[:, [sp.mask] + ([sp.bos] if sp.bos is not None else [])] = float("-inf")
+            early = idx < config.min_unit_tokens  # a unit may not end before it has min_unit_tokens tokens
+            if bool(early.any()):
+                rows[early, sp.eos] = float("-inf")
             probs, x0 = sample(rows, config.sampling, generator)
             conf = confidence(probs, x0, "maskgit_plus")
             pick = conf >= config.commit if config.commit is not None else torch.zeros_like(conf, dtype=torch.bool)
