@@ -39,6 +39,19 @@ def test_signal_during_gen_exits_130_with_empty_stdout(tiny, tmp_path, sig, slow
     assert b"Traceback" not in err
 
 
+def test_signal_during_batched_gen_exits_130_promptly(tiny, tmp_path, slow_codila):
+    """`gen -n 3` decodes in worker threads; Ctrl-C still ends the process at once, stdout empty."""
+    proc = _start(["gen", "--dlm", str(tiny["dlm"]), "-n", "3", "--temperature", "1", "-K", "1",
+                   "--max-new-tokens", "200", "--seed", "0", "--no-early-stop", "def f("], tmp_path, slow_codila)
+    _wait_for_decoding(proc, tmp_path)
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert time.time() - t0 < 5
+    assert proc.returncode == 130, err.decode()
+    assert out == b"" and b"Traceback" not in err
+
+
 def test_signal_during_infill_leaves_file_untouched(tiny, tmp_path, slow_codila):
     f = tmp_path / "a.py"
     original = b"def f(x):\n    # codila: fill\n    return x\n"
