@@ -103,7 +103,7 @@ def test_plan_view_has_a_row_for_the_contract_and_each_unit(monkeypatch):
         view(StepEvent(1, (0,), (6,), "dlm", (10, 13), 2, 0, 0.2, (6, 1, 1), row=1))
         view(StepEvent(1, (1,), (7,), "dlm", (13, 15), 2, 0, 0.2, (1, 7), row=2))
     out = buf.getvalue()
-    assert "contract (1 masked)" in out and "unit 0 (2 masked)" in out and "unit 1 (1 masked)" in out
+    assert "contract (1 masked)" in out and "unit 1 (2 masked)" in out and "unit 2 (1 masked)" in out
     assert "tokens/forward 1.50" in out
 
 
@@ -128,3 +128,15 @@ def test_infill_and_plan_show_the_live_view_on_a_terminal_only(tiny, tmp_path, m
         assert on.exit_code == 0, on.stderr
         assert seen and set(seen) == {view_name}
         assert on.stdout == off.stdout  # the view never touches stdout
+
+
+def test_control_tokens_render_as_one_dim_glyph():
+    class Tok:
+        def decode(self, ids, skip_special_tokens=False):
+            return {0: "<|endoftext|>", 3: "<|expand|>", 4: "<think>", 5: "def"}[ids[0]]
+
+    view = LiveView(tokenizer=Tok(), mask_id=1, console=Console(file=io.StringIO()))
+    assert [view.piece(t) for t in (0, 3, 4, 5)] == ["∅", "⊕", "◆", "def"]
+    text = view.tokens_text((5, 0, 0), {0: "dlm", 1: "dlm", 2: "dlm"}, None)
+    assert text.plain == "def∅∅"
+    assert all(span.style == "bright_black" for span in text.spans if text.plain[span.start:span.end] == "∅")

@@ -280,7 +280,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
             canvas = x[0, m0:b]
             idx = (canvas == sp.mask).nonzero().flatten()
             rows = logits[m0 + idx]
-            rows[:, [sp.mask] + ([sp.bos] if sp.bos is not None else [])] = float("-inf")
+            rows[:, [t for t in (sp.mask, sp.bos, sp.expand) if t is not None]] = float("-inf")  # never code
             early = idx < config.min_unit_tokens  # a unit may not end before it has min_unit_tokens tokens
             if bool(early.any()):
                 rows[early, sp.eos] = float("-inf")

@@ -27,6 +27,7 @@ class LiveView:
         self.min_interval = min_interval
         self.max_lines = max_lines
         self._pieces: dict[int, str] = {}
+        self._special: set[int] = set()
         self._owner: dict[int, str] = {}
         self._last: StepEvent | None = None
         self._drawn = 0.0
@@ -47,8 +48,13 @@ class LiveView:
             self._live = None
 
     def piece(self, token: int) -> str:
+        """Text of one token; control tokens become one dim glyph (∅ end-of-text, ⊕ expand, ◆ other)."""
         if token not in self._pieces:
-            self._pieces[token] = self.tokenizer.decode([token], skip_special_tokens=False)
+            text = self.tokenizer.decode([token], skip_special_tokens=False)
+            if text.startswith("<|") and text.endswith("|>") or text in ("<think>", "</think>"):
+                self._special.add(token)
+                text = {"<|endoftext|>": "∅", "<|expand|>": "⊕"}.get(text, "◆")
+            self._pieces[token] = text
         return self._pieces[token]
 
     def __call__(self, event: StepEvent) -> None:
@@ -90,6 +96,8 @@ class LiveView:
                 continue
             style = STYLES.get(owner.get(i, "dlm"), "cyan") + (" underline bold" if in_block else "")
             piece = self.piece(tok)
+            if tok in self._special:
+                style = "bright_black" + (" underline" if in_block else "")
             if "\n" in piece:
                 parts = piece.split("\n")
                 for k, part in enumerate(parts):
@@ -114,7 +122,7 @@ def LEGEND() -> Any:  # noqa: N802 - a constant built lazily (rich is imported o
     from rich.text import Text
 
     return Text.assemble(("·", "bright_black"), " masked  ", ("DLM", "cyan"), "  ", ("AR", "green"), "  ",
-                         ("block", "underline"))
+                         ("block", "underline"), "  ", ("∅", "bright_black"), " end of text")
 
 
 class InfillView(LiveView):
@@ -200,7 +208,7 @@ class PlanView(LiveView):
             if len(lines) > limit:
                 body = Text("\n").join(lines[:limit] + [Text("…", style="bright_black")])
             left = sum(1 for t in canvas if t == self.mask_id)
-            label = "contract" if row == 0 else f"unit {row - 1}"
+            label = "contract" if row == 0 else f"unit {row}"
             parts += [Text(f"── {label} ({left} masked) ", style="bold"), body]
         rate = f"{self._committed / e.dlm_forwards:.2f}" if e.dlm_forwards else "-"
         parts += [Text(""), Text(f"{self.title}  DLM forwards {e.dlm_forwards}  tokens/forward {rate}  "
