@@ -171,3 +171,12 @@ def test_batch_size_out_of_range_is_refused(tiny, tmp_path):
     r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
                                  "--batch-size", "0", "-o", str(tmp_path / "x")])
     assert r.exit_code == 2 and r.stderr.startswith("Error: --batch-size must be between 1 and 64")
+
+
+def test_repetitive_flags_degenerate_text_only():
+    from codila_cli.eval.runner import repetitive
+
+    assert repetitive("    return self._file = self._file = self._file = self._file = self._file = self._file\n")
+    assert repetitive("    return self.is_for_for_for_for_for_for_for_for_for_for_for_for_for\n")
+    assert not repetitive("    x = compute(a, b)\n    if x > 3:\n        return x + 1\n    return helper(x, a)\n")
+    assert not repetitive("    pass\n")  # too short to judge

@@ -16,7 +16,7 @@ from codila_cli.eval.benchmarks import Task
 from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 from codila_cli.eval.settings import Setting
 
-ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "empty", "passed", "status",
+ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "empty", "repetitive", "passed", "status",
             "dlm_forwards", "ar_forwards", "tokens", "tokens_per_step", "tokens_per_second", "wall_seconds",
             "order_spearman")
 
@@ -58,6 +58,17 @@ def _check_fit(task: Task, setting: Setting) -> None:
         raise ValueError(f"setting {setting.label!r} does not fit task {task.task_id} (infill tasks need dreamon:…)")
 
 
+def repetitive(text: str, *, n: int = 4, floor: float = 0.5, min_grams: int = 8) -> bool:
+    """True when the text is mostly one pattern repeated: fewer than ``floor`` of its word-level
+    n-grams are distinct (``self._file = self._file = …``, ``_for_for_for…``). Parsing code can still be
+    degenerate; this flag keeps the valid share honest."""
+    import re
+
+    words = re.findall(r"[A-Za-z]+|\d+|[^\sA-Za-z\d]", text)
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return len(grams) >= min_grams and len(set(grams)) / len(grams) < floor
+
+
 def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: SandboxLimits) -> dict:
     from codila_cli.syntax import check_python
 
@@ -66,7 +77,8 @@ def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: S
     parses = check_python(code).valid
     empty = not completion.strip()
     row = {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": completion,
-           "valid": parses and not empty, "parses": parses, "empty": empty, "passed": None, "status": "no-tests"}
+           "valid": parses and not empty, "parses": parses, "empty": empty, "repetitive": repetitive(completion),
+           "passed": None, "status": "no-tests"}
     if task.test:
         out = run_sandboxed(task.program(completion), limits)
         row["passed"], row["status"] = out.passed, out.status
@@ -108,6 +120,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             "setting": label, "n": n,
             "pass_at_1": (sum(bool(r["passed"]) for r in tested) / len(tested)) if tested else None,
             "syntax_valid": sum(r["valid"] for r in rs) / n, "syntax_error_rate": 1 - sum(r["parses"] for r in rs) / n,
+            "valid_not_repetitive": sum(r["valid"] and not r.get("repetitive", False) for r in rs) / n,
             "empty": sum(r["empty"] for r in rs) / n, "tokens_per_step": tokens / fwd if fwd else 0.0,
             "tokens_per_second": tokens / secs if secs else 0.0, "dlm_forwards": fwd,
             "ar_forwards": sum(r["ar_forwards"] for r in rs), "order_spearman": statistics.mean(sp) if sp else None,
@@ -116,13 +129,14 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 
 def markdown(summary: list[dict], *, title: str = "") -> str:
-    head = ("| setting | n | pass@1 | valid (parses, non-empty) | syntax errors | empty | tokens/step | tokens/s "
-            "| DLM fwd | AR fwd | order ρ | seconds |")
-    lines = ([f"### {title}", ""] if title else []) + [head, "|" + "---|" * 12]
+    head = ("| setting | n | pass@1 | valid (parses, non-empty) | valid, not repetitive | syntax errors | empty "
+            "| tokens/step | tokens/s | DLM fwd | AR fwd | order ρ | seconds |")
+    lines = ([f"### {title}", ""] if title else []) + [head, "|" + "---|" * 13]
     for s in summary:
         p = f"{s['pass_at_1']:.1%}" if s["pass_at_1"] is not None else "–"
         rho = f"{s['order_spearman']:.2f}" if s["order_spearman"] is not None else "–"
-        lines.append(f"| `{s['setting']}` | {s['n']} | {p} | {s['syntax_valid']:.1%} | {s['syntax_error_rate']:.1%} | "
+        lines.append(f"| `{s['setting']}` | {s['n']} | {p} | {s['syntax_valid']:.1%} | "
+                     f"{s.get('valid_not_repetitive', s['syntax_valid']):.1%} | {s['syntax_error_rate']:.1%} | "
                      f"{s['empty']:.1%} | {s['tokens_per_step']:.2f} | {s['tokens_per_second']:.1f} | "
                      f"{s['dlm_forwards']} | {s['ar_forwards']} | {rho} | {s['wall_seconds']} |")
     return "\n".join(lines) + "\n"
