@@ -178,3 +178,49 @@ def test_alignment_loss_with_left_context_trains():
     assert torch.isfinite(plain) and torch.isfinite(ctx)
     ctx.backward()
     assert ar.get_input_embeddings().weight.grad is not None
+
+
+def test_split_function_cuts_after_signature_or_docstring():
+    from codila_cli.train.corpus import split_function
+
+    text = '@dec\ndef f(a,\n      b):\n    """Doc.\n\n    More."""\n    x = a + b\n    return x\n'
+    assert split_function(text) == ('@dec\ndef f(a,\n      b):\n    """Doc.\n\n    More."""\n', "    x = a + b\n    return x\n")
+    prompt, body = split_function(text, keep_docstring=False)
+    assert prompt == "@dec\ndef f(a,\n      b):\n" and body.startswith('    """Doc.')
+    assert split_function("def g(): pass\n") is None  # nothing to split
+    assert split_function("x = 1\n") is None
+
+
+def test_prompted_rows_noise_only_the_canvas(tmp_path, tok):
+    import numpy as np
+
+    from codila_cli.train.data import load_prompted, sample_prompted, tokenize_prompted
+
+    rows = [{"kind": "function", "text": 'def f(x):\n    """Double."""\n    return 2 * x\n'},
+            {"kind": "file", "text": "import os\n"}]
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    tokenize_prompted(src, tmp_path / "tokenizer.json", tmp_path / "p.npz")
+    data = load_prompted(tmp_path / "p.npz")
+    assert len(data) == 2  # with and without the docstring in the prompt
+    bos, eos = tok.token_to_id("<|beginoftext|>"), tok.token_to_id("<|endoftext|>")
+    x, m = sample_prompted(data, rows=np.array([0, 1]), seq_len=40, canvas=12, bos=bos, eos=eos)
+    for r in range(2):
+        prompt, body = data.pair(r)
+        start = 1 + len(prompt)
+        assert x[r, 0] == bos and list(x[r, 1:start]) == list(prompt)
+        assert not m[r, :start].any() and m[r, start : start + 12].all() and not m[r, start + 12 :].any()
+        canvas = x[r, start : start + 12]
+        n = min(len(body), 12)
+        assert list(canvas[:n]) == list(body[:n]) and (canvas[n:] == eos).all()
+        assert (x[r, start + 12 :] == eos).all()
+
+
+def test_train_init_only_for_align(tmp_path):
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
+    assert r.exit_code == 2

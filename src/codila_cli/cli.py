@@ -795,6 +795,7 @@ class Stage(str, Enum):
     tokenizer = "tokenizer"
     arinit = "arinit"
     dlm = "dlm"
+    sft = "sft"
     ar = "ar"
     align = "align"
     tasks = "tasks"
@@ -803,10 +804,11 @@ class Stage(str, Enum):
 
 @app.command()
 def train(
-    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, ar, align, tasks, export (in that order).")],
+    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, sft, ar, align, tasks, export (in that order).")],
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")] = Path("runs/bundled"),
     steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
+    init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Train one stage of the bundled models; run it again to resume after an interruption.
@@ -832,8 +834,15 @@ def train(
         else:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-            fn = {"arinit": stages.stage_arinit, "dlm": stages.stage_dlm, "ar": stages.stage_ar,
-                  "align": stages.stage_align, "tasks": stages.stage_tasks}[stage.value]
+            fn = {"arinit": stages.stage_arinit, "dlm": stages.stage_dlm, "sft": stages.stage_sft,
+                  "ar": stages.stage_ar, "align": stages.stage_align, "tasks": stages.stage_tasks}[stage.value]
+            extra = {}
+            if init is not None:
+                if stage != Stage.align:
+                    raise UsageError("--init applies to the align stage only")
+                if not (init / "model.safetensors").is_file():
+                    raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported helper directory")
+                extra["init"] = init
             if not (run_dir / "tokenizer" / "tokenizer.json").is_file():
                 raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")
             with Progress(TextColumn(f"[bold]{stage.value}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -845,7 +854,7 @@ def train(
                     info = f"loss {r['loss']:.3f}" + (f"  valid {r['valid']:.3f}" if "valid" in r else "")
                     bar.update(task, completed=r["step"], info=info)
 
-                out = fn(run_dir, steps=steps, on_log=log)
+                out = fn(run_dir, steps=steps, on_log=log, **extra)
         sys.stdout.write(json.dumps(out, default=str) + "\n")
 
     boundary(body, quiet=quiet)
