@@ -16,6 +16,8 @@ The canvas is a fixed grid of blocks of B slots; the candidates are the first W 
 
 Slots already committed inside a written span are fed one-hot and forced in the AR's output.
 
+Static mode computes π and H only over the candidate window (nothing outside it is read).
+
 ``cache`` = prefix / dual (models/dream.py::BlockCache): the cache's block is the candidate window
 [first candidate, last candidate). A full forward refreshes the cache whenever the window's start moves;
 otherwise only the window (dual) or the window and what follows (prefix) is recomputed, and block
@@ -67,9 +69,12 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
     while not c.done(early_stop=config.early_stop):
         masked_all = c.masked()
         cands = _candidates(masked_all, B, W)
-        lo, hi = (cands[0][0], cands[-1][1]) if cache is not None else (0, L)  # the canvas view [lo, hi)
+        # the canvas view [lo, hi): the candidate window with a cache, and in static mode (which reads
+        # nothing outside the window: same result, softmax/entropy over W blocks instead of the canvas)
+        static = config.tau is None and not config.ar_verify
+        lo, hi = (cands[0][0], cands[-1][1]) if cache is not None or static else (0, L)
         if cache is None:
-            logits = dlm.logits(c.x)[0, P:]  # [L, V], row j predicts slot j
+            logits = dlm.logits(c.x)[0, P + lo : P + hi]  # [hi - lo, V], row j predicts slot lo + j
         elif lo != cached_lo:
             logits, cached_lo = cache.refresh(c.x)[0, P + lo : P + hi], lo
         else:
