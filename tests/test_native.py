@@ -98,7 +98,8 @@ def test_native_tokenizer_matches_the_fast_tokenizer():
     from codila_cli.models.tokens import load_tokenizer
 
     path = bundled_path("bundled-dlm")
-    fast, nat = load_tokenizer(path, name="b"), NativeTokenizer(path)
+    fast, nat = load_tokenizer(path, name="b"), load_tokenizer(path, name="b", native=True)
+    assert isinstance(nat, NativeTokenizer)
     samples = ["def fib(n):\n    return n\n", "x = {'a': [1, 2]}  # é ✓\n\tpass", "<|mask|><|endoftext|>a", ""]
     for s in samples:
         ids = fast.encode(s, add_special_tokens=False)

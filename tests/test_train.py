@@ -224,3 +224,21 @@ def test_train_init_only_for_align(tmp_path):
 
     r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
     assert r.exit_code == 2
+
+
+def test_export_copies_the_chosen_finals_and_prefers_sft(tiny, tmp_path):
+    import shutil
+
+    from codila_cli.train.stages import stage_export
+
+    run = tmp_path / "run"
+    for stage, src in (("dlm", tiny["dlm"]), ("sft", tiny["dlm"]), ("align", tiny["ar"]), ("v1/align", tiny["ar"])):
+        shutil.copytree(src, run / stage / "final")
+    (run / "sft" / "final" / "marker").write_text("sft")
+    (run / "v1" / "align" / "final" / "marker").write_text("v1")
+    stage_export(run, target=tmp_path / "default")
+    assert (tmp_path / "default" / "dlm" / "marker").read_text() == "sft"  # the last DLM stage by default
+    assert not (tmp_path / "default" / "ar" / "marker").exists() and not (tmp_path / "default" / "tasks").exists()
+    stage_export(run, target=tmp_path / "chosen", dlm=run / "dlm" / "final", ar=run / "v1" / "align" / "final")
+    assert not (tmp_path / "chosen" / "dlm" / "marker").exists()
+    assert (tmp_path / "chosen" / "ar" / "marker").read_text() == "v1"

@@ -332,10 +332,8 @@ def gen(
         elif live:
             from codila_cli.ui.live import LiveView
 
-            block = {"codila": cfg.block_size if chosen == "codila" else None,
-                     "threshold": getattr(cfg, "block_length", None)}.get(chosen)
             with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
-                          block_size=block, title=f"codila {chosen}") as view:
+                          block_size=_view_block(chosen, cfg), title=f"codila {chosen}") as view:
                 result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system, on_step=view)
         else:
             result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system)
@@ -363,6 +361,11 @@ def gen(
     boundary(body, quiet=quiet)
 
 
+def _view_block(decoder: str, cfg: Any) -> int | None:
+    """The block grid the live view draws: B for codila, the block length for threshold, none for dream."""
+    return {"codila": getattr(cfg, "block_size", None), "threshold": getattr(cfg, "block_length", None)}.get(decoder)
+
+
 def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None, system: str | None, n: int,
               live: bool, json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any) -> None:
     """``gen --num-samples N``: one batched decode; samples on stdout in order, each after a comment line."""
@@ -379,9 +382,8 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
     if live:
         from codila_cli.ui.live import LiveView
 
-        block = cfg.block_size if chosen == "codila" else getattr(cfg, "block_length", None)
         with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
-                      block_size=block, title=f"codila {chosen} · sample 1 of {n}") as view:
+                      block_size=_view_block(chosen, cfg), title=f"codila {chosen} · sample 1 of {n}") as view:
             out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
                                 on_step=view)
     else:

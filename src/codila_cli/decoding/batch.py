@@ -32,12 +32,16 @@ class Batcher:
     def __init__(self, dlm: Any, rows: int) -> None:
         self.dlm = dlm
         self.active = rows
-        self.batched_forwards = 0
-        self.rows_per_forward: list[int] = []
+        self.rows_per_forward: list[int] = []  # rows served by each batched forward
         self._cv = threading.Condition()
         self._pending: dict[int, torch.Tensor] = {}
         self._results: dict[int, torch.Tensor] = {}
         self._error: BaseException | None = None
+
+    @property
+    def batched_forwards(self) -> int:
+        """DLM forwards the hardware ran (each shared by the rows then decoding)."""
+        return len(self.rows_per_forward)
 
     def request(self, row: int, x: torch.Tensor) -> torch.Tensor:
         """x [1, n_row] → shifted fp32 logits [1, n_row, V] from a forward shared with the other rows."""
@@ -72,7 +76,6 @@ class Batcher:
                 keep[i, n - len(x) :] = 1
             same = all(len(x) == n for x in xs)
             logits = self.dlm.logits(batch) if same else self.dlm.logits(batch, attention_mask=keep)
-            self.batched_forwards += 1
             self.rows_per_forward.append(len(xs))
             for i, (r, x) in enumerate(zip(order, xs)):
                 self._results[r] = logits[i : i + 1, n - len(x) :]
@@ -100,10 +103,6 @@ class RowDLM:
         if kwargs and any(v is not None for v in kwargs.values()):
             return self._dlm.logits(x, **kwargs)
         return self._batcher.request(self._row, x)
-
-    def raw_logits(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        self.forwards += 1
-        return self._dlm.raw_logits(x, **kwargs)
 
 
 class RowAR:

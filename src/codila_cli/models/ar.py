@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from codila_cli.errors import ModelLoadError
-from codila_cli.models.loading import LoadedCheckpoint, build_model, is_dream, native_tokenizer, read_config
+from codila_cli.models.loading import LoadedCheckpoint, build_model, engine_for, is_dream, read_config
 from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
 
@@ -68,7 +68,7 @@ def load_ar(path: Path, *, name: str, device: Any, dtype: Any) -> ARHelper:
             f"'{name}' is a Dream diffusion model, not an autoregressive helper",
             hint="pass a causal LM such as qwen3-0.6b or bundled-ar to --ar",
         )
-    tokenizer = load_tokenizer(path, name=name, native=native_tokenizer(path, cfg))
+    tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=False, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=True)
     return ARHelper(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))

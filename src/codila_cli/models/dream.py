@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from codila_cli.errors import ModelLoadError
-from codila_cli.models.loading import LoadedCheckpoint, build_model, is_dream, native_tokenizer, read_config
+from codila_cli.models.loading import LoadedCheckpoint, build_model, engine_for, is_dream, read_config
 from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
 
@@ -87,7 +87,7 @@ def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser
             f"'{name}' is a '{cfg.get('model_type')}' model, not a Dream-family diffusion model",
             hint="use --dlm with a Dream checkpoint (model_type \"Dream\"), e.g. dream-coder or bundled-dlm",
         )
-    tokenizer = load_tokenizer(path, name=name, native=native_tokenizer(path, cfg))
+    tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False)
     return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))

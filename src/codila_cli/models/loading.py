@@ -139,41 +139,9 @@ def engine_for(path: Path, cfg: dict) -> str:
     return "native" if bundled and supported else "transformers"
 
 
-def native_tokenizer(path: Path, cfg: dict) -> bool:
-    """True when the checkpoint runs natively and has no chat template: its tokenizer then needs only
-    the ``tokenizers`` library (models/native.py::NativeTokenizer)."""
-    if engine_for(path, cfg) != "native" or (path / "chat_template.jinja").is_file():
-        return False
-    try:
-        tcfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return True
-    return not (isinstance(tcfg, dict) and tcfg.get("chat_template"))
-
-
-def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool) -> Any:
-    """Instantiate the network (models/native.py or transformers, see :func:`engine_for`) and load its
-    safetensors weights with strict key checks."""
-    import torch
-
-    if engine_for(path, cfg) == "native":
-        from codila_cli.models.native import NativeConfig, build_native
-
-        state = load_state_dict(path, name=name, device=device, dtype=dtype)
-        try:
-            return build_native(NativeConfig.from_dict(cfg), state, device=device, dtype=dtype, causal=causal)
-        except KeyError as exc:
-            raise ModelLoadError(f"'{name}': weights do not match the config ({exc.args[0]})",
-                                 hint="the checkpoint is incomplete or belongs to another architecture") from exc
-    from transformers import AutoModelForCausalLM
-
-    hf_cfg = _hf_config(cfg, name=name)
-    hf_cfg._attn_implementation = "sdpa"
-    state = load_state_dict(path, name=name, device=device, dtype=dtype)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype)
+def _check_weights(model: Any, state: dict, *, tied: bool, name: str) -> None:
+    """Strict key check of a checkpoint against the network built from its config."""
     expected = set(model.state_dict().keys())
-    tied = bool(getattr(hf_cfg, "tie_word_embeddings", False))
     missing = sorted(expected - set(state) - ({"lm_head.weight"} if tied else set()))
     unexpected = sorted(k for k in set(state) - expected if not k.endswith("rotary_emb.inv_freq"))
     if missing or unexpected:
@@ -181,6 +149,30 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
             f"'{name}': weights do not match the config (missing {missing[:3]}, unexpected {unexpected[:3]})",
             hint="the checkpoint is incomplete or belongs to another architecture",
         )
+
+
+def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool) -> Any:
+    """Instantiate the network (models/native.py or transformers, see :func:`engine_for`) and load its
+    safetensors weights with strict key checks."""
+    import torch
+
+    state = load_state_dict(path, name=name, device=device, dtype=dtype)
+    if engine_for(path, cfg) == "native":
+        from codila_cli.models.native import NativeConfig, NativeLM, load_native
+
+        native_cfg = NativeConfig.from_dict(cfg)
+        with torch.device("meta"):
+            model = NativeLM(native_cfg, causal=causal)
+        _check_weights(model, state, tied=native_cfg.tie_word_embeddings, name=name)
+        return load_native(model, state, device=device, dtype=dtype)
+    from transformers import AutoModelForCausalLM
+
+    hf_cfg = _hf_config(cfg, name=name)
+    hf_cfg._attn_implementation = "sdpa"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype)
+    tied = bool(getattr(hf_cfg, "tie_word_embeddings", False))
+    _check_weights(model, state, tied=tied, name=name)
     model.to_empty(device=device)
     model.load_state_dict(state, strict=False)
     if tied:

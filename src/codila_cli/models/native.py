@@ -17,7 +17,6 @@ or a 2-D padding mask [B, N] (1 = real token); a cache has ``layers[i].keys/valu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,8 +187,7 @@ class NativeLM(nn.Module):
         self.causal = causal
         self.model = Body(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.inv_freq = rope_inv_freq(cfg)  # a plain fp32 tensor, not a buffer: .to(dtype) leaves it fp32
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
@@ -248,23 +246,18 @@ def new_cache(model: Any) -> Any:
     return DynamicCache(config=model.config)
 
 
-def build_native(cfg: NativeConfig, state: dict, *, device: Any, dtype: Any, causal: bool) -> NativeLM:
-    """Build the network and load ``state`` with strict key checks (raises KeyError listing mismatches)."""
-    with torch.device("meta"):
-        model = NativeLM(cfg, causal=causal)
-    expected = set(model.state_dict().keys())
-    tied = cfg.tie_word_embeddings
-    missing = sorted(expected - set(state) - ({"lm_head.weight"} if tied else set()))
-    unexpected = sorted(k for k in set(state) - expected if not k.endswith("rotary_emb.inv_freq"))
-    if missing or unexpected:
-        raise KeyError(f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+def rope_inv_freq(cfg: NativeConfig) -> torch.Tensor:
+    """RoPE inverse frequencies [head_dim / 2] in fp32, as transformers' default rotary embedding."""
+    return 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+
+
+def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any) -> NativeLM:
+    """Materialise a meta-device ``model`` (keys already checked) with ``state`` on ``device``/``dtype``."""
     model.to_empty(device=device)
-    model.load_state_dict({k: v for k, v in state.items() if k in expected}, strict=False)
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
-    model.inv_freq = inv.to(device)
+    model.load_state_dict(state, strict=False)
     model.tie_weights()
     model.to(dtype)
-    model.inv_freq = inv.to(device)  # kept in fp32 like transformers' rotary embedding
+    model.inv_freq = rope_inv_freq(model.config).to(device)  # it was built on the meta device
     model.eval()
     model.requires_grad_(False)
     return model
@@ -273,31 +266,20 @@ def build_native(cfg: NativeConfig, state: dict, *, device: Any, dtype: Any, cau
 class NativeTokenizer:
     """The part of a transformers fast tokenizer that codila uses, on the ``tokenizers`` library alone.
 
-    Special tokens come from tokenizer_config.json like PreTrainedTokenizerFast reads them; there is no
-    chat template (the bundled models are completion models)."""
+    ``specials`` maps ``bos_token`` … ``mask_token`` to their strings, as models/tokens.py::load_tokenizer
+    reads them from tokenizer_config.json; there is no chat template (that path uses transformers)."""
 
     chat_template = None
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, file: Path, specials: dict[str, str]) -> None:
         from tokenizers import Tokenizer
 
-        self._tok = Tokenizer.from_file(str(path / "tokenizer.json"))
-        cfg = {}
-        if (path / "tokenizer_config.json").is_file():
-            cfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
-
-        def named(key: str) -> str | None:
-            value = cfg.get(key)
-            value = value.get("content") if isinstance(value, dict) else value
-            return value if isinstance(value, str) else None
-
+        self._tok = Tokenizer.from_file(str(file))
         for key in ("bos", "eos", "pad", "unk", "mask"):
-            text = named(f"{key}_token")
+            text = specials.get(f"{key}_token")
             setattr(self, f"{key}_token", text)
             setattr(self, f"{key}_token_id", self._tok.token_to_id(text) if text is not None else None)
-        added = self._tok.get_added_tokens_decoder()
-        self.added_tokens_decoder = added
-        self._special_ids = {i for i, t in added.items() if t.special}
+        self.added_tokens_decoder = self._tok.get_added_tokens_decoder()
         self.all_special_tokens = [t for t in (self.bos_token, self.eos_token, self.unk_token, self.pad_token,
                                                self.mask_token) if t is not None]
 

@@ -95,20 +95,11 @@ def resolve_special_tokens(tokenizer: Any, config: dict, *, require_mask: bool, 
 def load_tokenizer(path: Path, *, name: str, native: bool = False) -> Any:
     """A fast tokenizer from tokenizer.json + tokenizer_config.json; never custom (remote) classes.
 
-    ``native``: the ``tokenizers``-only stand-in of models/native.py (no transformers import), for
-    checkpoints without a chat template."""
+    ``native`` (the checkpoint runs on models/native.py): without a chat template, the ``tokenizers``-only
+    stand-in of models/native.py is returned, so transformers is never imported."""
     file = path / "tokenizer.json"
     if not file.is_file():
         raise ModelLoadError(f"'{name}' has no tokenizer.json ({path})", hint="codila needs a fast tokenizer file")
-    if native:
-        from codila_cli.models.native import NativeTokenizer
-
-        try:
-            return NativeTokenizer(path)
-        except Exception as exc:  # tokenizers raises plain Exceptions on bad files
-            raise ModelLoadError(f"'{name}': cannot read tokenizer.json: {exc}") from exc
-    from transformers import PreTrainedTokenizerFast
-
     cfg: dict = {}
     if (path / "tokenizer_config.json").is_file():
         try:
@@ -122,14 +113,21 @@ def load_tokenizer(path: Path, *, name: str, native: bool = False) -> Any:
             value = value.get("content")
         if isinstance(value, str):
             kwargs[key] = value
-    try:
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(file), **kwargs)
-    except Exception as exc:  # tokenizers raises plain Exceptions on bad files
-        raise ModelLoadError(f"'{name}': cannot read tokenizer.json: {exc}") from exc
     template = cfg.get("chat_template")
     if (path / "chat_template.jinja").is_file():
         template = (path / "chat_template.jinja").read_text(encoding="utf-8")
-    if isinstance(template, str) and template.strip():
+    has_template = isinstance(template, str) and bool(template.strip())
+    try:
+        if native and not has_template:
+            from codila_cli.models.native import NativeTokenizer
+
+            return NativeTokenizer(file, kwargs)
+        from transformers import PreTrainedTokenizerFast
+
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(file), **kwargs)
+    except Exception as exc:  # tokenizers raises plain Exceptions on bad files
+        raise ModelLoadError(f"'{name}': cannot read tokenizer.json: {exc}") from exc
+    if has_template:
         tok.chat_template = template
     return tok
 

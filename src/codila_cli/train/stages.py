@@ -401,12 +401,14 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     return last
 
 
-def stage_export(run: Path, *, target: Path | None = None) -> dict:
-    """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer) into the package."""
+def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None) -> dict:
+    """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
+    there is one, into the package. ``dlm``/``ar`` choose other finished directories than the defaults
+    (the last DLM stage, ``align/final``)."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
-    pairs = {"dlm": _final_dlm_dir(run), "ar": run / "align" / "final"}
+    pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
     if (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = run / "tasks" / "final"
     for name, src in pairs.items():
@@ -423,20 +425,21 @@ def stage_export(run: Path, *, target: Path | None = None) -> dict:
     return {"bytes": total, "target": str(target)}
 
 
-if __name__ == "__main__":  # python -m codila_cli.train.stages RUN STAGE STEPS
+if __name__ == "__main__":
+    # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer | export [DLM_DIR AR_DIR]
+    #                                   | STAGE STEPS          | align STEPS [INIT_DIR]
     import sys
 
-    run_dir, stage = Path(sys.argv[1]), sys.argv[2]
-    n = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    extra = {"init": Path(sys.argv[4])} if stage == "align" and len(sys.argv) > 4 else {}
+    run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
     printer = lambda r: print(json.dumps(r), flush=True) if r["step"] % 50 == 0 or "valid" in r else None  # noqa: E731
     if stage == "corpus":
-        print(stage_corpus(run_dir, data_dir=Path(sys.argv[3]) if len(sys.argv) > 3 else None))
+        print(stage_corpus(run_dir, data_dir=Path(args[0]) if args else None))
     elif stage == "tokenizer":
         print(stage_tokenizer(run_dir))
     elif stage == "export":
-        print(stage_export(run_dir))
+        print(stage_export(run_dir, dlm=Path(args[0]) if args else None, ar=Path(args[1]) if len(args) > 1 else None))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
-        print(fn(run_dir, steps=n, on_log=printer, **extra))
+        extra = {"init": Path(args[1])} if stage == "align" and len(args) > 1 else {}
+        print(fn(run_dir, steps=int(args[0]), on_log=printer, **extra))

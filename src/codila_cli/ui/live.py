@@ -61,11 +61,22 @@ class LiveView:
         for p in event.positions:
             self._owner[p] = event.source
         self._last = event
+        self._redraw_if_due()
+
+    def _redraw_if_due(self) -> None:
+        """Redraw at most once per ``min_interval`` seconds (the view's whole cost)."""
         now = time.perf_counter()
         if self._live is not None and now - self._drawn >= self.min_interval:
             self._drawn = now
             self.redraws += 1
             self._live.update(self.render(), refresh=True)
+
+    def _tail(self, text: Any) -> Any:
+        """The last ``max_lines`` lines of a rich Text."""
+        from rich.text import Text
+
+        lines = text.split("\n")
+        return Text("\n").join(lines[-self.max_lines :]) if len(lines) > self.max_lines else text
 
     def render(self) -> Any:
         from rich.console import Group
@@ -74,11 +85,7 @@ class LiveView:
         e = self._last
         if e is None:
             return Text()
-        text = self.tokens_text(e.canvas, self._owner, e.block)
-        lines = text.split("\n")
-        if len(lines) > self.max_lines:
-            text = Text("\n").join(lines[-self.max_lines :])
-        return Group(text, Text(""), self.status(e), LEGEND())
+        return Group(self._tail(self.tokens_text(e.canvas, self._owner, e.block)), Text(""), self.status(e), LEGEND())
 
     def tokens_text(self, canvas: tuple[int, ...], owner: dict[int, str], block: tuple[int, int] | None,
                     *, block_size: int | None = -1) -> Any:
@@ -158,13 +165,10 @@ class InfillView(LiveView):
         e = self._last
         if e is None:
             return Text()
-        middle = self.tokens_text(e.canvas, self._owner, e.block, block_size=None)
-        lines = middle.split("\n")
-        if len(lines) > self.max_lines:
-            middle = Text("\n").join(lines[-self.max_lines :])
+        middle = self._tail(self.tokens_text(e.canvas, self._owner, e.block, block_size=None))
         ctx = lambda rows: Text("\n".join(rows), style="bright_black")  # noqa: E731
         return Group(ctx(self.before), middle, ctx(self.after), Text(""),
-                     Text(f"{self.status(e)}  middle {len(e.canvas)} slots", style="bold"), LEGEND())
+                     self.status(e).append(f"  middle {len(e.canvas)} slots"), LEGEND())
 
 
 class PlanView(LiveView):
@@ -179,18 +183,13 @@ class PlanView(LiveView):
         self._committed = 0
 
     def __call__(self, event: StepEvent) -> None:
-        canvas, owner = self._rows.get(event.row, ((), {}))
-        owner = dict(owner)
+        _, owner = self._rows.get(event.row, ((), {}))
         for p in event.positions:
             owner[p] = event.source
         self._rows[event.row] = (event.canvas, owner)
         self._committed += len(event.positions)
         self._last = event
-        now = time.perf_counter()
-        if self._live is not None and now - self._drawn >= self.min_interval:
-            self._drawn = now
-            self.redraws += 1
-            self._live.update(self.render(), refresh=True)
+        self._redraw_if_due()
 
     def render(self) -> Any:
         from rich.console import Group
