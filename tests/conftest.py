@@ -54,7 +54,7 @@ class ScriptedDLM:
     device: torch.device = torch.device("cpu")
     forwards: int = 0
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, x: torch.Tensor, *, rows: tuple[int, int] | None = None) -> torch.Tensor:
         self.forwards += 1
         n = x.shape[1]
         probs = torch.full((1, n, self.vocab), 1.0 / self.vocab)
@@ -62,7 +62,8 @@ class ScriptedDLM:
             row = torch.full((self.vocab,), (1 - c) / (self.vocab - 1))
             row[t] = c
             probs[0, self.prompt_len + j] = row
-        return torch.log(probs)
+        out = torch.log(probs)
+        return out if rows is None else out[:, rows[0] : rows[1]]
 
 
 @pytest.fixture

@@ -238,6 +238,20 @@ def test_config_validation():
 
 # --- approximate KV caches ------------------------------------------------------------------------
 
+def test_row_restricted_logits_equal_the_full_forward_rows(tiny_models):
+    """logits(rows=(a, b)) projects only the rows it needs; the shift is the same as the full forward's."""
+    dlm = tiny_models.dlm
+    x = torch.randint(10, 300, (1, 30))
+    full = dlm.logits(x)
+    for a, b in ((0, 30), (0, 1), (1, 5), (12, 30), (29, 30)):
+        assert torch.allclose(dlm.logits(x, rows=(a, b)), full[:, a:b], atol=1e-6)
+    keep = torch.ones(2, 30, dtype=torch.long)
+    keep[1, :4] = 0
+    both = torch.cat([x, x])
+    assert torch.allclose(dlm.logits(both, attention_mask=keep, rows=(10, 20)),
+                          dlm.logits(both, attention_mask=keep)[:, 10:20], atol=1e-6)
+
+
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
 def test_first_forward_after_refresh_equals_uncached(tiny_models, mode):
     from codila_cli.models.dream import BlockCache
@@ -246,7 +260,8 @@ def test_first_forward_after_refresh_equals_uncached(tiny_models, mode):
     x = torch.randint(10, 300, (1, 48))
     full = dlm.logits(x)
     cache = BlockCache(dlm, mode)
-    assert torch.equal(cache.refresh(x), full)
+    assert torch.equal(cache.refresh(x, 0, 48), full)
+    assert torch.equal(cache.refresh(x, 16, 24), full[:, 16:24])
     # nothing changed since the refresh, so the cached K/V are exact: the sliced forward matches too
     for start, end in ((0, 8), (16, 24), (40, 48)):
         assert torch.allclose(cache.logits(x, start, end), full[:, start:end], atol=1e-5)
@@ -268,6 +283,23 @@ def test_cached_decoders_run_and_count(tiny_models, decoder, cfg, mode):
     assert cached.metrics["tokens"] == base.metrics["tokens"] == 24
     if decoder == "codila" and cfg.tau is None:
         assert cached.metrics["tokens_per_step"] == 4.0
+
+
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_codila_cache_refreshes_once_per_window(tiny_models, mode, monkeypatch):
+    """Static CoDiLA with a cache: the window of W blocks stays put until full, so a 24-slot canvas with
+    B = 4, W = 2 costs 24 / 8 = 3 full forwards and 3 window forwards (one per remaining block)."""
+    from codila_cli.models.dream import BlockCache
+    from codila_cli.runtime import generate
+
+    refreshes = []
+    real = BlockCache.refresh
+    monkeypatch.setattr(BlockCache, "refresh", lambda self, x, a, b: refreshes.append((a, b)) or real(self, x, a, b))
+    cfg = CodilaConfig(max_new_tokens=24, block_size=4, candidate_blocks=2, early_stop=False, cache=mode)
+    r = generate(tiny_models, "def f(", decoder="codila", config=cfg, seed=0)
+    assert r.metrics["tokens"] == 24 and r.metrics["dlm_forwards"] == 6
+    assert [b - a for a, b in refreshes] == [8, 8, 8]
+    assert [a for a, _ in refreshes] == sorted(a for a, _ in refreshes)
 
 
 def test_cache_flag_rejected_for_dream(tiny):

@@ -38,7 +38,7 @@ class ScriptedInfill:
     device: torch.device = torch.device("cpu")
     forwards: int = 0
 
-    def logits(self, x):
+    def logits(self, x, *, rows=None):
         self.forwards += 1
         n = x.shape[1]
         middle = x[0, self.head : n - self.tail].tolist()
@@ -54,7 +54,7 @@ class ScriptedInfill:
             at = len(self.target) if self.delete_first_extra and middle[len(self.target)] == SP.mask else last
             out[0, self.head + at] = -5.0
             out[0, self.head + at, SP.eos] = 9.0
-        return out
+        return out if rows is None else out[:, rows[0] : rows[1]]
 
 
 @pytest.mark.parametrize("n0,target", [(2, [5, 6, 7, 8, 9, 10]), (6, [5, 6]), (4, [5, 6, 7, 8])])

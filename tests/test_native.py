@@ -55,7 +55,7 @@ def test_block_cache_matches(pairs, mode):
     hf, nat = pairs["transformers"][0], pairs["native"][0]
     x = torch.randint(5, 300, (1, 20))
     a, b = BlockCache(hf, mode), BlockCache(nat, mode)
-    assert close(a.refresh(x), b.refresh(x))
+    assert close(a.refresh(x, 0, 20), b.refresh(x, 0, 20))
     x[0, 9] = 7  # a commit inside the block: the cached suffix is now stale, the same way for both
     assert close(a.logits(x, 8, 12), b.logits(x, 8, 12))
 

@@ -98,11 +98,12 @@ class RowDLM:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._dlm, name)
 
-    def logits(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    def logits(self, x: torch.Tensor, *, rows: tuple[int, int] | None = None, **kwargs: Any) -> torch.Tensor:
         self.forwards += 1
         if kwargs and any(v is not None for v in kwargs.values()):
-            return self._dlm.logits(x, **kwargs)
-        return self._batcher.request(self._row, x)
+            return self._dlm.logits(x, rows=rows, **kwargs)
+        out = self._batcher.request(self._row, x)  # the batch forward projects every row
+        return out if rows is None else out[:, rows[0] : rows[1]]
 
 
 class RowAR:

@@ -19,9 +19,10 @@ Slots already committed inside a written span are fed one-hot and forced in the 
 Static mode computes π and H only over the candidate window (nothing outside it is read).
 
 ``cache`` = prefix / dual (models/dream.py::BlockCache): the cache's block is the candidate window
-[first candidate, last candidate). A full forward refreshes the cache whenever the window's start moves;
-otherwise only the window (dual) or the window and what follows (prefix) is recomputed, and block
-choice and fallback look only inside the window.
+[first candidate, last candidate) as it stands at a refresh (Fast-dLLM's block: W·B slots). The window
+then stays put until all its slots are committed; each step in it recomputes only the window (dual) or
+the window and what follows (prefix), and block choice and fallback look only inside it. So a canvas of
+L slots costs about L / (W·B) full forwards instead of one per block.
 """
 
 from __future__ import annotations
@@ -35,9 +36,18 @@ from codila_cli.decoding.marginals import confidence, entropy, sample
 
 
 def _candidates(masked: torch.Tensor, B: int, W: int) -> list[tuple[int, int]]:
+    """The first W blocks of the grid (B slots each; the last may be shorter) that hold a mask."""
     L = len(masked)
-    spans = [(s, min(s + B, L)) for s in range(0, L, B) if bool(masked[s : min(s + B, L)].any())]
-    return spans[:W]
+    grid = torch.nn.functional.pad(masked, (0, -L % B)).view(-1, B).any(1)
+    return [(s, min(s + B, L)) for s in (grid.nonzero().flatten()[:W] * B).tolist()]
+
+
+def _block_means(H: torch.Tensor, masked: torch.Tensor, B: int) -> list[float]:
+    """Mean entropy over the masked slots of each B-slot block of a grid-aligned view (inf if none)."""
+    pad = -len(H) % B
+    h = torch.nn.functional.pad(torch.where(masked, H, 0.0), (0, pad)).view(-1, B).sum(1)
+    n = torch.nn.functional.pad(masked, (0, pad)).view(-1, B).sum(1)
+    return (h / n).tolist()  # 0 / 0 = nan for a block with no mask; such a block is never a candidate
 
 
 def _context(c: Canvas, start: int, n: int) -> list[int]:
@@ -61,7 +71,7 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
                   on_step: OnStep = no_op) -> DecodeResult:
     c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, ar=writer.ar, on_step=on_step)
     B, W, L, P = config.block_size, config.candidate_blocks, config.max_new_tokens, c.prompt_len
-    cache, cached_lo = None, -1
+    cache, window = None, None
     if config.cache != "none":
         from codila_cli.models.dream import BlockCache
 
@@ -74,17 +84,21 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
         static = config.tau is None and not config.ar_verify
         lo, hi = (cands[0][0], cands[-1][1]) if cache is not None or static else (0, L)
         if cache is None:
-            logits = dlm.logits(c.x)[0, P + lo : P + hi]  # [hi - lo, V], row j predicts slot lo + j
-        elif lo != cached_lo:
-            logits, cached_lo = cache.refresh(c.x)[0, P + lo : P + hi], lo
-        else:
+            logits = dlm.logits(c.x, rows=(P + lo, P + hi))[0]  # [hi - lo, V], row j predicts slot lo + j
+        elif window is None or not bool(masked_all[window[0] : window[1]].any()):
+            window = (lo, hi)
+            logits = cache.refresh(c.x, P + lo, P + hi)[0]
+        else:  # the window stays put until it is full: stale K/V outside it, exact inside
+            lo, hi = window
+            cands = [(s, e) for s, e in cands if lo <= s and e <= hi]
             logits = cache.logits(c.x, P + lo, P + hi)[0]
         probs = torch.softmax(logits, dim=-1)  # raw marginals π for the AR and the block choice
         H = entropy(probs)  # [hi - lo] nats
         view = _View(c, lo)
         masked = masked_all[lo:hi]
         rel = [(s - lo, e - lo) for s, e in cands]
-        means = [float(H[s:e][masked[s:e]].mean()) for s, e in rel]
+        block_mean = _block_means(H, masked, B)  # lo is on the grid, so view block i = canvas block lo/B + i
+        means = [block_mean[s // B] for s, _ in rel]
         if config.ar_verify:
             _verify_step(c, writer, logits, probs, cands, config, generator)
         elif config.tau is None:

@@ -37,7 +37,7 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
         if n_masked == 0:
             break
         if stale:
-            logits = dlm.logits(c.x)[0, c.prompt_len :]  # [L, V], row j predicts slot j
+            logits = dlm.logits(c.x, rows=(c.prompt_len, c.x.shape[1]))[0]  # [L, V], row j predicts slot j
         idx = masked.nonzero().flatten()
         probs, x0 = sample(logits[idx], config.sampling, generator)
         if K is not None:

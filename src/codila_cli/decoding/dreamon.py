@@ -52,7 +52,7 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
     banned = [i for i in (mask, sp.bos) if i is not None]
     while mask in middle and dlm.forwards - f0 < cap:
         x = torch.tensor([head + middle + tail], device=dlm.device)
-        logits = dlm.logits(x)[0, len(head) : len(head) + len(middle)].clone()  # [M, V]
+        logits = dlm.logits(x, rows=(len(head), len(head) + len(middle)))[0].clone()  # [M, V]
         logits[:, banned] = float("-inf")
         if expand is not None and (len(middle) >= config.max_middle_tokens or budget <= 0):
             logits[:, expand] = float("-inf")

@@ -216,7 +216,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
             masked = [i for i, s in enumerate(slots) if ids[s.pos] == sp.mask]
             if not masked:
                 break
-            logits = dlm.logits(torch.tensor([head + ids], device=dlm.device))[0, len(head):]
+            logits = dlm.logits(torch.tensor([head + ids], device=dlm.device), rows=(len(head), len(head) + len(ids)))[0]
             rows = torch.stack([logits[slots[i].pos].masked_fill(~tpl.allowed_now(ids, slots, i).to(logits.device),
                                                                  float("-inf")) for i in masked])
             probs, x0 = sample(rows, config.sampling, generator)

@@ -29,9 +29,9 @@ def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
         fresh = True
         while bool(c.masked()[start:end].any()):
             if cache is None:
-                logits = dlm.logits(c.x)[0, P + start : P + end]  # [B, V]
+                logits = dlm.logits(c.x, rows=(P + start, P + end))[0]  # [B, V]
             elif fresh:
-                logits = cache.refresh(c.x)[0, P + start : P + end]
+                logits = cache.refresh(c.x, P + start, P + end)[0]
             else:
                 logits = cache.logits(c.x, P + start, P + end)[0]
             fresh = False

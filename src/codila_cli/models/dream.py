@@ -16,11 +16,17 @@ from codila_cli.models.loading import LoadedCheckpoint, build_model, engine_for,
 from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
 
-def shift_logits(raw: Any) -> Any:
-    """[B, N, V] raw Dream logits -> [B, N, V] where row i predicts token i (row 0 copied)."""
+def shift_index(start: int, end: int) -> Any:
+    """Raw output rows that predict tokens [start, end): row i − 1 predicts token i; token 0 has no
+    predictor and takes row 0. A [end − start] index tensor."""
     import torch
 
-    return torch.cat([raw[:, :1], raw[:, :-1]], dim=1)
+    return torch.arange(start - 1, end - 1).clamp_min(0)
+
+
+def shift_logits(raw: Any) -> Any:
+    """[B, N, V] raw Dream logits -> [B, N, V] where row i predicts token i (row 0 copied)."""
+    return raw[:, shift_index(0, raw.shape[1]).to(raw.device)]
 
 
 class DreamDenoiser:
@@ -46,29 +52,36 @@ class DreamDenoiser:
     def vocab_rows(self) -> int:
         return self.ckpt.vocab_rows
 
-    def raw_logits(self, x: Any, *, attention_mask: Any | None = None) -> Any:
-        """One full bidirectional forward. x: [B, N] ids; attention_mask: [B, N] (1 = real, 0 = pad)."""
+    def raw_logits(self, x: Any, *, attention_mask: Any | None = None, keep: Any = 0) -> Any:
+        """One full bidirectional forward. x: [B, N] ids; attention_mask: [B, N] (1 = real, 0 = pad);
+        ``keep``: raw rows to project onto the vocabulary (an index tensor; 0 = all)."""
         import torch
 
         self.forwards += 1
         with torch.inference_mode():
             if attention_mask is None or bool(attention_mask.all()):
-                out = self.model(input_ids=x, attention_mask={"full_attention": None}, use_cache=False)
+                out = self.model(input_ids=x, attention_mask={"full_attention": None}, use_cache=False,
+                                 logits_to_keep=keep)
             else:
                 # Dream's padding convention: positions count real tokens only; pads get position 1.
                 position_ids = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
                 keys = attention_mask.bool()[:, None, None, :].expand(-1, 1, x.shape[1], -1)  # [B, 1, N, N]
                 out = self.model(input_ids=x, attention_mask={"full_attention": keys}, position_ids=position_ids,
-                                 use_cache=False)
+                                 use_cache=False, logits_to_keep=keep)
         return out.logits
 
     def logits(self, x: Any, *, attention_mask: Any | None = None, pair_mask: Any | None = None,
-               position_ids: Any | None = None) -> Any:
+               position_ids: Any | None = None, rows: tuple[int, int] | None = None) -> Any:
         """Shifted logits [B, N, V] in fp32: row i is the distribution of token i.
 
+        ``rows`` = (start, end): only tokens [start, end) → [B, end − start, V]; the vocabulary
+        projection (a third of a small model's forward) then runs on those rows only.
         ``pair_mask`` [N, N] bool (query row may attend to key column) and ``position_ids`` [B, N] let
         SDDC isolate canvases; they replace ``attention_mask``.
         """
+        if rows is not None:
+            keep = shift_index(*rows).to(x.device)
+            return self.raw_logits(x, attention_mask=attention_mask, keep=keep).float()
         if pair_mask is None:
             return shift_logits(self.raw_logits(x, attention_mask=attention_mask)).float()
         import torch
@@ -117,7 +130,8 @@ class BlockCache:
         self.values: list = []
         self.full_forwards = 0
 
-    def refresh(self, x: Any) -> Any:
+    def refresh(self, x: Any, start: int, end: int) -> Any:
+        """One full forward: keeps every layer's K/V; shifted logits [B, end − start, V] of tokens [start, end)."""
         import torch
 
         from codila_cli.models.native import new_cache
@@ -127,10 +141,11 @@ class BlockCache:
         self.full_forwards += 1
         cache = new_cache(dlm.model)
         with torch.inference_mode():
-            out = dlm.model(input_ids=x, attention_mask={"full_attention": None}, cache=cache, use_cache=True)
+            out = dlm.model(input_ids=x, attention_mask={"full_attention": None}, cache=cache, use_cache=True,
+                            logits_to_keep=shift_index(start, end).to(x.device))
         self.keys = [layer.keys for layer in out.cache.layers]
         self.values = [layer.values for layer in out.cache.layers]
-        return shift_logits(out.logits).float()
+        return out.logits.float()
 
     def logits(self, x: Any, start: int, end: int) -> Any:
         """Shifted logits [B, end − start, V] for sequence positions [start, end), from the cache."""
@@ -148,9 +163,8 @@ class BlockCache:
             cache.update(k.index_select(2, keep), v.index_select(2, keep), i)
         pos = torch.arange(lo, hi, device=x.device).unsqueeze(0)
         dlm.forwards += 1
+        rows = (shift_index(start, end) - lo).to(x.device)  # the slice's raw row j predicts token lo + j + 1
         with torch.inference_mode():
             out = dlm.model(input_ids=x[:, lo:hi], attention_mask={"full_attention": None}, position_ids=pos,
-                            cache=cache, use_cache=True)
-        raw = out.logits  # row j predicts token lo + j + 1
-        shifted = raw[:, start - lo - 1 : end - lo - 1] if start > 0 else torch.cat([raw[:, :1], raw[:, : end - 1]], 1)
-        return shifted.float()
+                            cache=cache, use_cache=True, logits_to_keep=rows)
+        return out.logits.float()

@@ -217,7 +217,7 @@ class NativeLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
                 attention_mask: Any = None, position_ids: torch.Tensor | None = None,
-                cache: NativeCache | None = None, use_cache: bool = False, logits_to_keep: int = 0,
+                cache: NativeCache | None = None, use_cache: bool = False, logits_to_keep: Any = 0,
                 **_: Any) -> Output:
         x = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         b, n, _ = x.shape
@@ -232,7 +232,9 @@ class NativeLM(nn.Module):
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask, causal, cache)
         x = self.model.norm(x)
-        if logits_to_keep:
+        if isinstance(logits_to_keep, torch.Tensor):  # row indices (transformers' convention)
+            x = x[:, logits_to_keep]
+        elif logits_to_keep:
             x = x[:, -logits_to_keep:]
         return Output(self.lm_head(x), cache)
 

@@ -37,7 +37,10 @@ class Shape:
 
 
 DLM_SHAPE = Shape(hidden=256, layers=6, heads=4, kv_heads=2, intermediate=768, max_positions=512)
-AR_SHAPE = Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512)
+# the helper: session 1 shipped "small" (1.9 M parameters); "base" (4.5 M, still below the DLM's 6.8 M)
+AR_SHAPES = {"small": Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512),
+             "base": Shape(hidden=256, layers=3, heads=4, kv_heads=2, intermediate=768, max_positions=512)}
+AR_LR = {"small": 3e-3, "base": 2e-3}
 STAGES = ("corpus", "tokenizer", "arinit", "dlm", "sft", "ar", "align", "tasks", "export")
 MAX_BUNDLE_BYTES = 40 * 2**20
 Log = Callable[[dict], None]
@@ -253,16 +256,28 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     return last
 
 
-def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 2, lr: float = 3e-3,
-             on_log: Log | None = None) -> dict:
+def _ar_shape(run: Path) -> Shape:
+    """The helper shape this run's ``ar`` stage chose (``RUN/ar/shape.json``; "small" for runs older than it)."""
+    f = run / "ar" / "shape.json"
+    return Shape(**json.loads(f.read_text())) if f.is_file() else AR_SHAPES["small"]
+
+
+def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 2, lr: float | None = None,
+             shape: str = "base", on_log: Log | None = None) -> dict:
     from codila_cli.train.objectives import causal_lm_loss
 
     ids = _ids(run)
     torch.manual_seed(seed)
-    model = _qwen3(AR_SHAPE, ids["vocab"], ids)
+    chosen = AR_SHAPES[shape]
+    recorded = run / "ar" / "shape.json"
+    if recorded.is_file() and Shape(**json.loads(recorded.read_text())) != chosen:
+        raise ValueError(f"{run / 'ar'} was started with another helper shape; use a new run directory")
+    recorded.parent.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(asdict(chosen)))
+    model = _qwen3(chosen, ids["vocab"], ids)
     get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
     valid = _valid_batches(run, ids)
-    cfg = LoopConfig(steps=steps, lr=lr, seed=seed)
+    cfg = LoopConfig(steps=steps, lr=lr or AR_LR[shape], seed=seed)
     last = run_loop(model=model, stage_dir=run / "ar", cfg=cfg,
                     train_step=lambda s, g: causal_lm_loss(model, get(s)),
                     valid_loss=lambda: sum(float(causal_lm_loss(model, v)) for v in valid) / len(valid),
@@ -281,7 +296,10 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
 
     ids = _ids(run)
     dlm = load_dlm(_final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32).model
-    ar = _qwen3(AR_SHAPE, ids["vocab"], ids)
+    shape = _ar_shape(run)
+    if init is not None:
+        shape = Shape(**json.loads((init / "config.json").read_text())["codila_training"]["shape"])
+    ar = _qwen3(shape, ids["vocab"], ids)
     if not (run / "align" / "ckpt.pt").exists():
         if init is not None:
             from safetensors.torch import load_file
@@ -312,7 +330,7 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     meta = {"stage": "align", "steps": steps, "batch": batch, "blocks": blocks, "valid_block_ce": last.get("valid"),
             "init": str(init.name) if init is not None else "ar",
             "context_max": ctx_max,
-            "shape": asdict(AR_SHAPE)}
+            "shape": asdict(shape)}
     _export(ar, run / "align" / "final", dream=False, ids=ids, run=run, meta=meta)
     return last
 
