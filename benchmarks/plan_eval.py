@@ -24,7 +24,7 @@ from codila_cli.decoding.config import DreamConfig, PlanConfig
 from codila_cli.plan_metrics import all_defined
 from codila_cli.runtime import generate, load_models, plan
 from codila_cli.train.corpus import HELDOUT_PACKAGES, collect_sources
-from codila_cli.train.plan_data import _units
+from codila_cli.train.plan_data import _units, plan_prompt
 
 
 def tasks(limit: int) -> list[dict]:
@@ -43,7 +43,7 @@ def tasks(limit: int) -> list[dict]:
             continue
         names = [u[1] for u in window]
         contract = Contract(tuple(Entry(i + 1, u[0], 64, (u[1],)) for i, u in enumerate(window)))
-        out.append({"id": f.relpath, "prompt": f"{prompt}\n# defines: {', '.join(names)}", "contract": contract})
+        out.append({"id": f.relpath, "prompt": plan_prompt(prompt, names), "contract": contract})
         if len(out) >= limit:
             break
     return out

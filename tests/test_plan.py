@@ -181,7 +181,7 @@ def test_bad_contract_file_is_usage_error(tiny, tmp_path):
 
 
 def test_plan_training_examples_use_the_decoding_layout(tiny_models):
-    from codila_cli.train.plan_data import build_examples
+    from codila_cli.train.plan_data import build_examples, plan_prompt
 
     module = ('"""Tiny word tools."""\n\n\ndef split(s):\n    return s.split()\n\n\n'
               'def count(s):\n    return len(split(s))\n\n\nclass Box:\n    pass\n')
@@ -192,8 +192,11 @@ def test_plan_training_examples_use_the_decoding_layout(tiny_models):
     assert ex, "no example built"
     text = dlm.tokenizer.decode(ex[0].ids)
     assert "# contract" in text and "# unit 1" in text and "def split(" in text
+    prompt = plan_prompt("Tiny word tools.", ["split", "count"])  # the prompt names the units to define
+    assert prompt == "Tiny word tools.\n# defines: split, count" and plan_prompt("Tiny word tools.") == "Tiny word tools."
+    assert text.startswith(dlm.tokenizer.decode([dlm.specials.bos]) + prompt + "\n# contract")
     tpl = ContractTemplate(dlm.tokenizer, dlm.specials, cfg, dlm.vocab_rows)
-    head = len(dlm.tokenizer.encode("Tiny word tools.")) + 1 + len(dlm.tokenizer.encode("\n# contract\n"))
+    head = len(dlm.tokenizer.encode(prompt)) + 1 + len(dlm.tokenizer.encode("\n# contract\n"))
     ids, slots = tpl.layout()
     contract, _ = tpl.read(ex[0].ids[head : head + len(ids)], slots)
     assert [e.defs for e in contract.entries][:2] == [("split",), ("count",)]

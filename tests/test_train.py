@@ -217,7 +217,24 @@ def test_prompted_rows_noise_only_the_canvas(tmp_path, tok):
         assert (x[r, start + 12 :] == eos).all()
 
 
-def test_train_init_only_for_align(tmp_path):
+def test_helper_shape_is_recorded_and_a_run_keeps_it(tmp_path, tok, monkeypatch):
+    from codila_cli.train import stages
+    from codila_cli.train.stages import Shape
+
+    tiny_shapes = {"small": Shape(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, max_positions=64),
+                   "base": Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, max_positions=64)}
+    monkeypatch.setattr(stages, "AR_SHAPES", tiny_shapes)
+    run = _tiny_run(tmp_path, tok)
+    assert stages._ar_shape(run) == tiny_shapes["small"]  # runs older than the record: session 1's helper
+    stages.stage_ar(run, steps=1, batch=2, seq_len=32)
+    assert stages._ar_shape(run) == tiny_shapes["base"]
+    state = torch.load(run / "ar" / "final.pt", weights_only=True)
+    assert state["model.embed_tokens.weight"].shape[1] == 32 and "model.layers.1.mlp.up_proj.weight" in state
+    with pytest.raises(ValueError, match="another helper shape"):
+        stages.stage_ar(run, steps=2, batch=2, seq_len=32, shape="small")
+
+
+def test_train_init_only_for_align_and_tasks(tmp_path):
     from typer.testing import CliRunner
 
     from codila_cli.cli import app

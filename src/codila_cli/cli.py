@@ -810,7 +810,7 @@ def train(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")] = Path("runs/bundled"),
     steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
-    init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment).")] = None,
+    init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment); tasks: from this Dream checkpoint directory.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Train one stage of the bundled models; run it again to resume after an interruption.
@@ -840,10 +840,10 @@ def train(
                   "ar": stages.stage_ar, "align": stages.stage_align, "tasks": stages.stage_tasks}[stage.value]
             extra = {}
             if init is not None:
-                if stage != Stage.align:
-                    raise UsageError("--init applies to the align stage only")
+                if stage not in (Stage.align, Stage.tasks):
+                    raise UsageError("--init applies to the align and tasks stages only")
                 if not (init / "model.safetensors").is_file():
-                    raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported helper directory")
+                    raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported checkpoint directory")
                 extra["init"] = init
             if not (run_dir / "tokenizer" / "tokenizer.json").is_file():
                 raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")

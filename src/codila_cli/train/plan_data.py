@@ -3,7 +3,9 @@
 From real modules, by static analysis: windows of 2–4 consecutive top-level functions/classes become
 entries (role function/class; ``def`` = the name; ``use`` = names defined by other units of the window
 that this unit mentions; ``budget`` = its token count, snapped to the menu). The prompt is the first
-docstring line of the module (or of the first unit). Each example is laid out exactly as
+docstring line of the module (or of the first unit), followed in three examples of four by the
+names to define (:func:`plan_prompt`: ``# defines: a, b``), so the model learns to take its
+contract's names from the prompt and still plans when none are given. Each example is laid out exactly as
 ``decoding/sddc.py::decode_plan`` lays out a run: prompt, ``# contract``, the contract template with
 its values, then one canvas per unit (``# unit k`` marker + code stub + body + end-of-text padding).
 """
@@ -24,6 +26,12 @@ from codila_cli.decoding.config import PlanConfig
 class PlanExample:
     ids: list[int]
     maskable: list[int]  # positions the diffusion objective may mask (contract values and unit bodies)
+
+
+def plan_prompt(summary: str, names: Iterable[str] = ()) -> str:
+    """The prompt style `codila plan` is trained on: a one-line summary, then the names to define."""
+    names = list(names)
+    return f"{summary}\n# defines: {', '.join(names)}" if names else summary
 
 
 def _units(text: str) -> tuple[str | None, list[tuple[str, str, str]]]:
@@ -59,9 +67,10 @@ def build_examples(texts: Iterable[str], *, tokenizer, specials, vocab_rows: int
             window = units[start : start + min(config.max_units, 2 + (start // 2) % 3)]
             if len(window) < 2:
                 continue
-            prompt = mod_doc or window[0][3]
-            if not prompt:
+            summary = mod_doc or window[0][3]
+            if not summary:
                 continue
+            prompt = plan_prompt(summary, [u[1] for u in window] if start % 4 != 3 else ())
             names = {name for _, name, _, _ in window}
             entries, bodies = [], []
             ok = True

@@ -335,13 +335,14 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     return last
 
 
-def _dlm_from_final(run: Path, stage: str, ids: dict):
-    """The finished DLM as a trainable bidirectional network (fresh start of a fine-tune stage)."""
+def _dlm_from_final(run: Path, stage: str, ids: dict, *, init: Path | None = None):
+    """The finished DLM (or the Dream checkpoint directory ``init``) as a trainable bidirectional
+    network (fresh start of a fine-tune stage)."""
     model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
     if not (run / stage / "ckpt.pt").exists():  # a resumed run loads its own checkpoint instead
         from safetensors.torch import load_file
 
-        state = load_file(str(_final_dlm_dir(run) / "model.safetensors"))
+        state = load_file(str((init or _final_dlm_dir(run)) / "model.safetensors"))
         model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
         model.tie_weights()
     for module in model.modules():
@@ -356,7 +357,7 @@ def _plan_examples(run: Path, split: str, ids: dict):
     from codila_cli.train.corpus import read_jsonl
     from codila_cli.train.plan_data import build_examples
 
-    cache = run / f"plan_{split}.pt"
+    cache = run / f"plan2_{split}.pt"  # 2: prompts name the units (plan_data.plan_prompt)
     if cache.exists():
         return torch.load(cache, weights_only=False)
     dlm = load_dlm(_final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32)
@@ -368,7 +369,7 @@ def _plan_examples(run: Path, split: str, ids: dict):
 
 
 def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: float = 3e-4,
-                on_log: Log | None = None) -> dict:
+                init: Path | None = None, on_log: Log | None = None) -> dict:
     """Multi-task fine-tune of the finished DLM for `infill` (DreamOn objective) and `plan` (SDDC
     contract-formatted programs), alternating steps → RUN/tasks/final. One checkpoint serves both
     commands, so the bundle stays under its size cap."""
@@ -379,7 +380,7 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     ids = _ids(run)
     newline = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json")).token_to_id("Ċ")
     plan = {split: _plan_examples(run, split, ids) for split in ("train", "valid")}
-    model = _dlm_from_final(run, "tasks", ids)
+    model = _dlm_from_final(run, "tasks", ids, init=init)
     data = {split: load_tokens(run / f"tokens_{split}.npz") for split in ("train", "valid")}
 
     def infill_loss(split: str, step: int, g: torch.Generator) -> torch.Tensor:
@@ -414,7 +415,8 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     last = run_loop(model=model, stage_dir=run / "tasks", cfg=cfg, train_step=lambda s, g: loss_at("train", s, g),
                     valid_loss=vloss, on_log=on_log)
     meta = {"stage": "tasks", "steps": steps, "batch": batch, "valid_loss": last.get("valid"),
-            "plan_examples": len(plan["train"]), "shape": asdict(DLM_SHAPE)}
+            "plan_examples": len(plan["train"]), "init": init.name if init is not None else "dlm",
+            "shape": asdict(DLM_SHAPE)}
     _export(model, run / "tasks" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
 
@@ -445,7 +447,7 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
 
 if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer | export [DLM_DIR AR_DIR]
-    #                                   | STAGE STEPS          | align STEPS [INIT_DIR]
+    #                                   | STAGE STEPS          | align|tasks STEPS [INIT_DIR]
     import sys
 
     run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -459,5 +461,5 @@ if __name__ == "__main__":
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
-        extra = {"init": Path(args[1])} if stage == "align" and len(args) > 1 else {}
+        extra = {"init": Path(args[1])} if stage in ("align", "tasks") and len(args) > 1 else {}
         print(fn(run_dir, steps=int(args[0]), on_log=printer, **extra))
