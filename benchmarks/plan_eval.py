@@ -8,7 +8,8 @@ to define, the reference contract comes from static analysis (train/plan_data.py
 coupled/isolated attention × single/γ 0.99/γ 0.9 commitment, and gen (the same DLM, plain K = 1) on the
 same prompt. Metrics: valid share (parses and not empty), share where every identifier of the task's reference
 contract is defined, share of runs whose own contract fell back to one unit, Misbound,
-Overrun, iterations (DLM forwards) and seconds. SDDC's Table 3 direction: binding and coupling cut
+Overrun, iterations (DLM forwards) and seconds; "names from the prompt" = share of the task's names
+that the run's own contract defines, "units" = entries in it. Rows keep each contract and program. SDDC's Table 3 direction: binding and coupling cut
 Misbound.
 """
 
@@ -49,6 +50,15 @@ def tasks(limit: int) -> list[dict]:
     return out
 
 
+def _named(reference: Contract, contract_text: str) -> float:
+    """Share of the task's names (those its prompt lists) that the run's own contract defines."""
+    from codila_cli.contract import parse_contract
+
+    wanted = {n for e in reference.entries for n in e.defs}
+    got = {n for e in parse_contract(contract_text).entries for n in e.defs}
+    return len(wanted & got) / len(wanted)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
@@ -67,21 +77,26 @@ def main() -> None:
                          "defined": all_defined(t["contract"], r["text"]),
                          "misbound": r["metrics"]["misbound"], "overrun": r["metrics"]["overrun"],
                          "iterations": r["metrics"]["iterations"], "seconds": r["metrics"]["latency_seconds"],
-                         "fallback": r["contract_source"] == "fallback"})
+                         "fallback": r["contract_source"] == "fallback", "units": len(r["units"]),
+                         "named": _named(t["contract"], r["contract"]), "contract": r["contract"],
+                         "program": r["text"]})
         g = generate(models, t["prompt"] + "\n", decoder="dream", config=DreamConfig(max_new_tokens=256, tokens_per_step=1),
                      seed=0)
         rows.append({"task": t["id"], "setting": "gen dream K=1", "valid": g.syntax.valid and bool(g.completion.strip()),
                      "defined": all_defined(t["contract"], g.text), "misbound": None, "overrun": None,
-                     "iterations": g.metrics["dlm_forwards"], "seconds": g.metrics["wall_seconds"], "fallback": None})
+                     "iterations": g.metrics["dlm_forwards"], "seconds": g.metrics["wall_seconds"], "fallback": None,
+                     "units": None, "named": None, "contract": None, "program": g.text})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    lines = ["| setting | n | valid | all defined | Misbound | Overrun | fallback | iterations | seconds |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| setting | n | valid | all defined | names from the prompt | units | Misbound | Overrun | fallback | iterations | seconds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label in dict.fromkeys(r["setting"] for r in rows):
         rs = [r for r in rows if r["setting"] == label]
         mean = lambda k: statistics.mean(r[k] for r in rs) if rs[0][k] is not None else None  # noqa: E731
         fmt = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
-        lines.append(f"| {label} | {len(rs)} | {fmt(mean('valid'))} | {fmt(mean('defined'))} | {fmt(mean('misbound'))} | "
+        units = "–" if rs[0]["units"] is None else f"{mean('units'):.1f}"
+        lines.append(f"| {label} | {len(rs)} | {fmt(mean('valid'))} | {fmt(mean('defined'))} | {fmt(mean('named'))} | "
+                     f"{units} | {fmt(mean('misbound'))} | "
                      f"{fmt(mean('overrun'))} | {fmt(mean('fallback'))} | {mean('iterations'):.0f} | {mean('seconds'):.2f} |")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
