@@ -9,7 +9,9 @@ Reports, on the same held-out prompts:
 * the live view's cost (CoDiLA B = 4 with the view rendering to a null terminal vs without);
 * `codila --help` start-up time and the end-to-end time of a short `codila gen` on each engine
   (models/native.py vs transformers), and peak RSS;
-* batching: tokens/s of N prompts decoded together (runtime.generate_many) vs one after another.
+* batching: tokens/s of N prompts decoded together (runtime.generate_many) vs one after another;
+* `--compile`: tokens/s with torch.compile'd forwards vs eager on the same prompts, the one-off compile
+  time (first prompt) reported apart (skip with --no-compile).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def main() -> None:
     ap.add_argument("--ar", default=None)
     ap.add_argument("--settings", nargs="*", default=SETTINGS)
     ap.add_argument("--batch", type=int, default=8, help="rows for the batching measurement")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     exe = [sys.executable, "-m", "codila_cli"]
@@ -130,8 +133,24 @@ def main() -> None:
         batching.append({"setting": label, "rows": len(group), "single_tokens_per_second": tok_s / t_single,
                          "batch_tokens_per_second": tok_b / t_batch, "speedup": (tok_b / t_batch) / (tok_s / t_single),
                          "batched_forwards": out.batched_forwards, "identical_rows": same})
+    compiled = []
+    if not args.no_compile:
+        cmodels = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu",
+                              dtype="float32", compile=True)
+        for label in ("dream:K=1", "codila:B=4"):
+            st = parse_setting(label, max_new_tokens=args.max_new_tokens)
+            t0 = time.perf_counter()
+            generate(cmodels, prompts[0], decoder=st.decoder, config=st.config, seed=0)  # compiles
+            first = time.perf_counter() - t0
+            runs = [generate(cmodels, p, decoder=st.decoder, config=st.config, seed=0) for p in prompts]
+            eager = next(r for r in rows if r["setting"] == label)
+            tps = sum(r.metrics["tokens"] for r in runs) / sum(r.metrics["wall_seconds"] for r in runs)
+            compiled.append({"setting": label, "first_prompt_seconds": first, "tokens_per_second": tps,
+                             "speedup_vs_eager": tps / eager["tokens_per_second"],
+                             "valid_share": sum(r.syntax.valid and bool(r.completion.strip()) for r in runs) / len(runs)})
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    report = {"startup": startup, "rows": rows, "live_view": live, "batching": batching, "peak_rss_mib": peak,
+    report = {"startup": startup, "rows": rows, "live_view": live, "batching": batching, "compile": compiled,
+              "peak_rss_mib": peak,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = ["| setting | tokens/s | × dream K=1 | sampler overhead | valid |", "|---|---|---|---|---|"]
@@ -147,6 +166,9 @@ def main() -> None:
         lines.append(f"* batch of {b['rows']} `{b['setting']}`: {b['batch_tokens_per_second']:.1f} tokens/s vs "
                      f"{b['single_tokens_per_second']:.1f} one at a time ({b['speedup']:.2f}×); "
                      f"{b['identical_rows']}/{b['rows']} rows identical to their single runs")
+    for c in compiled:
+        lines.append(f"* `--compile` `{c['setting']}`: {c['tokens_per_second']:.1f} tokens/s "
+                     f"({c['speedup_vs_eager']:.2f}× eager; first prompt incl. compilation {c['first_prompt_seconds']:.1f} s)")
     (args.out / "perf.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
