@@ -421,16 +421,23 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     return last
 
 
-def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None) -> dict:
+def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None,
+                 tasks: Path | None = None, ar_decoding: dict[str, int] | None = None) -> dict:
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
-    there is one, into the package. ``dlm``/``ar`` choose other finished directories than the defaults
-    (the last DLM stage, ``align/final``)."""
+    there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
+    defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
+    exported helper's config.json as ``codila_decoding`` (runtime.recommended_decoding)."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
+    from codila_cli.runtime import RECOMMENDABLE
+
     pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
-    if (run / "tasks" / "final" / "model.safetensors").is_file():
-        pairs["tasks"] = run / "tasks" / "final"
+    if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
+        pairs["tasks"] = tasks or run / "tasks" / "final"
+    for key, value in (ar_decoding or {}).items():
+        if key not in RECOMMENDABLE or type(value) is not int or value < 0:
+            raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
             raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
@@ -442,11 +449,17 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
         if dst.exists():
             shutil.rmtree(dst)
         shutil.copytree(src, dst)
+    if ar_decoding:
+        cfg_file = target / "ar" / "config.json"
+        cfg = json.loads(cfg_file.read_text())
+        cfg["codila_decoding"] = dict(ar_decoding)
+        cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return {"bytes": total, "target": str(target)}
 
 
 if __name__ == "__main__":
-    # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer | export [DLM_DIR AR_DIR]
+    # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
+    #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=INT ...]]]
     #                                   | STAGE STEPS          | align|tasks STEPS [INIT_DIR]
     import sys
 
@@ -457,7 +470,9 @@ if __name__ == "__main__":
     elif stage == "tokenizer":
         print(stage_tokenizer(run_dir))
     elif stage == "export":
-        print(stage_export(run_dir, dlm=Path(args[0]) if args else None, ar=Path(args[1]) if len(args) > 1 else None))
+        print(stage_export(run_dir, dlm=Path(args[0]) if args else None, ar=Path(args[1]) if len(args) > 1 else None,
+                           tasks=Path(args[2]) if len(args) > 2 else None,
+                           ar_decoding={k: int(v) for k, v in (a.split("=", 1) for a in args[3:])} or None))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
