@@ -5,7 +5,8 @@
 Reports, on the same held-out prompts:
 * tokens/s of every decoder setting and its ratio to the plain DLM at K = 1;
 * the gain of each KV-cache mode (threshold and CoDiLA B = 4 with --cache none / prefix / dual);
-* sampler overhead: the share of decode wall time spent outside DLM and AR model forwards;
+* sampler overhead: the share of decode wall time spent outside DLM and AR model forwards (and the
+  shares inside DLM and inside AR forwards: the AR's share bounds what a DLM cache can gain);
 * the live view's cost (CoDiLA B = 4 with the view rendering to a null terminal vs without);
 * `codila --help` start-up time and the end-to-end time of a short `codila gen` on each engine
   (models/native.py vs transformers), and peak RSS;
@@ -98,6 +99,7 @@ def main() -> None:
         inside = dlm_t.total + (ar_t.total if ar_t else 0.0)
         rows.append({"setting": label, "tokens": tokens, "wall_seconds": wall, "tokens_per_second": tokens / wall,
                      "model_seconds": inside, "sampler_overhead": max(0.0, 1 - inside / wall),
+                     "dlm_share": dlm_t.total / wall, "ar_share": (ar_t.total if ar_t else 0.0) / wall,
                      "valid_share": valid / len(prompts)})
     base = next(r for r in rows if r["setting"] == "dream:K=1")["tokens_per_second"]
     for r in rows:
@@ -153,10 +155,11 @@ def main() -> None:
               "peak_rss_mib": peak,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| setting | tokens/s | × dream K=1 | sampler overhead | valid |", "|---|---|---|---|---|"]
+    lines = ["| setting | tokens/s | × dream K=1 | DLM forwards | AR forwards | sampler overhead | valid |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| `{r['setting']}` | {r['tokens_per_second']:.1f} | {r['speedup_vs_dream_k1']:.2f}× | "
-                     f"{r['sampler_overhead']:.1%} | {r['valid_share']:.0%} |")
+                     f"{r['dlm_share']:.0%} | {r['ar_share']:.0%} | {r['sampler_overhead']:.1%} | {r['valid_share']:.0%} |")
     lines += ["", f"* `codila --help`: {startup['help_seconds']:.2f} s; short `codila gen` end to end: "
               f"{startup['gen_end_to_end_seconds']:.2f} s (native engine) vs "
               f"{startup['gen_end_to_end_seconds_transformers']:.2f} s (CODILA_ENGINE=transformers)",
