@@ -8,7 +8,9 @@ to define, the reference contract comes from static analysis (train/plan_data.py
 coupled/isolated attention × single/γ 0.99/γ 0.9 commitment, and gen (the same DLM, plain K = 1) on the
 same prompt. Metrics: valid share (parses and not empty), share where every identifier of the task's reference
 contract is defined, share of runs whose own contract fell back to one unit, Misbound,
-Overrun, iterations (DLM forwards) and seconds; "names from the prompt" = share of the task's names
+Overrun, iterations (DLM forwards) and seconds, each plan setting twice: the model writes the whole
+contract, or the task's names are given (`--defines`, the model writes roles, budgets and uses);
+"names from the prompt" = share of the task's names
 that the run's own contract defines, "units" = entries in it. Rows keep each contract and program. SDDC's Table 3 direction: binding and coupling cut
 Misbound.
 """
@@ -67,12 +69,17 @@ def main() -> None:
     args = ap.parse_args()
     models = load_models(dlm=args.dlm, ar=None, device="cpu", dtype="float32")
     ts = tasks(args.limit)
-    settings = [(att, com) for att in ("coupled", "isolated") for com in (None, 0.99, 0.9)]
+    # the model writes the whole contract (names included), or the task's names are given (--defines)
+    settings = [(att, com, False) for att in ("coupled", "isolated") for com in (None, 0.99, 0.9)]
+    settings += [(att, com, True) for att in ("coupled", "isolated") for com in (None, 0.99, 0.9)]
     rows = []
     for t in ts:
-        for att, com in settings:
-            r = plan(models, t["prompt"], config=PlanConfig(attention=att, commit=com, max_units=4), seed=0)
-            rows.append({"task": t["id"], "setting": f"plan {att} {'single' if com is None else com}",
+        names = tuple(n for e in t["contract"].entries for n in e.defs)
+        for att, com, given in settings:
+            cfg = PlanConfig(attention=att, commit=com, max_units=4, defines=names if given else ())
+            r = plan(models, t["prompt"], config=cfg, seed=0)
+            label = f"plan {att} {'single' if com is None else com}" + (" --defines" if given else "")
+            rows.append({"task": t["id"], "setting": label,
                          "valid": r["syntax"].valid and bool(r["text"].strip()),
                          "defined": all_defined(t["contract"], r["text"]),
                          "misbound": r["metrics"]["misbound"], "overrun": r["metrics"]["overrun"],

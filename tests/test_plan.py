@@ -166,6 +166,35 @@ def test_plan_model_contract_falls_back_never_crashes(tiny):
     assert "@end" in r.stderr
 
 
+def test_defines_bind_one_unit_per_name_and_the_model_writes_the_rest(tiny):
+    """--defines a,b: entry k defines name k (its role, budget and uses are the model's, and its role is
+    never "no unit"); the other entry slots are empty; each unit starts with its name's stub."""
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), "--defines", "alpha, beta", "--max-units", "3",
+                                 "--json", "--seed", "0", "--pad-scale", "0.5", "two helpers"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    entries = parse_contract(doc["contract"]).entries
+    assert [e.defs for e in entries] == [("alpha",), ("beta",)]
+    assert all(e.role in ("function", "class", "method", "helper", "main") for e in entries)
+    assert doc["contract_source"] == "model" and len(doc["units"]) == 2
+    for unit, name in zip(doc["units"], ("alpha", "beta")):
+        first = unit["code"].lstrip().split("\n")[0]
+        assert first.startswith((f"def {name}(", f"class {name}")), first
+    assert doc["settings"]["defines"] == ["alpha", "beta"]
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--defines", "a b"], "not a Python identifier"), (["--defines", "a,a"], "listed twice"),
+    (["--defines", "a,b,c", "--max-units", "2"], "raise max-units"), (["--defines", "class"], "not a Python identifier"),
+    (["--defines", "n" * 65], "longer than 64"),
+    (["--defines", "a", "--contract", "c.txt"], "both set the units")])
+def test_defines_bad_input_is_a_usage_error(tiny, tmp_path, monkeypatch, flags, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.txt").write_text(GOOD)
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), *flags, "x"])
+    assert r.exit_code == 2 and r.stderr.startswith("Error:") and message in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("flags", [["--commit", "abc"], ["--commit", "1.5"], ["--attention", "x"],
                                    ["--contract-schedule", "nope"], ["--pad-scale", "0"], ["--max-units", "0"]])
 def test_plan_bad_flags(tiny, flags):

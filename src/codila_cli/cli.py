@@ -716,6 +716,7 @@ def plan(
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f")] = None,
     contract_file: Annotated[Path | None, typer.Option("--contract", help="Use this contract instead of writing one.")] = None,
     show_contract: Annotated[bool, typer.Option("--show-contract", help="Print the contract on stderr.")] = False,
+    defines: Annotated[str | None, typer.Option("--defines", help="Comma-separated names, one unit each, in order: the model writes the rest of the contract.")] = None,
     contract_schedule: Annotated[str, typer.Option(help="default, end-after-entry, pad-scan or left-to-right.")] = "default",
     attention: Annotated[str, typer.Option(help="coupled (canvases see each other) or isolated.")] = "coupled",
     commit: Annotated[str, typer.Option(help="'single' (one token per canvas per iteration) or a threshold γ_u in (0, 1].")] = "single",
@@ -751,8 +752,12 @@ def plan(
                 gamma = float(commit)
             except ValueError:
                 raise UsageError(f"--commit {commit!r} is neither 'single' nor a number") from None
+        names = tuple(n.strip() for n in defines.split(",")) if defines is not None else ()
+        if contract_file is not None and names:
+            raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
         cfg = PlanConfig(max_units=max_units, contract_schedule=contract_schedule, pad_scale=pad_scale,
-                         min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, sampling=SamplingConfig(temperature=temperature))
+                         min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, defines=names,
+                         sampling=SamplingConfig(temperature=temperature))
         user_contract = None
         if contract_file is not None:
             try:

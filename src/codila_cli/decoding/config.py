@@ -197,10 +197,22 @@ class PlanConfig:
     commit: float | None = None
     budget_menu: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 192, 256)
     max_iterations: int = 2000
+    defines: tuple[str, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def __post_init__(self) -> None:
         _check_positive("max-units", self.max_units, limit=32)
+        import keyword
+
+        for name in self.defines:
+            if not name.isidentifier() or keyword.iskeyword(name):
+                raise ValueError(f"defines: {name!r} is not a Python identifier")
+            if len(name) > 64:
+                raise ValueError(f"defines: {name[:20]!r}… is longer than 64 characters")
+        if len(set(self.defines)) != len(self.defines):
+            raise ValueError("defines: a name is listed twice")
+        if len(self.defines) > self.max_units:
+            raise ValueError(f"defines: {len(self.defines)} names but only {self.max_units} units (raise max-units)")
         _check_positive("def-slots", self.def_slots, limit=16)
         _check_positive("use-slots", self.use_slots, limit=16)
         _check_positive("min-canvas", self.min_canvas, limit=4096)

@@ -46,8 +46,9 @@ class ContractTemplate:
         self.enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
         role_ids = {r: self.enc(r) for r in ROLES}
         budget_ids = {b: self.enc(str(b)) for b in config.budget_menu}
+        given = max((len(self.enc(d)) for d in config.defines), default=0)  # user-given names always fit
         self.n = {"role": max(map(len, role_ids.values())), "budget": max(map(len, budget_ids.values())),
-                  "def": config.def_slots, "use": config.use_slots}
+                  "def": max(config.def_slots, given), "use": config.use_slots}
         self.role_ids, self.budget_ids = role_ids, budget_ids
         pieces = torch.zeros(vocab_rows, dtype=torch.bool)
         for i in range(min(len(tokenizer), vocab_rows)):
@@ -111,13 +112,26 @@ class ContractTemplate:
                 allowed[self.sp.eos] = False
         return allowed
 
-    def choose(self, logits: torch.Tensor, slots: list[Slot], entry: int, fname: str) -> dict[int, int]:
-        """Pick a role (or "no unit") or a budget from the menu by the summed log-probabilities of its
-        tokens over the field's slots; returns {slot index: token}. Choosing "no unit" empties the entry."""
+    def given(self, defines: tuple[str, ...]) -> dict[tuple[int, str], list[int]]:
+        """Fixed values for a contract whose names the user gave: entry k defines ``defines[k-1]``
+        (its role, budget and uses stay for the model); entries beyond them are empty."""
+        out: dict[tuple[int, str], list[int]] = {}
+        for k in range(1, self.cfg.max_units + 1):
+            if k <= len(defines):
+                out[(k, "def")] = self.enc(defines[k - 1])  # the def field is sized to fit (__init__)
+            else:
+                out.update({(k, f_): [] for f_ in ("role", "budget", "def", "use")})
+        return out
+
+    def choose(self, logits: torch.Tensor, slots: list[Slot], entry: int, fname: str, *,
+               allow_empty: bool = True) -> dict[int, int]:
+        """Pick a role (or "no unit", unless ``allow_empty`` is False) or a budget from the menu by the
+        summed log-probabilities of its tokens over the field's slots; returns {slot index: token}.
+        Choosing "no unit" empties the entry."""
         eos = self.sp.eos
         mine = [i for i, s in enumerate(slots) if s.entry == entry and s.field == fname]
         table = self.role_ids if fname == "role" else self.budget_ids
-        options = [list(v) for v in table.values()] + ([[]] if fname == "role" else [])
+        options = [list(v) for v in table.values()] + ([[]] if fname == "role" and allow_empty else [])
         logp = torch.log_softmax(logits[[slots[i].pos for i in mine]].masked_fill(
             ~self.allowed[fname].to(logits.device), float("-inf")), dim=-1)
         padded = [o[: len(mine)] + [eos] * (len(mine) - len(o)) for o in options]
@@ -209,7 +223,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
     source = "user"
     if contract is None:
         tpl = ContractTemplate(tok, sp, config, dlm.vocab_rows)
-        ids, slots = tpl.layout()
+        ids, slots = tpl.layout(tpl.given(config.defines) if config.defines else None)
         filled: dict[int, int] = {}
         step = 0
         while True:
@@ -224,7 +238,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
                                filled, sp.eos)
             s = slots[masked[j]]
             if s.field in ("role", "budget"):  # a categorical choice: the whole field at once, always legal
-                writes = tpl.choose(logits, slots, s.entry, s.field)
+                writes = tpl.choose(logits, slots, s.entry, s.field, allow_empty=s.entry > len(config.defines))
             else:
                 writes = {masked[j]: int(x0[j])}
             for si, t in writes.items():
