@@ -241,6 +241,9 @@ def test_train_init_only_for_align_and_tasks(tmp_path):
 
     r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
     assert r.exit_code == 2
+    for flags in (["ar", "--shape", "huge"], ["align", "--shape", "small"]):  # a bad shape, or one for another stage
+        r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
+        assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr
 
 
 def test_export_copies_the_chosen_finals_and_prefers_sft(tiny, tmp_path):

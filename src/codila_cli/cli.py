@@ -823,6 +823,7 @@ def train(
     steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
     init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment); tasks: from this Dream checkpoint directory.")] = None,
+    shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Train one stage of the bundled models; run it again to resume after an interruption.
@@ -850,7 +851,13 @@ def train(
 
             fn = {"arinit": stages.stage_arinit, "dlm": stages.stage_dlm, "sft": stages.stage_sft,
                   "ar": stages.stage_ar, "align": stages.stage_align, "tasks": stages.stage_tasks}[stage.value]
-            extra = {}
+            extra: dict = {}
+            if shape not in stages.AR_SHAPES:
+                raise UsageError(f"--shape must be one of {', '.join(stages.AR_SHAPES)}, got {shape!r}")
+            if stage == Stage.ar:
+                extra["shape"] = shape
+            elif shape != "base":
+                raise UsageError("--shape applies to the ar stage only")
             if init is not None:
                 if stage not in (Stage.align, Stage.tasks):
                     raise UsageError("--init applies to the align and tasks stages only")

@@ -460,7 +460,7 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
 if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
     #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=INT ...]]]
-    #                                   | STAGE STEPS          | align|tasks STEPS [INIT_DIR]
+    #                                   | STAGE STEPS          | align|tasks STEPS [INIT_DIR] | ar STEPS [small|base]
     import sys
 
     run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -477,4 +477,6 @@ if __name__ == "__main__":
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
         extra = {"init": Path(args[1])} if stage in ("align", "tasks") and len(args) > 1 else {}
+        if stage == "ar" and len(args) > 1:
+            extra = {"shape": args[1]}
         print(fn(run_dir, steps=int(args[0]), on_log=printer, **extra))
