@@ -213,3 +213,12 @@ def test_num_samples_out_of_range_is_a_usage_error(tiny, n):
     r = gen("--dlm", str(tiny["dlm"]), "-n", n, "def f(")
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr.startswith("Error: --num-samples must be between 1 and 64")
+
+
+def test_parse_errors_are_plain_error_lines():
+    """A flag the parser rejects ends with one plain `Error:` line (no Rich panel), exit 2."""
+    r = CliRunner().invoke(app, ["gen", "--max-new-tokens", "abc", "x"])
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("Error: ") and "--max-new-tokens" in lines[-1]
+    assert "╭" not in r.stderr and "│" not in r.stderr

@@ -26,6 +26,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_show_locals=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain help and parse errors: `codila --help` in 0.13 s instead of 0.25 s (no rich import)
 )
 
 T = TypeVar("T")
@@ -419,7 +420,8 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
                                 hint="try other seeds, a smaller --block-size or --tokens-per-step")
 
 
-config_app = typer.Typer(help="Show where the configuration lives and what it resolves to.", no_args_is_help=True)
+config_app = typer.Typer(help="Show where the configuration lives and what it resolves to.", no_args_is_help=True,
+                         rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 
 
