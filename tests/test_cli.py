@@ -222,3 +222,23 @@ def test_parse_errors_are_plain_error_lines():
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("Error: ") and "--max-new-tokens" in lines[-1]
     assert "╭" not in r.stderr and "│" not in r.stderr
+
+
+def test_console_parse_errors_get_one_error_line_and_a_hint():
+    """Through the real entry point: exactly `Error: …` + `Hint: …` on stderr, nothing on stdout, exit 2;
+    a bare `codila` prints its help (exit 2, as before)."""
+    import subprocess
+    import sys
+
+    run = lambda *a: subprocess.run([sys.executable, "-m", "codila_cli", *a], capture_output=True, text=True, timeout=60)  # noqa: E731
+    for args, words in ((["gen", "--max-new-tokens", "abc", "x"], "--max-new-tokens"), (["gen", "--bogus"], "--bogus"),
+                        (["nope"], "nope")):
+        r = run(*args)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert len(lines) == 2 and lines[0].startswith("Error: ") and words in lines[0], r.stderr
+        assert lines[1].startswith("Hint: see `codila")
+    r = run()
+    assert r.returncode == 2 and r.stderr.startswith("Usage: codila") and "Error" not in r.stderr
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith("codila ")

@@ -892,10 +892,25 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM ends a run like Ctrl-C: exit 130, nothing partial
     try:
-        app()
+        code = app(standalone_mode=False, prog_name="codila")
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")
         sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        # the parser's own errors (unknown option, a value of the wrong type, a missing argument) carry
+        # an exit code and a message: one Error line and a Hint, like codila's own usage errors
+        message, exit_code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if not callable(message) or not isinstance(exit_code, int):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        text = message()
+        if ctx is not None and text == ctx.get_help():  # a bare group (`codila`, `codila config`): its help
+            sys.stderr.write(text + "\n")
+        else:
+            where = ctx.command_path if ctx is not None else "codila"
+            sys.stderr.write(f"Error: {text}\nHint: see `{where} --help`\n")
+        sys.exit(exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
