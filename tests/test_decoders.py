@@ -250,6 +250,11 @@ def test_row_restricted_logits_equal_the_full_forward_rows(tiny_models):
     both = torch.cat([x, x])
     assert torch.allclose(dlm.logits(both, attention_mask=keep, rows=(10, 20)),
                           dlm.logits(both, attention_mask=keep)[:, 10:20], atol=1e-6)
+    pair = torch.rand(30, 30) < 0.5
+    pair |= torch.eye(30, dtype=torch.bool)
+    pos = torch.arange(30)[None]
+    assert torch.allclose(dlm.logits(x, pair_mask=pair, position_ids=pos, rows=(3, 17)),
+                          dlm.logits(x, pair_mask=pair, position_ids=pos)[:, 3:17], atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["prefix", "dual"])

@@ -43,7 +43,7 @@ def _candidates(masked: torch.Tensor, B: int, W: int) -> list[tuple[int, int]]:
 
 
 def _block_means(H: torch.Tensor, masked: torch.Tensor, B: int) -> list[float]:
-    """Mean entropy over the masked slots of each B-slot block of a grid-aligned view (inf if none)."""
+    """Mean entropy over the masked slots of each B-slot block of a grid-aligned view (nan if none)."""
     pad = -len(H) % B
     h = torch.nn.functional.pad(torch.where(masked, H, 0.0), (0, pad)).view(-1, B).sum(1)
     n = torch.nn.functional.pad(masked, (0, pad)).view(-1, B).sum(1)

@@ -79,18 +79,18 @@ class DreamDenoiser:
         ``pair_mask`` [N, N] bool (query row may attend to key column) and ``position_ids`` [B, N] let
         SDDC isolate canvases; they replace ``attention_mask``.
         """
-        if rows is not None:
-            keep = shift_index(*rows).to(x.device)
-            return self.raw_logits(x, attention_mask=attention_mask, keep=keep).float()
+        keep = shift_index(*rows).to(x.device) if rows is not None else None  # already-shifted raw rows
         if pair_mask is None:
+            if keep is not None:
+                return self.raw_logits(x, attention_mask=attention_mask, keep=keep).float()
             return shift_logits(self.raw_logits(x, attention_mask=attention_mask)).float()
         import torch
 
         self.forwards += 1
         with torch.inference_mode():
             out = self.model(input_ids=x, attention_mask={"full_attention": pair_mask[None, None]},
-                             position_ids=position_ids, use_cache=False)
-        return shift_logits(out.logits).float()
+                             position_ids=position_ids, use_cache=False, logits_to_keep=0 if keep is None else keep)
+        return (shift_logits(out.logits) if keep is None else out.logits).float()
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:
