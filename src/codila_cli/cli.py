@@ -26,7 +26,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_show_locals=False,
     add_completion=False,
-    rich_markup_mode=None,  # plain help and parse errors: `codila --help` in 0.13 s instead of 0.25 s (no rich import)
+    rich_markup_mode=None,  # plain help and parse errors: `codila --help` in about 0.15 s instead of 0.3 s
 )
 
 T = TypeVar("T")
