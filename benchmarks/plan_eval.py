@@ -22,7 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
-from codila_cli.contract import Contract, Entry
+from codila_cli.contract import Contract, Entry, parse_contract
 from codila_cli.decoding.config import DreamConfig, PlanConfig
 from codila_cli.plan_metrics import all_defined
 from codila_cli.runtime import generate, load_models, plan
@@ -54,8 +54,6 @@ def tasks(limit: int) -> list[dict]:
 
 def _named(reference: Contract, contract_text: str) -> float:
     """Share of the task's names (those its prompt lists) that the run's own contract defines."""
-    from codila_cli.contract import parse_contract
-
     wanted = {n for e in reference.entries for n in e.defs}
     got = {n for e in parse_contract(contract_text).entries for n in e.defs}
     return len(wanted & got) / len(wanted)

@@ -264,19 +264,16 @@ def test_export_copies_the_chosen_finals_and_prefers_sft(tiny, tmp_path):
     assert (tmp_path / "chosen" / "ar" / "marker").read_text() == "v1"
 
 
-def test_export_writes_the_helpers_recommended_decoding(tiny, tmp_path):
+def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     import shutil
 
-    from codila_cli.runtime import recommended_decoding
     from codila_cli.train.stages import stage_export
 
     run = tmp_path / "run"
     shutil.copytree(tiny["dlm"], run / "dlm" / "final")
     shutil.copytree(tiny["ar"], run / "align" / "final")
     shutil.copytree(tiny["dlm"], tmp_path / "tasks")
-    stage_export(run, target=tmp_path / "out", tasks=tmp_path / "tasks", ar_decoding={"candidate_blocks": 1, "ar_context": 48})
-    assert recommended_decoding(str(tmp_path / "out" / "ar")) == {"candidate_blocks": 1, "ar_context": 48}
+    (tmp_path / "tasks" / "marker").write_text("given")
+    stage_export(run, target=tmp_path / "out", tasks=tmp_path / "tasks")  # run/ has no tasks stage
+    assert (tmp_path / "out" / "tasks" / "marker").read_text() == "given"
     assert (tmp_path / "out" / "tasks" / "model.safetensors").is_file()
-    assert "codila_decoding" not in json.loads((run / "align" / "final" / "config.json").read_text())  # source untouched
-    with pytest.raises(ValueError, match="recommendable"):
-        stage_export(run, target=tmp_path / "bad", ar_decoding={"tau": 1})

@@ -219,13 +219,13 @@ def gen(
     top_k: Annotated[int | None, typer.Option(envvar=_env("top_k"), help="Top-k filter before sampling and confidence.")] = None,
     block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help="threshold: block length. [default: 32]")] = None,
     threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help="threshold: commit every slot with p >= this. [default: 0.9]")] = None,
-    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: the helper's recommendation, else 4]")] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: 4]")] = None,
     tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
-    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
+    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: 10]")] = None,
     parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help="codila: blocks written per DLM forward (static). [default: 1]")] = None,
     conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K'. [default: soft]")] = None,
     ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: 0]")] = None,
-    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: the helper's recommendation, else 0]")] = None,
+    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: 0]")] = None,
     ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
     cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: none]")] = None,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
@@ -261,7 +261,7 @@ def gen(
     def body() -> None:
         from codila_cli.config import load_config
         from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
-        from codila_cli.runtime import default_ar, default_dlm, generate, load_models, recommended_decoding
+        from codila_cli.runtime import default_ar, default_dlm, generate, load_models
 
         _quiet_libraries(verbose)
         user = load_config()
@@ -269,17 +269,12 @@ def gen(
             for w in user.warnings:
                 sys.stderr.write(f"Warning: {w}\n")
 
-        recommended: dict[str, Any] = {}  # the AR checkpoint's CoDiLA settings, once the helper is known
-
         def opt(key: str, section: str = "gen") -> Any:
-            """flag > environment (typer) > user config file > the helper's recommendation > GEN_DEFAULTS"""
             value = flags.get(key)
             if isinstance(value, Enum):
                 value = value.value
             if value is None:
                 value = user.get(section, key)
-            if value is None:
-                value = recommended.get(key)
             return GEN_DEFAULTS.get(key) if value is None else value
 
         if not 1 <= num_samples <= 64:
@@ -299,8 +294,6 @@ def gen(
             chosen = "codila" if ar_name else "dream"
         if chosen == "codila" and not ar_name:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
-        if chosen == "codila":
-            recommended.update(recommended_decoding(ar_name))
         alg_name = opt("alg")
         # every flag is validated, whichever decoder runs (a bad --block-size is an error even with dream)
         configs: dict[str, Any] = {

@@ -47,28 +47,6 @@ def default_ar() -> str | None:
     return "bundled-ar" if bundled_available("bundled-ar") else None
 
 
-RECOMMENDABLE = ("block_size", "candidate_blocks", "ar_context")
-
-
-def recommended_decoding(ar: str) -> dict[str, int]:
-    """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
-    a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in
-    RECOMMENDABLE with integer values count; flags and the user's config file override them."""
-    import json
-
-    from codila_cli.errors import CodilaError
-    from codila_cli.models.cache import resolve_local_dir
-
-    try:
-        cfg = json.loads((resolve_local_dir(resolve_spec(ar, kind="ar")) / "config.json").read_text(encoding="utf-8"))
-    except (CodilaError, OSError, ValueError):  # loading reports a missing or broken checkpoint itself
-        return {}
-    rec = cfg.get("codila_decoding") if isinstance(cfg, dict) else None
-    if not isinstance(rec, dict):
-        return {}
-    return {k: v for k, v in rec.items() if k in RECOMMENDABLE and type(v) is int}
-
-
 def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False) -> Models:
     from codila_cli.models.cache import resolve_local_dir
 

@@ -270,7 +270,7 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
     torch.manual_seed(seed)
     chosen = AR_SHAPES[shape]
     recorded = run / "ar" / "shape.json"
-    if recorded.is_file() and Shape(**json.loads(recorded.read_text())) != chosen:
+    if recorded.is_file() and _ar_shape(run) != chosen:
         raise ValueError(f"{run / 'ar'} was started with another helper shape; use a new run directory")
     recorded.parent.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(asdict(chosen)))
@@ -422,22 +422,16 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
 
 
 def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None,
-                 tasks: Path | None = None, ar_decoding: dict[str, int] | None = None) -> dict:
+                 tasks: Path | None = None) -> dict:
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
     there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
-    defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
-    exported helper's config.json as ``codila_decoding`` (runtime.recommended_decoding)."""
+    defaults (the last DLM stage, ``align/final``, ``tasks/final``)."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
-    from codila_cli.runtime import RECOMMENDABLE
-
     pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = tasks or run / "tasks" / "final"
-    for key, value in (ar_decoding or {}).items():
-        if key not in RECOMMENDABLE or type(value) is not int or value < 0:
-            raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
             raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
@@ -449,17 +443,12 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
         if dst.exists():
             shutil.rmtree(dst)
         shutil.copytree(src, dst)
-    if ar_decoding:
-        cfg_file = target / "ar" / "config.json"
-        cfg = json.loads(cfg_file.read_text())
-        cfg["codila_decoding"] = dict(ar_decoding)
-        cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return {"bytes": total, "target": str(target)}
 
 
 if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
-    #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=INT ...]]]
+    #                                   | export [DLM_DIR AR_DIR [TASKS_DIR]]
     #                                   | STAGE STEPS          | align|tasks STEPS [INIT_DIR] | ar STEPS [small|base]
     import sys
 
@@ -471,8 +460,7 @@ if __name__ == "__main__":
         print(stage_tokenizer(run_dir))
     elif stage == "export":
         print(stage_export(run_dir, dlm=Path(args[0]) if args else None, ar=Path(args[1]) if len(args) > 1 else None,
-                           tasks=Path(args[2]) if len(args) > 2 else None,
-                           ar_decoding={k: int(v) for k, v in (a.split("=", 1) for a in args[3:])} or None))
+                           tasks=Path(args[2]) if len(args) > 2 else None))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
