@@ -53,6 +53,35 @@ def test_codila_json_reports_b_and_order(tiny):
     assert m["tokens_per_step"] == 4.0 and m["order_spearman"] is not None and m["ar_forwards"] > 0
 
 
+def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path, monkeypatch):
+    """An AR checkpoint's ``codila_decoding`` (like a generation config) sets CoDiLA defaults; the user's
+    config file and flags override it; unknown keys and values of the wrong type are ignored."""
+    import shutil
+
+    from codila_cli.runtime import recommended_decoding
+
+    ar = tmp_path / "ar"
+    shutil.copytree(tiny["ar"], ar)
+    cfg = json.loads((ar / "config.json").read_text())
+    cfg["codila_decoding"] = {"candidate_blocks": 1, "ar_context": 8, "tau": 0.5, "block_size": "8",
+                              "ar_repetition_penalty": 1.2}
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert recommended_decoding(str(ar)) == {"candidate_blocks": 1, "ar_context": 8, "ar_repetition_penalty": 1.2}
+    assert recommended_decoding(str(tmp_path / "missing")) == {}
+    base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
+    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]  # noqa: E731
+    s = settings()
+    assert (s["candidate_blocks"], s["ar_context"], s["block_size"], s["ar_repetition_penalty"]) == (1, 8, 4, 1.2)
+    s = settings("--ar-context", "0", "--ar-repetition-penalty", "1")
+    assert (s["candidate_blocks"], s["ar_context"], s["ar_repetition_penalty"]) == (1, 0, 1.0)
+    conf = tmp_path / "config.toml"
+    conf.write_text("[gen]\ncandidate_blocks = 3\n")
+    monkeypatch.setenv("CODILA_CONFIG", str(conf))
+    assert settings()["candidate_blocks"] == 3
+    monkeypatch.delenv("CODILA_CONFIG")
+    assert settings("--decoder", "dream")["max_new_tokens"] == 8  # another decoder: nothing to recommend
+
+
 def test_stdout_is_payload_only(tiny):
     r = gen("--dlm", str(tiny["dlm"]), "-K", "4", "--max-new-tokens", "8", "--seed", "1", "def f(", "-v")
     assert r.exit_code == 0

@@ -85,7 +85,7 @@ class ArgmaxWriter:
         self.ar = self._AR()
         self.calls = []
 
-    def write(self, pi, forced, *, context=None, generator=None):
+    def write(self, pi, forced, *, context=None, seen=None, generator=None):
         self.calls.append(list(forced))
         self.ar.forwards += len(forced)
         return torch.tensor([f if f is not None else int(pi[j].argmax()) for j, f in enumerate(forced)])
@@ -180,6 +180,73 @@ def test_kv_cached_ar_equals_uncached_reference(tiny_models):
         seq = torch.cat([seq, emb[tok].unsqueeze(0)])
     assert cached.tolist() == out
     assert cached[2] == 17
+
+
+def test_repetition_penalty_follows_ctrl_rule(tiny_models):
+    """ρ divides a positive logit (multiplies a negative one) of every id already in the text, including
+    ids the block itself wrote; ρ = 1 leaves the greedy choice unchanged."""
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    torch.manual_seed(1)
+    pi = torch.softmax(torch.randn(3, tiny_models.dlm.vocab_rows) * 3, -1)
+    plain = SoftBlockWriter(tiny_models.ar, tiny_models.bridge).write(pi, [None] * 3)
+    seen = torch.tensor([int(plain[0])])
+    assert SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.0).write(
+        pi, [None] * 3, seen=seen).tolist() == plain.tolist()
+    strong = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=10.0)
+    out = strong.write(pi, [None] * 3, seen=seen)
+    assert int(out[0]) != int(plain[0])  # the seen id lost its place
+    # reference for the first choice: the CTRL rule on the uncached logits
+    emb = tiny_models.ar.embedding
+    q = strong.condition(pi, [None] * 3)
+    open_e, close_e = tiny_models.ar.wrapper_embeddings()
+    seq = torch.cat([open_e, q.to(strong.table.dtype) @ strong.table, close_e])
+    with torch.inference_mode():
+        z = tiny_models.ar.model(inputs_embeds=seq.unsqueeze(0), use_cache=False).logits[0, -1].float()
+    z = z.clone()
+    v = int(seen[0])
+    z[v] = z[v] / 10.0 if z[v] > 0 else z[v] * 10.0
+    assert int(out[0]) == int(z.masked_fill(~strong.allowed, float("-inf")).argmax())
+    # an id written in the block is penalised for the rest of the block
+    hits = []
+    orig = strong.ar.forward
+
+    def spy(**kw):
+        logits, cache = orig(**kw)
+        hits.append(logits[0].detach().clone())
+        return logits, cache
+
+    strong.ar.forward = spy
+    try:
+        out2 = strong.write(pi, [None] * 3, seen=seen)
+    finally:
+        strong.ar.forward = orig
+    z1 = hits[1].float().clone()  # the logits the second choice was made from
+    for tok in {int(seen[0]), int(out2[0])}:
+        z1[tok] = z1[tok] / 10.0 if z1[tok] > 0 else z1[tok] * 10.0
+    assert int(out2[1]) == int(z1.masked_fill(~strong.allowed, float("-inf")).argmax())
+
+
+def test_codila_passes_the_text_before_the_block_as_seen(tiny_models):
+    from codila_cli.decoding.codila import decode_codila
+    from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    writer = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.3)
+    calls = []
+    orig = writer.write
+
+    def spy(pi, forced, *, context=None, seen=None, generator=None):
+        calls.append(seen.clone())
+        return orig(pi, forced, context=context, seen=seen, generator=generator)
+
+    writer.write = spy
+    prompt = [tiny_models.dlm.specials.bos, 7, 8, 9]
+    res = decode_codila(tiny_models.dlm, writer, prompt,
+                        config=CodilaConfig(max_new_tokens=8, block_size=4, candidate_blocks=1,
+                                            ar_repetition_penalty=1.3, early_stop=False))
+    assert calls[0].tolist() == prompt
+    assert calls[1].tolist() == prompt + res.canvas[:4]
 
 
 def test_topk1_conditioning_equals_hard_tokens(tiny_models):

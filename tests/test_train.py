@@ -180,6 +180,71 @@ def test_alignment_loss_with_left_context_trains():
     assert ar.get_input_embeddings().weight.grad is not None
 
 
+def test_frontier_alignment_masks_mirror_left_to_right_decoding():
+    """frontier=True: per row one block start s; left of s visible, the block masked, the right masked
+    at some rate; the helper reads the true left context (as ``--ar-context`` feeds it)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from codila_cli.train.objectives import codila_alignment_loss
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1)
+    dlm = Qwen2ForCausalLM(Qwen2Config(**common))
+    seen: list[torch.Tensor] = []
+    inner = dlm.forward
+    dlm.forward = lambda input_ids, **kw: (seen.append(input_ids.clone()), inner(input_ids=input_ids, **kw))[1]
+    ar = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=8))
+    ar_seen: list[torch.Tensor] = []
+    ar_inner = ar.forward
+    ar.forward = lambda **kw: (ar_seen.append(kw["inputs_embeds"].shape), ar_inner(**kw))[1]
+    x0 = torch.randint(6, 40, (6, 41))
+    shared = torch.tensor([0] + list(range(6, 40)))
+    loss = codila_alignment_loss(dlm, ar, x0, mask_id=2, think_open=4, think_close=5, shared=shared, block=4,
+                                 blocks_per_row=3, gen=torch.Generator().manual_seed(3), ctx_max=16, ctx_prob=1.0,
+                                 frontier=True)
+    assert torch.isfinite(loss)
+    xt = seen[0]
+    for r in range(6):
+        holes = (xt[r] == 2).nonzero().flatten()
+        s = int(holes[0])
+        assert 9 <= s <= 41 - 4
+        assert torch.equal(xt[r, :s], x0[r, :s])  # everything left of the block is visible
+        assert bool((xt[r, s : s + 4] == 2).all())  # the block itself is masked
+    # one block per row (6 rows), each with 16 context tokens (s >= 9 > ... at most 16 back), B=4: 16 + 2B + 1
+    assert ar_seen[0][0] == 6
+    assert ar_seen[0][1] == 16 + 2 * 4 + 1
+    loss.backward()
+
+
+def test_diffusion_loss_frontier_rows_keep_the_prefix_visible():
+    from codila_cli.train.objectives import diffusion_loss
+
+    seen = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, input_ids, **kw):
+            seen.append(input_ids.clone())
+            logits = torch.zeros(*input_ids.shape, 30) + self.w
+            return type("Out", (), {"logits": logits})()
+
+    x0 = torch.randint(5, 30, (3, 40))
+    front = torch.tensor([10, -1, 25])
+    loss, _ = diffusion_loss(Recorder(), x0, mask_id=2, gen=torch.Generator().manual_seed(0),
+                             t=torch.full((3,), 0.9), frontier=front)
+    xt = seen[0]
+    for r, s in ((0, 10), (2, 25)):
+        assert torch.equal(xt[r, :s], x0[r, :s])  # the prefix is visible
+        assert int(xt[r, s]) == 2  # the frontier slot is masked
+        assert int((xt[r, s:] == 2).sum()) > (40 - s) // 2  # the rest at rate 0.9
+    assert int((xt[1, 1:10] == 2).sum()) > 0  # a plain row is masked everywhere
+    assert torch.isfinite(loss)
+
+
 def test_split_function_cuts_after_signature_or_docstring():
     from codila_cli.train.corpus import split_function
 
@@ -244,6 +309,10 @@ def test_train_init_only_for_align_and_tasks(tmp_path):
     for flags in (["ar", "--shape", "huge"], ["align", "--shape", "small"]):  # a bad shape, or one for another stage
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr
+    for flags, name in ((["dlm", "--frontier", "0.5"], "--frontier"), (["align", "--frontier", "1.5"], "--frontier"),
+                        (["sft", "--context", "8"], "--context"), (["align", "--batch", "0"], "--batch")):
+        r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
+        assert r.exit_code == 2 and name in r.stderr, (flags, r.stderr)
 
 
 def test_export_copies_the_chosen_finals_and_prefers_sft(tiny, tmp_path):
@@ -274,6 +343,15 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     shutil.copytree(tiny["ar"], run / "align" / "final")
     shutil.copytree(tiny["dlm"], tmp_path / "tasks")
     (tmp_path / "tasks" / "marker").write_text("given")
-    stage_export(run, target=tmp_path / "out", tasks=tmp_path / "tasks")  # run/ has no tasks stage
+    stage_export(run, target=tmp_path / "out", tasks=tmp_path / "tasks",  # run/ has no tasks stage
+                 ar_decoding={"candidate_blocks": 1, "ar_context": 64, "ar_repetition_penalty": 1.2})
     assert (tmp_path / "out" / "tasks" / "marker").read_text() == "given"
     assert (tmp_path / "out" / "tasks" / "model.safetensors").is_file()
+
+    from codila_cli.runtime import recommended_decoding
+
+    assert recommended_decoding(str(tmp_path / "out" / "ar")) == {"candidate_blocks": 1, "ar_context": 64,
+                                                                 "ar_repetition_penalty": 1.2}
+    assert "codila_decoding" not in json.loads((run / "align" / "final" / "config.json").read_text())  # source untouched
+    with pytest.raises(ValueError, match="recommendable"):
+        stage_export(run, target=tmp_path / "bad", ar_decoding={"tau": 1})

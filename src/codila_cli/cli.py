@@ -193,7 +193,7 @@ GEN_DEFAULTS: dict[str, Any] = {
     "decoder": "auto", "max_new_tokens": 128, "steps": None, "tokens_per_step": None, "alg": "entropy",
     "temperature": 0.0, "top_p": None, "top_k": None, "block_length": 32, "threshold": 0.9, "block_size": 4,
     "tau": None, "candidate_blocks": 10, "parallel_blocks": 1, "conditioning": "soft", "ar_temperature": 0.0,
-    "ar_context": 0, "device": "auto", "dtype": "auto", "cache": "none",
+    "ar_context": 0, "ar_repetition_penalty": 1.0, "device": "auto", "dtype": "auto", "cache": "none",
 }
 
 
@@ -219,13 +219,14 @@ def gen(
     top_k: Annotated[int | None, typer.Option(envvar=_env("top_k"), help="Top-k filter before sampling and confidence.")] = None,
     block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help="threshold: block length. [default: 32]")] = None,
     threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help="threshold: commit every slot with p >= this. [default: 0.9]")] = None,
-    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: 4]")] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: the helper's recommendation, else 4]")] = None,
     tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
-    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: 10]")] = None,
+    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
     parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help="codila: blocks written per DLM forward (static). [default: 1]")] = None,
     conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K'. [default: soft]")] = None,
     ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: 0]")] = None,
-    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: 0]")] = None,
+    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: the helper's recommendation, else 0]")] = None,
+    ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help="codila: penalty (CTRL) on ids already in the text for the AR's choices, 1 = off. [default: the helper's recommendation, else 1]")] = None,
     ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
     cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: none]")] = None,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
@@ -261,7 +262,7 @@ def gen(
     def body() -> None:
         from codila_cli.config import load_config
         from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
-        from codila_cli.runtime import default_ar, default_dlm, generate, load_models
+        from codila_cli.runtime import default_ar, default_dlm, generate, load_models, recommended_decoding
 
         _quiet_libraries(verbose)
         user = load_config()
@@ -269,12 +270,17 @@ def gen(
             for w in user.warnings:
                 sys.stderr.write(f"Warning: {w}\n")
 
+        recommended: dict[str, Any] = {}  # the AR checkpoint's CoDiLA settings, once the helper is known
+
         def opt(key: str, section: str = "gen") -> Any:
+            """flag > environment (typer) > user config file > the helper's recommendation > GEN_DEFAULTS"""
             value = flags.get(key)
             if isinstance(value, Enum):
                 value = value.value
             if value is None:
                 value = user.get(section, key)
+            if value is None:
+                value = recommended.get(key)
             return GEN_DEFAULTS.get(key) if value is None else value
 
         if not 1 <= num_samples <= 64:
@@ -294,6 +300,8 @@ def gen(
             chosen = "codila" if ar_name else "dream"
         if chosen == "codila" and not ar_name:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
+        if chosen == "codila":
+            recommended.update(recommended_decoding(ar_name))
         alg_name = opt("alg")
         # every flag is validated, whichever decoder runs (a bad --block-size is an error even with dream)
         configs: dict[str, Any] = {
@@ -306,7 +314,8 @@ def gen(
             "codila": CodilaConfig(max_new_tokens=opt("max_new_tokens"), block_size=opt("block_size"), tau=opt("tau"),
                                    candidate_blocks=opt("candidate_blocks"), parallel_blocks=opt("parallel_blocks"),
                                    conditioning=opt("conditioning"), ar_temperature=opt("ar_temperature"),
-                                   ar_context=opt("ar_context"), ar_verify=ar_verify, verify_penalty=verify_penalty,
+                                   ar_context=opt("ar_context"),
+                                   ar_repetition_penalty=opt("ar_repetition_penalty"), ar_verify=ar_verify, verify_penalty=verify_penalty,
                                    alg=alg_name if alg_name != "origin" else "entropy", sampling=sampling,
                                    early_stop=early, cache=opt("cache") if chosen == "codila" else "none"),
         }
@@ -819,6 +828,9 @@ def train(
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
     init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment); tasks: from this Dream checkpoint directory.")] = None,
     shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
+    frontier: Annotated[float | None, typer.Option("--frontier", help="align, sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
+    context: Annotated[int | None, typer.Option("--context", help="align: most left-context tokens the helper reads. [default: 48]")] = None,
+    batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Train one stage of the bundled models; run it again to resume after an interruption.
@@ -859,6 +871,22 @@ def train(
                 if not (init / "model.safetensors").is_file():
                     raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported checkpoint directory")
                 extra["init"] = init
+            if frontier is not None:
+                if stage not in (Stage.align, Stage.sft):
+                    raise UsageError("--frontier applies to the align and sft stages only")
+                if not 0.0 <= frontier <= 1.0:
+                    raise UsageError(f"--frontier must be between 0 and 1, got {frontier}")
+                extra["frontier"] = frontier
+            if context is not None:
+                if stage != Stage.align:
+                    raise UsageError("--context applies to the align stage only")
+                if not 0 <= context <= 512:
+                    raise UsageError(f"--context must be between 0 and 512, got {context}")
+                extra["ctx_max"] = context
+            if batch is not None:
+                if not 1 <= batch <= 4096:
+                    raise UsageError(f"--batch must be between 1 and 4096, got {batch}")
+                extra["batch"] = batch
             if not (run_dir / "tokenizer" / "tokenizer.json").is_file():
                 raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")
             with Progress(TextColumn(f"[bold]{stage.value}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

@@ -47,6 +47,37 @@ def default_ar() -> str | None:
     return "bundled-ar" if bundled_available("bundled-ar") else None
 
 
+RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "ar_context": int,
+                                  "ar_repetition_penalty": float}
+
+
+def recommended_decoding(ar: str) -> dict[str, int | float]:
+    """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
+    a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in
+    RECOMMENDABLE with values of their type count (an int is accepted for a float); flags, environment
+    variables and the user's config file override them."""
+    import json
+
+    from codila_cli.errors import CodilaError
+    from codila_cli.models.cache import resolve_local_dir
+
+    try:
+        cfg = json.loads((resolve_local_dir(resolve_spec(ar, kind="ar")) / "config.json").read_text(encoding="utf-8"))
+    except (CodilaError, OSError, ValueError):  # loading reports a missing or broken checkpoint itself
+        return {}
+    rec = cfg.get("codila_decoding") if isinstance(cfg, dict) else None
+    if not isinstance(rec, dict):
+        return {}
+    out: dict[str, int | float] = {}
+    for key, value in rec.items():
+        kind = RECOMMENDABLE.get(key)
+        if kind is int and type(value) is int:
+            out[key] = value
+        elif kind is float and type(value) in (int, float):
+            out[key] = float(value)
+    return out
+
+
 def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False) -> Models:
     from codila_cli.models.cache import resolve_local_dir
 
@@ -152,7 +183,8 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
         if ar is None:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
-        writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk)
+        writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk,
+                                 repetition_penalty=config.ar_repetition_penalty)
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
     raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
 

@@ -62,7 +62,12 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
     start, end = span
     seg = c.gen[start:end]
     forced = [None if int(t) == c.mask_id else int(t) for t in seg]
-    out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), generator=gen)
+    seen = None
+    if cfg.ar_repetition_penalty != 1.0:  # the text before the block: prompt and committed slots
+        left = c.x[0, : c.prompt_len + start]
+        seen = left[left != c.mask_id]
+    out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), seen=seen,
+                       generator=gen)
     new = (seg == c.mask_id).nonzero().flatten()
     c.commit(start + new, out[new.cpu()], source="ar", block=span)
 

@@ -90,6 +90,8 @@ class CodilaConfig:
     ``tau`` None = static parallelism (K = B per block); a float = dynamic parallelism with entropy
     threshold τ (nats). ``conditioning``: "soft" or "topk:K". ``ar_context``: the AR also reads up to
     that many committed tokens left of the block (0 = only the soft block, the paper's formula).
+    ``ar_repetition_penalty``: CTRL's penalty on ids already in the text, applied to the AR's choices
+    (1 = off; decoding/soft_ar.py).
     """
 
     max_new_tokens: int = 128
@@ -100,6 +102,7 @@ class CodilaConfig:
     conditioning: str = "soft"
     ar_temperature: float = 0.0
     ar_context: int = 0
+    ar_repetition_penalty: float = 1.0
     ar_verify: bool = False
     verify_penalty: float = 0.5
     alg: str = "entropy"
@@ -124,6 +127,8 @@ class CodilaConfig:
                 raise ValueError(f"conditioning must be 'soft' or 'topk:K' with K >= 1, got {self.conditioning!r}")
         if not (0.0 <= self.ar_temperature <= 100.0):
             raise ValueError(f"ar-temperature must be between 0 and 100, got {self.ar_temperature}")
+        if not (1.0 <= self.ar_repetition_penalty <= 10.0):
+            raise ValueError(f"ar-repetition-penalty must be between 1 and 10, got {self.ar_repetition_penalty}")
         if not (0 <= self.ar_context <= MAX_CANVAS):
             raise ValueError(f"ar-context must be >= 0, got {self.ar_context}")
         if self.alg not in ALGS[1:]:

@@ -8,6 +8,11 @@ For block positions j = 1..m with bridged marginals π_j over the shared ids S:
 then m tokens are written left to right with a KV cache: one prefill, then one cached step per token.
 The K/V of the ``<think>`` prefix are computed once per run and reused by every block.
 Outputs are restricted to S; a position already committed on the canvas is fed one-hot and forced.
+
+``repetition_penalty`` ρ > 1 (CTRL, Keskar et al. 2019; the Hugging Face ``repetition_penalty``): before
+each greedy or sampled choice, the logit z_v of every id v already in the text (``seen``: prompt and
+committed canvas left of the block, plus the block's own tokens so far) becomes z_v / ρ if z_v > 0 else
+z_v · ρ. ρ = 1 is off.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from codila_cli.models.tokens import VocabBridge
 
 
 class SoftBlockWriter:
-    def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None) -> None:
+    def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None,
+                 repetition_penalty: float = 1.0) -> None:
         self.ar = ar
+        self.repetition_penalty = repetition_penalty
         self.bridge = bridge
         self.temperature = temperature
         self.topk = topk
@@ -48,8 +55,9 @@ class SoftBlockWriter:
         return q
 
     def write(self, pi: torch.Tensor, forced: list[int | None], *, context: list[int] | None = None,
-              generator: torch.Generator | None = None) -> torch.Tensor:
-        """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals."""
+              seen: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals; ``seen`` [n] the
+        ids of the text before the block (read only when repetition_penalty != 1)."""
         emb = self.ar.embedding
         q = self.condition(pi, forced)
         soft = q.to(emb.dtype) @ self.table  # [m, d]: one matmul per block
@@ -60,15 +68,27 @@ class SoftBlockWriter:
         else:  # the <think> prefix is the same for every block: reuse its K/V
             logits, cache = self.ar.forward(inputs_embeds=torch.cat([soft, close_e]).unsqueeze(0),
                                             cache=self._think_cache(open_e))
+        penalise = self.repetition_penalty != 1.0
+        if penalise:
+            hit = torch.zeros(len(self.allowed), dtype=torch.bool, device=emb.device)
+            if seen is not None and len(seen):
+                ids = seen.to(emb.device)
+                hit[ids[ids < len(hit)]] = True
         out: list[int] = []
         for j, tok in enumerate(forced):
             if tok is None:
-                z = logits[0].masked_fill(~self.allowed, float("-inf"))
+                z = logits[0].float()
+                if penalise:
+                    rho = self.repetition_penalty
+                    z = torch.where(hit, torch.where(z > 0, z / rho, z * rho), z)
+                z = z.masked_fill(~self.allowed, float("-inf"))
                 if self.temperature > 0:
                     tok = int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
                 else:
                     tok = int(z.argmax())
             out.append(tok)
+            if penalise and tok < len(hit):
+                hit[tok] = True
             if j + 1 < len(forced):
                 nxt = emb[torch.tensor([[tok]], device=emb.device)]
                 logits, cache = self.ar.forward(inputs_embeds=nxt, cache=cache)

@@ -15,18 +15,27 @@ def causal_lm_loss(model, x0: torch.Tensor) -> torch.Tensor:
 
 
 def diffusion_loss(model, x0: torch.Tensor, *, mask_id: int, gen: torch.Generator, t: torch.Tensor | None = None,
-                   eps: float = 1e-3, maskable: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   eps: float = 1e-3, maskable: torch.Tensor | None = None,
+                   frontier: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Masked-diffusion NELBO (MDLM/LLaDA/Dream): t ~ U(eps, 1) per row, each position masked with prob t,
     cross-entropy on masked positions weighted by 1/t, averaged over all B·L positions.
 
     Dream's shift: the raw logit row i-1 predicts token i, so the loss reads ``logits[:, :-1]`` against
     ``x0[:, 1:]`` (the same alignment as a causal LM, with bidirectional attention).
+    ``frontier`` [B] (optional): for a row with a value s >= 0, the masks of left-to-right decoding instead:
+    nothing left of s is masked, s itself is, and every later position with prob t (the row's weight
+    stays 1/t). Rows with -1 keep the plain masks.
     Returns (weighted loss, unweighted mean CE over masked tokens).
     """
     b, n = x0.shape
     if t is None:
         t = eps + (1 - eps) * torch.rand(b, generator=gen)
     masked = torch.rand(b, n, generator=gen) < t[:, None]
+    if frontier is not None:
+        col = torch.arange(n)[None, :]
+        front = frontier[:, None]
+        on = front >= 0
+        masked = torch.where(on, (masked & (col > front)) | (col == front), masked)
     masked[:, 0] = False
     if maskable is not None:  # only these positions are ever noised (e.g. contract values, unit bodies)
         masked &= maskable
@@ -53,7 +62,8 @@ def block_mask(b: int, n: int, *, t: torch.Tensor, block: int, gen: torch.Genera
 
 def codila_alignment_loss(dlm, ar, x0: torch.Tensor, *, mask_id: int, think_open: int, think_close: int,
                           shared: torch.Tensor, block: int, blocks_per_row: int, gen: torch.Generator,
-                          eps: float = 1e-3, ctx_max: int = 0, ctx_prob: float = 0.5) -> torch.Tensor:
+                          eps: float = 1e-3, ctx_max: int = 0, ctx_prob: float = 0.5,
+                          frontier: bool = False) -> torch.Tensor:
     """CoDiLA AR objective (§3.5): frozen DLM marginals on block-masked x_t → soft tokens
     ``[ctx…, <think>, e_1..e_B, </think>]`` → teacher-forced log-likelihood of the block's true tokens.
 
@@ -63,10 +73,22 @@ def codila_alignment_loss(dlm, ar, x0: torch.Tensor, *, mask_id: int, think_open
     With ``ctx_max`` > 0, a share ``ctx_prob`` of the blocks also get their committed left context (the
     true tokens left of the block back to the nearest mask, at most ``ctx_max``), exactly what
     ``--ar-context`` feeds at inference; the rest get none, so both modes are trained.
+
+    ``frontier``: the masks of left-to-right decoding instead (what the helper meets at inference): per
+    row a block start s, everything left of s visible, the block masked, and everything right of it
+    masked at a rate u (u = 1 for half the rows, else u ~ U(0.5, 1)); one block per row.
     """
     b, n = x0.shape
-    t = eps + (1 - eps) * torch.rand(b, generator=gen)
-    masked = block_mask(b, n, t=t, block=block, gen=gen)
+    if frontier:
+        lo = min(8, n - block - 1)
+        front = lo + 1 + torch.randint(n - block - lo, (b,), generator=gen)  # block start, 1 + lo .. n - block
+        u = torch.where(torch.rand(b, generator=gen) < 0.5, 1.0, 0.5 + 0.5 * torch.rand(b, generator=gen))
+        col = torch.arange(n)[None, :]
+        masked = (col >= front[:, None]) & (torch.rand(b, n, generator=gen) < u[:, None])
+        masked |= (col >= front[:, None]) & (col < front[:, None] + block)
+    else:
+        t = eps + (1 - eps) * torch.rand(b, generator=gen)
+        masked = block_mask(b, n, t=t, block=block, gen=gen)
     xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
     with torch.no_grad():
         raw = dlm(input_ids=xt, attention_mask={"full_attention": None}, use_cache=False).logits.float()
@@ -80,6 +102,9 @@ def codila_alignment_loss(dlm, ar, x0: torch.Tensor, *, mask_id: int, think_open
     nblocks = (n - 1) // block
     starts = []
     for r in range(b):
+        if frontier:
+            starts.append((r, int(front[r])))
+            continue
         has = masked[r, 1 : 1 + nblocks * block].view(nblocks, block).any(-1).nonzero().flatten()
         pool = has if len(has) else torch.arange(nblocks)
         choice = pool[torch.randint(len(pool), (blocks_per_row,), generator=gen)]

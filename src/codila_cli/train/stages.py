@@ -198,11 +198,16 @@ def _final_dlm_dir(run: Path) -> Path:
 
 
 def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, canvas: int = 128,
-              prompted_share: float = 0.5, seed: int = 7, lr: float = 4e-4, on_log: Log | None = None) -> dict:
+              prompted_share: float = 0.5, seed: int = 7, lr: float = 4e-4, frontier: float = 0.0,
+              on_log: Log | None = None) -> dict:
     """Continue the DLM with prompt-conditioned diffusion (Dream's SFT recipe): for a share of the rows
     the prompt (signature, with or without docstring) stays visible and only the canvas after it (body,
     then end-of-text) is noised, the exact situation `codila gen` puts the model in; the other rows keep
-    the plain diffusion objective on file windows so the model stays a general code DLM."""
+    the plain diffusion objective on file windows so the model stays a general code DLM.
+
+    ``frontier``: the share of prompted rows whose canvas gets left-to-right masks (objectives.py
+    ``diffusion_loss(frontier=…)``): a random prefix of the body stays visible, as when blocks are
+    committed left to right, the next slot is masked and the rest at rate t."""
     from codila_cli.train.data import load_prompted, tokenize_prompted
     from codila_cli.train.objectives import diffusion_loss
 
@@ -230,12 +235,24 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
                                canvas=canvas, bos=ids["bos"], eos=ids["eos"])
         return torch.from_numpy(x.astype(np.int64)), torch.from_numpy(m)
 
+    if not 0.0 <= frontier <= 1.0:
+        raise ValueError(f"frontier must be in [0, 1], got {frontier}")
+
     def train_step(step: int, g: torch.Generator) -> torch.Tensor:
         xp, mp = rows_at("train", step, n_prompted)
         xs = stream(step)
         ms = torch.ones_like(xs, dtype=torch.bool)
         ms[:, 0] = False
-        return diffusion_loss(model, torch.cat([xp, xs]), mask_id=ids["mask"], gen=g, maskable=torch.cat([mp, ms]))[0]
+        front = None
+        if frontier > 0:
+            front = torch.full((batch,), -1, dtype=torch.long)
+            rng = np.random.default_rng([seed, step, 5])
+            for r in range(n_prompted):
+                if rng.random() < frontier:
+                    cols = mp[r].nonzero().flatten()  # the canvas
+                    front[r] = int(cols[0]) + int(rng.integers(len(cols)))
+        return diffusion_loss(model, torch.cat([xp, xs]), mask_id=ids["mask"], gen=g, maskable=torch.cat([mp, ms]),
+                              frontier=front)[0]
 
     def vloss() -> float:
         """Mean CE over canvas tokens at 50 % masking of prompted validation rows (fixed masks)."""
@@ -251,7 +268,7 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     last = run_loop(model=model, stage_dir=run / "sft", cfg=cfg, train_step=train_step, valid_loss=vloss,
                     on_log=on_log)
     meta = {"stage": "sft", "steps": steps, "batch": batch, "seq_len": seq_len, "canvas": canvas,
-            "prompted_share": prompted_share, "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
+            "prompted_share": prompted_share, "frontier": frontier, "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
     _export(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
 
@@ -288,9 +305,13 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
 
 def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, blocks_per_row: int = 8,
                 seed: int = 3, lr: float = 1e-3, ctx_max: int = 48, init: Path | None = None,
-                on_log: Log | None = None) -> dict:
+                frontier: float = 0.0, on_log: Log | None = None) -> dict:
     """``init``: start from an already aligned helper (a checkpoint directory) instead of ``ar/final.pt``,
-    e.g. to re-align it after the DLM was trained further."""
+    e.g. to re-align it after the DLM was trained further.
+
+    ``frontier``: the share of steps that use left-to-right masks with the left context always given
+    (objectives.py, ``frontier=True``; what the helper meets when blocks are decoded at the frontier);
+    the validation loss then averages both kinds of steps in the same proportion."""
     from codila_cli.models.dream import load_dlm
     from codila_cli.train.objectives import codila_alignment_loss
 
@@ -315,21 +336,37 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     valid = _valid_batches(run, ids, n=4, batch=8)
     blocks = (2, 4, 8)
 
+    if not 0.0 <= frontier <= 1.0:
+        raise ValueError(f"frontier must be in [0, 1], got {frontier}")
+
+    def is_frontier(step: int) -> bool:  # a fixed pattern: the share holds over every 20 steps
+        return (step % 20) < round(20 * frontier)
+
     def loss(step: int, g: torch.Generator, x0: torch.Tensor) -> torch.Tensor:
+        front = is_frontier(step)
         return codila_alignment_loss(dlm, ar, x0, mask_id=ids["mask"], think_open=ids["think_open"],
                                      think_close=ids["think_close"], shared=shared, block=blocks[step % 3],
-                                     blocks_per_row=blocks_per_row, gen=g, ctx_max=ctx_max)
+                                     blocks_per_row=blocks_per_row, gen=g, ctx_max=ctx_max,
+                                     ctx_prob=1.0 if front else 0.5, frontier=front)
 
     def vloss() -> float:
         g = torch.Generator().manual_seed(99)
-        return sum(float(loss(i, g, v)) for i, v in enumerate(valid * 3)) / (3 * len(valid))
+        if frontier == 0.0:
+            return sum(float(loss(i, g, v)) for i, v in enumerate(valid * 3)) / (3 * len(valid))
+        total = 0.0
+        for i, v in enumerate(valid * 3):  # the same blocks cycle, both kinds weighted by the share
+            kw = dict(mask_id=ids["mask"], think_open=ids["think_open"], think_close=ids["think_close"],
+                      shared=shared, block=blocks[i % 3], blocks_per_row=blocks_per_row, gen=g, ctx_max=ctx_max)
+            total += frontier * float(codila_alignment_loss(dlm, ar, v, ctx_prob=1.0, frontier=True, **kw))
+            total += (1 - frontier) * float(codila_alignment_loss(dlm, ar, v, **kw))
+        return total / (3 * len(valid))
 
     cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
     last = run_loop(model=ar, stage_dir=run / "align", cfg=cfg, train_step=lambda s, g: loss(s, g, get(s)),
                     valid_loss=vloss, on_log=on_log)
     meta = {"stage": "align", "steps": steps, "batch": batch, "blocks": blocks, "valid_block_ce": last.get("valid"),
             "init": str(init.name) if init is not None else "ar",
-            "context_max": ctx_max,
+            "context_max": ctx_max, "frontier": frontier,
             "shape": asdict(shape)}
     _export(ar, run / "align" / "final", dream=False, ids=ids, run=run, meta=meta)
     return last
@@ -422,16 +459,23 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
 
 
 def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None,
-                 tasks: Path | None = None) -> dict:
+                 tasks: Path | None = None, ar_decoding: dict[str, int | float] | None = None) -> dict:
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
     there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
-    defaults (the last DLM stage, ``align/final``, ``tasks/final``)."""
+    defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
+    exported helper's config.json as ``codila_decoding`` (runtime.recommended_decoding)."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
+    from codila_cli.runtime import RECOMMENDABLE
+
     pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = tasks or run / "tasks" / "final"
+    for key, value in (ar_decoding or {}).items():
+        kind = RECOMMENDABLE.get(key)
+        if kind is None or type(value) not in ((int,) if kind is int else (int, float)) or value < 0:
+            raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
             raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
@@ -443,13 +487,19 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
         if dst.exists():
             shutil.rmtree(dst)
         shutil.copytree(src, dst)
+    if ar_decoding:
+        cfg_file = target / "ar" / "config.json"
+        cfg = json.loads(cfg_file.read_text())
+        cfg["codila_decoding"] = dict(ar_decoding)
+        cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return {"bytes": total, "target": str(target)}
 
 
 if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
-    #                                   | export [DLM_DIR AR_DIR [TASKS_DIR]]
-    #                                   | STAGE STEPS          | align|tasks STEPS [INIT_DIR] | ar STEPS [small|base]
+    #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=VALUE ...]]]
+    #                                   | STAGE STEPS          | tasks STEPS [INIT_DIR] | ar STEPS [small|base]
+    #                                   | align STEPS [INIT_DIR] [frontier=F] [ctx=N] [batch=N] | sft STEPS [frontier=F]
     import sys
 
     run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -460,11 +510,24 @@ if __name__ == "__main__":
         print(stage_tokenizer(run_dir))
     elif stage == "export":
         print(stage_export(run_dir, dlm=Path(args[0]) if args else None, ar=Path(args[1]) if len(args) > 1 else None,
-                           tasks=Path(args[2]) if len(args) > 2 else None))
+                           tasks=Path(args[2]) if len(args) > 2 else None,
+                           ar_decoding={k: (float(v) if "." in v else int(v))
+                                        for k, v in (a.split("=", 1) for a in args[3:])} or None))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
-        extra = {"init": Path(args[1])} if stage in ("align", "tasks") and len(args) > 1 else {}
-        if stage == "ar" and len(args) > 1:
-            extra = {"shape": args[1]}
+        extra: dict = {}
+        for arg in args[1:]:  # align: [INIT_DIR] [frontier=F] [ctx=N] [batch=N]; tasks: [INIT_DIR]; ar: [SHAPE]
+            key, eq, value = arg.partition("=")
+            if stage == "ar":
+                extra["shape"] = arg
+            elif eq and stage == "sft" and key == "frontier":
+                extra["frontier"] = float(value)
+            elif eq and stage == "align" and key in ("frontier", "ctx", "batch"):
+                extra[{"frontier": "frontier", "ctx": "ctx_max", "batch": "batch"}[key]] = type(
+                    {"frontier": 0.0, "ctx": 0, "batch": 0}[key])(value)
+            elif not eq and stage in ("align", "tasks"):
+                extra["init"] = Path(arg)
+            else:
+                raise SystemExit(f"unknown argument {arg!r} for stage {stage}")
         print(fn(run_dir, steps=int(args[0]), on_log=printer, **extra))
