@@ -33,7 +33,8 @@ from codila_cli.runtime import default_ar, default_dlm, generate, load_models
 
 SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0.9,cache=prefix",
             "threshold:0.9,cache=dual", "codila:B=4", "codila:B=4,cache=prefix", "codila:B=4,cache=dual",
-            "codila:B=4,tau=0.5", "codila:B=4,P=2"]
+            "codila:B=4,tau=0.5", "codila:B=4,P=2",
+            "codila:B=4,W=1,ctx=64,rp=1.3"]  # the last: what `codila gen` runs on the bundled pair (its helper's recommendation)
 
 
 class ForwardTimer:

@@ -381,3 +381,33 @@ def test_cache_flag_rejected_for_dream(tiny):
 
     r = CliRunner().invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "--cache", "dual", "def f("])
     assert r.exit_code == 2 and "block decoder" in r.stderr
+
+
+def test_a_dlm_that_ranks_mask_first_still_finishes(tiny_models, monkeypatch):
+    """A small DLM can rank <mask> first; committing it would leave the slot masked forever (a hang in
+    threshold decoding, found on a held-out prompt). The denoiser never lets a decoder pick it."""
+    from codila_cli.decoding.config import ThresholdConfig
+    from codila_cli.decoding.threshold import decode_threshold
+
+    dlm = tiny_models.dlm
+    mask = dlm.specials.mask
+    real = type(dlm).raw_logits
+
+    def favour_mask(self, x, **kw):
+        out = real(self, x, **kw).clone()
+        out[..., mask] += 1e4
+        return out
+
+    monkeypatch.setattr(type(dlm), "raw_logits", favour_mask)
+    assert bool(torch.isinf(dlm.logits(torch.tensor([[dlm.specials.bos, 7, mask, mask]]))[..., mask]).all())
+    res = decode_threshold(dlm, [dlm.specials.bos, 7, 8], config=ThresholdConfig(max_new_tokens=8, block_length=4))
+    assert mask not in res.canvas and len(res.canvas) == 8
+
+
+def test_committing_the_mask_token_fails_loudly(scripted):
+    from codila_cli.decoding.config import DreamConfig
+    from codila_cli.decoding.dream import decode_dream
+
+    dlm = scripted([5, 1, 6, 7], [0.9] * 4)  # slot 1 "predicts" the mask id (1)
+    with pytest.raises(RuntimeError, match="mask token"):
+        decode_dream(dlm, [2, 3, 4], config=DreamConfig(max_new_tokens=4, tokens_per_step=4))

@@ -299,13 +299,15 @@ def test_helper_shape_is_recorded_and_a_run_keeps_it(tmp_path, tok, monkeypatch)
         stages.stage_ar(run, steps=2, batch=2, seq_len=32, shape="small")
 
 
-def test_train_init_only_for_align_and_tasks(tmp_path):
+def test_train_init_only_for_sft_align_and_tasks(tmp_path):
     from typer.testing import CliRunner
 
     from codila_cli.cli import app
 
+    r = CliRunner().invoke(app, ["train", "dlm", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
+    assert r.exit_code == 2 and "--init" in r.stderr
     r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
-    assert r.exit_code == 2
+    assert r.exit_code == 2 and "model.safetensors" in r.stderr  # allowed for sft, but this one is no checkpoint
     for flags in (["ar", "--shape", "huge"], ["align", "--shape", "small"]):  # a bad shape, or one for another stage
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr

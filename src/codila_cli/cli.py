@@ -826,7 +826,7 @@ def train(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")] = Path("runs/bundled"),
     steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
-    init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment); tasks: from this Dream checkpoint directory.")] = None,
+    init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment); sft, tasks: from this Dream checkpoint directory.")] = None,
     shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
     frontier: Annotated[float | None, typer.Option("--frontier", help="align, sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
     context: Annotated[int | None, typer.Option("--context", help="align: most left-context tokens the helper reads. [default: 48]")] = None,
@@ -866,8 +866,8 @@ def train(
             elif shape != "base":
                 raise UsageError("--shape applies to the ar stage only")
             if init is not None:
-                if stage not in (Stage.align, Stage.tasks):
-                    raise UsageError("--init applies to the align and tasks stages only")
+                if stage not in (Stage.align, Stage.tasks, Stage.sft):
+                    raise UsageError("--init applies to the sft, align and tasks stages only")
                 if not (init / "model.safetensors").is_file():
                     raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported checkpoint directory")
                 extra["init"] = init

@@ -71,6 +71,8 @@ class Canvas:
         """Write ``tokens`` at canvas offsets ``positions``, emit one StepEvent, advance the step."""
         if len(positions) == 0:
             return
+        if bool((tokens == self.mask_id).any()):  # would never unmask: every decoder loop must make progress
+            raise RuntimeError(f"decoder bug: {source} tried to commit the mask token")
         self.gen[positions] = tokens.to(self.x.dtype)
         self._emit(positions, tokens, source, block)
         self.step += 1

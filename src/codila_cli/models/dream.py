@@ -82,15 +82,25 @@ class DreamDenoiser:
         keep = shift_index(*rows).to(x.device) if rows is not None else None  # already-shifted raw rows
         if pair_mask is None:
             if keep is not None:
-                return self.raw_logits(x, attention_mask=attention_mask, keep=keep).float()
-            return shift_logits(self.raw_logits(x, attention_mask=attention_mask)).float()
+                return self.emittable(self.raw_logits(x, attention_mask=attention_mask, keep=keep))
+            return self.emittable(shift_logits(self.raw_logits(x, attention_mask=attention_mask)))
         import torch
 
         self.forwards += 1
         with torch.inference_mode():
             out = self.model(input_ids=x, attention_mask={"full_attention": pair_mask[None, None]},
                              position_ids=position_ids, use_cache=False, logits_to_keep=0 if keep is None else keep)
-        return (shift_logits(out.logits) if keep is None else out.logits).float()
+        return self.emittable(shift_logits(out.logits) if keep is None else out.logits)
+
+    def emittable(self, logits: Any) -> Any:
+        """fp32 logits with the mask token's column at -inf: a decoder can never commit ``<mask>`` (a
+        small model sometimes ranks it first, and a committed mask would stay masked forever)."""
+        return logits.float().index_fill(-1, self._mask_index(logits.device), float("-inf"))
+
+    def _mask_index(self, device: Any) -> Any:
+        import torch
+
+        return torch.tensor([self.specials.mask], device=device)
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:
@@ -145,7 +155,7 @@ class BlockCache:
                             logits_to_keep=shift_index(start, end).to(x.device))
         self.keys = [layer.keys for layer in out.cache.layers]
         self.values = [layer.values for layer in out.cache.layers]
-        return out.logits.float()
+        return dlm.emittable(out.logits)
 
     def logits(self, x: Any, start: int, end: int) -> Any:
         """Shifted logits [B, end − start, V] for sequence positions [start, end), from the cache."""
@@ -167,4 +177,4 @@ class BlockCache:
         with torch.inference_mode():
             out = dlm.model(input_ids=x[:, lo:hi], attention_mask={"full_attention": None}, position_ids=pos,
                             cache=cache, use_cache=True, logits_to_keep=rows)
-        return out.logits.float()
+        return dlm.emittable(out.logits)

@@ -199,7 +199,7 @@ def _final_dlm_dir(run: Path) -> Path:
 
 def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, canvas: int = 128,
               prompted_share: float = 0.5, seed: int = 7, lr: float = 4e-4, frontier: float = 0.0,
-              on_log: Log | None = None) -> dict:
+              init: Path | None = None, on_log: Log | None = None) -> dict:
     """Continue the DLM with prompt-conditioned diffusion (Dream's SFT recipe): for a share of the rows
     the prompt (signature, with or without docstring) stays visible and only the canvas after it (body,
     then end-of-text) is noised, the exact situation `codila gen` puts the model in; the other rows keep
@@ -207,7 +207,10 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
 
     ``frontier``: the share of prompted rows whose canvas gets left-to-right masks (objectives.py
     ``diffusion_loss(frontier=…)``): a random prefix of the body stays visible, as when blocks are
-    committed left to right, the next slot is masked and the rest at rate t."""
+    committed left to right, the next slot is masked and the rest at rate t.
+
+    Starts from ``RUN/dlm/ckpt.pt``, or from the Dream checkpoint directory ``init`` (e.g. the bundled
+    DLM, to continue it on a machine that has only the package)."""
     from codila_cli.train.data import load_prompted, tokenize_prompted
     from codila_cli.train.objectives import diffusion_loss
 
@@ -217,13 +220,16 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
             tokenize_prompted(run / "corpus" / f"{split}.jsonl", run / "tokenizer" / "tokenizer.json",
                               run / f"prompted_{split}.npz")
     prompted = {s: load_prompted(run / f"prompted_{s}.npz") for s in ("train", "valid")}
-    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
-    if not (run / "sft" / "ckpt.pt").exists():
-        src = run / "dlm" / "ckpt.pt"
-        model.load_state_dict(torch.load(src, map_location="cpu", weights_only=True)["model"])
-    for module in model.modules():
-        if hasattr(module, "is_causal"):
-            module.is_causal = False
+    if init is not None:
+        model = _dlm_from_final(run, "sft", ids, init=init)
+    else:
+        model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+        if not (run / "sft" / "ckpt.pt").exists():
+            src = run / "dlm" / "ckpt.pt"
+            model.load_state_dict(torch.load(src, map_location="cpu", weights_only=True)["model"])
+        for module in model.modules():
+            if hasattr(module, "is_causal"):
+                module.is_causal = False
     n_prompted = int(round(batch * prompted_share))
     stream = _batcher(run, "train", ids, batch=batch - n_prompted, seq_len=seq_len, seed=seed, function_share=0.3)
 
@@ -268,7 +274,7 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     last = run_loop(model=model, stage_dir=run / "sft", cfg=cfg, train_step=train_step, valid_loss=vloss,
                     on_log=on_log)
     meta = {"stage": "sft", "steps": steps, "batch": batch, "seq_len": seq_len, "canvas": canvas,
-            "prompted_share": prompted_share, "frontier": frontier, "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
+            "prompted_share": prompted_share, "frontier": frontier, "init": init.name if init else "dlm", "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
     _export(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
 
@@ -499,7 +505,7 @@ if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
     #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=VALUE ...]]]
     #                                   | STAGE STEPS          | tasks STEPS [INIT_DIR] | ar STEPS [small|base]
-    #                                   | align STEPS [INIT_DIR] [frontier=F] [ctx=N] [batch=N] | sft STEPS [frontier=F]
+    #                                   | align STEPS [INIT_DIR] [frontier=F] [ctx=N] [batch=N] | sft STEPS [INIT_DIR] [frontier=F]
     import sys
 
     run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -526,7 +532,7 @@ if __name__ == "__main__":
             elif eq and stage == "align" and key in ("frontier", "ctx", "batch"):
                 extra[{"frontier": "frontier", "ctx": "ctx_max", "batch": "batch"}[key]] = type(
                     {"frontier": 0.0, "ctx": 0, "batch": 0}[key])(value)
-            elif not eq and stage in ("align", "tasks"):
+            elif not eq and stage in ("align", "tasks", "sft"):
                 extra["init"] = Path(arg)
             else:
                 raise SystemExit(f"unknown argument {arg!r} for stage {stage}")
