@@ -51,6 +51,12 @@ RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "a
                                   "ar_repetition_penalty": float}
 
 
+def recommendable(key: str, value: object) -> bool:
+    """A setting a helper checkpoint may recommend, with a value of its type (an int counts as a float)."""
+    kind = RECOMMENDABLE.get(key)
+    return type(value) is int if kind is int else kind is float and type(value) in (int, float)
+
+
 def recommended_decoding(ar: str) -> dict[str, int | float]:
     """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
     a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in
@@ -68,14 +74,7 @@ def recommended_decoding(ar: str) -> dict[str, int | float]:
     rec = cfg.get("codila_decoding") if isinstance(cfg, dict) else None
     if not isinstance(rec, dict):
         return {}
-    out: dict[str, int | float] = {}
-    for key, value in rec.items():
-        kind = RECOMMENDABLE.get(key)
-        if kind is int and type(value) is int:
-            out[key] = value
-        elif kind is float and type(value) in (int, float):
-            out[key] = float(value)
-    return out
+    return {k: RECOMMENDABLE[k](v) for k, v in rec.items() if recommendable(k, v)}
 
 
 def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False) -> Models:

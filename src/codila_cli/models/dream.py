@@ -95,12 +95,10 @@ class DreamDenoiser:
     def emittable(self, logits: Any) -> Any:
         """fp32 logits with the mask token's column at -inf: a decoder can never commit ``<mask>`` (a
         small model sometimes ranks it first, and a committed mask would stay masked forever)."""
-        return logits.float().index_fill(-1, self._mask_index(logits.device), float("-inf"))
-
-    def _mask_index(self, device: Any) -> Any:
         import torch
 
-        return torch.tensor([self.specials.mask], device=device)
+        mask = torch.tensor([self.specials.mask], device=logits.device)
+        return logits.float().index_fill(-1, mask, float("-inf"))
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:

@@ -167,6 +167,14 @@ def _dlm_valid(model, valid: list[torch.Tensor], mask_id: int) -> float:
     return sum(vals) / len(vals)
 
 
+def _bidirectional(model):
+    """Turn the Qwen2 network's attention bidirectional (a Dream DLM); returns the model."""
+    for module in model.modules():
+        if hasattr(module, "is_causal"):
+            module.is_causal = False
+    return model
+
+
 def stage_dlm(run: Path, *, steps: int, batch: int = 8, seq_len: int = 512, seed: int = 1, lr: float = 1e-3,
               on_log: Log | None = None) -> dict:
     from codila_cli.train.objectives import diffusion_loss
@@ -176,9 +184,7 @@ def stage_dlm(run: Path, *, steps: int, batch: int = 8, seq_len: int = 512, seed
     init = run / "arinit" / "final.pt"
     if init.exists() and not (run / "dlm" / "ckpt.pt").exists():
         model.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
-    for module in model.modules():
-        if hasattr(module, "is_causal"):
-            module.is_causal = False
+    _bidirectional(model)
     get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
     valid = _valid_batches(run, ids)
     cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
@@ -223,13 +229,10 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     if init is not None:
         model = _dlm_from_final(run, "sft", ids, init=init)
     else:
-        model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+        model = _bidirectional(_qwen2(DLM_SHAPE, ids["vocab"], ids))
         if not (run / "sft" / "ckpt.pt").exists():
             src = run / "dlm" / "ckpt.pt"
             model.load_state_dict(torch.load(src, map_location="cpu", weights_only=True)["model"])
-        for module in model.modules():
-            if hasattr(module, "is_causal"):
-                module.is_causal = False
     n_prompted = int(round(batch * prompted_share))
     stream = _batcher(run, "train", ids, batch=batch - n_prompted, seq_len=seq_len, seed=seed, function_share=0.3)
 
@@ -274,7 +277,8 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     last = run_loop(model=model, stage_dir=run / "sft", cfg=cfg, train_step=train_step, valid_loss=vloss,
                     on_log=on_log)
     meta = {"stage": "sft", "steps": steps, "batch": batch, "seq_len": seq_len, "canvas": canvas,
-            "prompted_share": prompted_share, "frontier": frontier, "init": init.name if init else "dlm", "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
+            "prompted_share": prompted_share, "frontier": frontier, "init": init.name if init else "dlm",
+            "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
     _export(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
 
@@ -348,8 +352,8 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
     def is_frontier(step: int) -> bool:  # a fixed pattern: the share holds over every 20 steps
         return (step % 20) < round(20 * frontier)
 
-    def loss(step: int, g: torch.Generator, x0: torch.Tensor) -> torch.Tensor:
-        front = is_frontier(step)
+    def loss(step: int, g: torch.Generator, x0: torch.Tensor, front: bool | None = None) -> torch.Tensor:
+        front = is_frontier(step) if front is None else front
         return codila_alignment_loss(dlm, ar, x0, mask_id=ids["mask"], think_open=ids["think_open"],
                                      think_close=ids["think_close"], shared=shared, block=blocks[step % 3],
                                      blocks_per_row=blocks_per_row, gen=g, ctx_max=ctx_max,
@@ -357,14 +361,12 @@ def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, bl
 
     def vloss() -> float:
         g = torch.Generator().manual_seed(99)
-        if frontier == 0.0:
-            return sum(float(loss(i, g, v)) for i, v in enumerate(valid * 3)) / (3 * len(valid))
         total = 0.0
         for i, v in enumerate(valid * 3):  # the same blocks cycle, both kinds weighted by the share
-            kw = dict(mask_id=ids["mask"], think_open=ids["think_open"], think_close=ids["think_close"],
-                      shared=shared, block=blocks[i % 3], blocks_per_row=blocks_per_row, gen=g, ctx_max=ctx_max)
-            total += frontier * float(codila_alignment_loss(dlm, ar, v, ctx_prob=1.0, frontier=True, **kw))
-            total += (1 - frontier) * float(codila_alignment_loss(dlm, ar, v, **kw))
+            if frontier > 0.0:
+                total += frontier * float(loss(i, g, v, front=True))
+            if frontier < 1.0:
+                total += (1 - frontier) * float(loss(i, g, v, front=False))
         return total / (3 * len(valid))
 
     cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
@@ -388,10 +390,7 @@ def _dlm_from_final(run: Path, stage: str, ids: dict, *, init: Path | None = Non
         state = load_file(str((init or _final_dlm_dir(run)) / "model.safetensors"))
         model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
         model.tie_weights()
-    for module in model.modules():
-        if hasattr(module, "is_causal"):
-            module.is_causal = False
-    return model
+    return _bidirectional(model)
 
 
 def _plan_examples(run: Path, split: str, ids: dict):
@@ -473,14 +472,13 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
-    from codila_cli.runtime import RECOMMENDABLE
+    from codila_cli.runtime import recommendable
 
     pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = tasks or run / "tasks" / "final"
     for key, value in (ar_decoding or {}).items():
-        kind = RECOMMENDABLE.get(key)
-        if kind is None or type(value) not in ((int,) if kind is int else (int, float)) or value < 0:
+        if not recommendable(key, value) or value < 0:
             raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
@@ -508,6 +506,7 @@ if __name__ == "__main__":
     #                                   | align STEPS [INIT_DIR] [frontier=F] [ctx=N] [batch=N] | sft STEPS [INIT_DIR] [frontier=F]
     import sys
 
+    ALIGN_ARGS = {"frontier": ("frontier", float), "ctx": ("ctx_max", int), "batch": ("batch", int)}
     run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
     printer = lambda r: print(json.dumps(r), flush=True) if r["step"] % 50 == 0 or "valid" in r else None  # noqa: E731
     if stage == "corpus":
@@ -529,9 +528,9 @@ if __name__ == "__main__":
                 extra["shape"] = arg
             elif eq and stage == "sft" and key == "frontier":
                 extra["frontier"] = float(value)
-            elif eq and stage == "align" and key in ("frontier", "ctx", "batch"):
-                extra[{"frontier": "frontier", "ctx": "ctx_max", "batch": "batch"}[key]] = type(
-                    {"frontier": 0.0, "ctx": 0, "batch": 0}[key])(value)
+            elif eq and stage == "align" and key in ALIGN_ARGS:
+                name, kind = ALIGN_ARGS[key]
+                extra[name] = kind(value)
             elif not eq and stage in ("align", "tasks", "sft"):
                 extra["init"] = Path(arg)
             else:
