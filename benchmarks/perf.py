@@ -5,6 +5,8 @@
 Reports, on the same held-out prompts:
 * tokens/s of every decoder setting and its ratio to the plain DLM at K = 1;
 * the gain of each KV-cache mode (threshold and CoDiLA B = 4 with --cache none / prefix / dual);
+* repeats: with --repeats N every setting runs N times, interleaved, and the median run is reported
+  (a 2-core VM's timings drift by ±15 % between runs of a few seconds);
 * sampler overhead: the share of decode wall time spent outside DLM and AR model forwards (and the
   shares inside DLM and inside AR forwards: the AR's share bounds what a DLM cache can gain);
 * the live view's cost (CoDiLA B = 4 with the view rendering to a null terminal vs without);
@@ -34,7 +36,11 @@ from codila_cli.runtime import default_ar, default_dlm, generate, load_models
 SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0.9,cache=prefix",
             "threshold:0.9,cache=dual", "codila:B=4", "codila:B=4,cache=prefix", "codila:B=4,cache=dual",
             "codila:B=4,tau=0.5", "codila:B=4,P=2",
-            "codila:B=4,W=1,ctx=64,rp=1.3"]  # the last: what `codila gen` runs on the bundled pair (its helper's recommendation)
+            "codila:B=4,W=1,ctx=64,rp=1.3",  # what `codila gen` runs on the bundled pair (its helper's recommendation)
+            "codila:B=4,W=1,ctx=64,rp=1.3 noguess",  # the same, one AR forward per token (no guesses checked)
+            "codila:B=4,W=1,ctx=64,rp=1.3,cache=prefix,cb=4", "codila:B=4,W=1,ctx=64,rp=1.3,cache=dual,cb=4"]
+# A label ending in " noguess" runs the AR helper without checking guesses in its forwards
+# (decoding/soft_ar.py: the same text, one forward per token), to measure what the guesses save.
 
 
 class ForwardTimer:
@@ -73,6 +79,7 @@ def main() -> None:
     ap.add_argument("--ar", default=None)
     ap.add_argument("--settings", nargs="*", default=SETTINGS)
     ap.add_argument("--batch", type=int, default=8, help="rows for the batching measurement")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per setting (interleaved); the median is reported")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -85,23 +92,37 @@ def main() -> None:
     dlm_t = ForwardTimer(models.dlm.model)
     ar_t = ForwardTimer(models.ar.model) if models.ar is not None else None
     prompts = [p["prompt"] for p in load_heldout()[: args.prompts]]
+    from codila_cli.decoding import soft_ar
+
+    real_init = soft_ar.SoftBlockWriter.__init__
+    by_setting: dict[str, list[dict]] = {label: [] for label in args.settings}
+    for _ in range(args.repeats):
+        for label in args.settings:
+            spec, _, flag = label.partition(" ")
+            guess = flag != "noguess"
+            soft_ar.SoftBlockWriter.__init__ = lambda self, *a, g=guess, **kw: real_init(self, *a, **{**kw, "guess": g})
+            st = parse_setting(spec, max_new_tokens=args.max_new_tokens)
+            dlm_t.total = 0.0
+            if ar_t:
+                ar_t.total = 0.0
+            tokens = wall = valid = ar_forwards = 0
+            for p in prompts:
+                r = generate(models, p, decoder=st.decoder, config=st.config, seed=0)
+                tokens += r.metrics["tokens"]
+                wall += r.metrics["wall_seconds"]
+                ar_forwards += r.metrics["ar_forwards"]
+                valid += r.syntax.valid and bool(r.completion.strip())
+            inside = dlm_t.total + (ar_t.total if ar_t else 0.0)
+            by_setting[label].append({"setting": label, "tokens": tokens, "wall_seconds": wall,
+                                "tokens_per_second": tokens / wall, "ar_forwards": ar_forwards,
+                                "model_seconds": inside, "sampler_overhead": max(0.0, 1 - inside / wall),
+                                "dlm_share": dlm_t.total / wall, "ar_share": (ar_t.total if ar_t else 0.0) / wall,
+                                "valid_share": valid / len(prompts)})
+    soft_ar.SoftBlockWriter.__init__ = real_init
     rows = []
-    for label in args.settings:
-        st = parse_setting(label, max_new_tokens=args.max_new_tokens)
-        dlm_t.total = 0.0
-        if ar_t:
-            ar_t.total = 0.0
-        tokens = wall = valid = 0
-        for p in prompts:
-            r = generate(models, p, decoder=st.decoder, config=st.config, seed=0)
-            tokens += r.metrics["tokens"]
-            wall += r.metrics["wall_seconds"]
-            valid += r.syntax.valid and bool(r.completion.strip())
-        inside = dlm_t.total + (ar_t.total if ar_t else 0.0)
-        rows.append({"setting": label, "tokens": tokens, "wall_seconds": wall, "tokens_per_second": tokens / wall,
-                     "model_seconds": inside, "sampler_overhead": max(0.0, 1 - inside / wall),
-                     "dlm_share": dlm_t.total / wall, "ar_share": (ar_t.total if ar_t else 0.0) / wall,
-                     "valid_share": valid / len(prompts)})
+    for label, rs in by_setting.items():
+        rs = sorted(rs, key=lambda r: r["tokens_per_second"])
+        rows.append({**rs[len(rs) // 2], "runs_tokens_per_second": [r["tokens_per_second"] for r in rs]})
     base = next(r for r in rows if r["setting"] == "dream:K=1")["tokens_per_second"]
     for r in rows:
         r["speedup_vs_dream_k1"] = r["tokens_per_second"] / base
@@ -154,7 +175,7 @@ def main() -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     report = {"startup": startup, "rows": rows, "live_view": live, "batching": batching, "compile": compiled,
               "peak_rss_mib": peak,
-              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens}
+              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = ["| setting | tokens/s | × dream K=1 | DLM forwards | AR forwards | sampler overhead | valid |",
              "|---|---|---|---|---|---|---|"]

@@ -56,3 +56,24 @@ def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     assert settings["ar_repetition_penalty"] == rec["ar_repetition_penalty"]
     settings = json.loads(CliRunner().invoke(app, [*args, "--candidate-blocks", "10"]).stdout)["settings"]
     assert settings["candidate_blocks"] == 10
+
+
+def test_helper_guesses_save_forwards_on_the_bundled_pair(monkeypatch):
+    """On the trained pair the soft tokens' top ids are often what the helper writes, so checking them
+    in the forward saves AR forwards; the text is the same as writing one token per forward, and the
+    anchored left context is computed once per half window instead of once per block."""
+    from codila_cli.decoding import soft_ar
+    from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.runtime import generate, load_models
+
+    models = load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="float32")
+    cfg = CodilaConfig(max_new_tokens=48, block_size=4, candidate_blocks=1, ar_context=64,
+                       ar_repetition_penalty=1.3, early_stop=False)
+    prompt = 'def count_vowels(text):\n    """Return how many vowels are in text."""\n'
+    fast = generate(models, prompt, decoder="codila", config=cfg, seed=0)
+    real = soft_ar.SoftBlockWriter.__init__
+    monkeypatch.setattr(soft_ar.SoftBlockWriter, "__init__",
+                        lambda self, *a, **kw: real(self, *a, **{**kw, "guess": False}))
+    slow = generate(models, prompt, decoder="codila", config=cfg, seed=0)
+    assert fast.text == slow.text
+    assert slow.metrics["ar_forwards"] == 48 and fast.metrics["ar_forwards"] < 40

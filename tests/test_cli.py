@@ -121,6 +121,13 @@ def test_bad_flags_exit_2(tiny, flags):
     assert r.stdout == ""
 
 
+@pytest.mark.parametrize("flags,needle", [(["--cache-blocks", "2"], "--cache prefix"),
+                                          (["--cache", "dual", "--cache-blocks", "0"], "cache-blocks")])
+def test_bad_codila_cache_flags_exit_2(tiny, flags, needle):
+    r = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), *flags, "def f(")
+    assert r.exit_code == 2 and r.stdout == "" and needle in r.stderr, (r.stdout, r.stderr)
+
+
 def test_codila_without_ar_is_usage_error(tiny):
     r = gen("--dlm", str(tiny["dlm"]), "--decoder", "codila", "def f(")
     assert r.exit_code == 2 and "AR helper" in r.stderr

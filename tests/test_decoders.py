@@ -207,24 +207,14 @@ def test_repetition_penalty_follows_ctrl_rule(tiny_models):
     v = int(seen[0])
     z[v] = z[v] / 10.0 if z[v] > 0 else z[v] * 10.0
     assert int(out[0]) == int(z.masked_fill(~strong.allowed, float("-inf")).argmax())
-    # an id written in the block is penalised for the rest of the block
-    hits = []
-    orig = strong.ar.forward
-
-    def spy(**kw):
-        logits, cache = orig(**kw)
-        hits.append(logits[0].detach().clone())
-        return logits, cache
-
-    strong.ar.forward = spy
-    try:
-        out2 = strong.write(pi, [None] * 3, seen=seen)
-    finally:
-        strong.ar.forward = orig
-    z1 = hits[1].float().clone()  # the logits the second choice was made from
-    for tok in {int(seen[0]), int(out2[0])}:
+    # an id written in the block is penalised for the rest of the block (reference: uncached, teacher-forced)
+    seq2 = torch.cat([seq, emb[int(out[0])].unsqueeze(0)])
+    with torch.inference_mode():
+        z1 = tiny_models.ar.model(inputs_embeds=seq2.unsqueeze(0), use_cache=False).logits[0, -1].float()
+    z1 = z1.clone()
+    for tok in {int(seen[0]), int(out[0])}:
         z1[tok] = z1[tok] / 10.0 if z1[tok] > 0 else z1[tok] * 10.0
-    assert int(out2[1]) == int(z1.masked_fill(~strong.allowed, float("-inf")).argmax())
+    assert int(out[1]) == int(z1.masked_fill(~strong.allowed, float("-inf")).argmax())
 
 
 def test_codila_passes_the_text_before_the_block_as_seen(tiny_models):
@@ -411,3 +401,108 @@ def test_committing_the_mask_token_fails_loudly(scripted):
     dlm = scripted([5, 1, 6, 7], [0.9] * 4)  # slot 1 "predicts" the mask id (1)
     with pytest.raises(RuntimeError, match="mask token"):
         decode_dream(dlm, [2, 3, 4], config=DreamConfig(max_new_tokens=4, tokens_per_step=4))
+
+
+def test_ar_context_keeps_its_start_for_half_a_window():
+    """The AR's left context is anchored: it starts on a multiple of n/2 (back to the nearest hole) and
+    holds between n/2 + 1 and n tokens, so consecutive blocks share its beginning."""
+    from codila_cli.decoding.base import Canvas
+    from codila_cli.decoding.codila import _context
+
+    x = torch.arange(100, 200).unsqueeze(0)  # prompt 40 tokens + canvas 60, nothing masked
+    c = Canvas(x=x, prompt_len=40, mask_id=1, stop_ids=(0,), fill_id=0, on_step=lambda e: None, dlm=None)
+    seen_starts = set()
+    for start in range(0, 60, 4):
+        ctx = _context(c, start, 16)
+        end = 40 + start
+        assert 9 <= len(ctx) <= 16 and ctx == x[0, end - len(ctx) : end].tolist()
+        assert (end - len(ctx)) % 8 == 0
+        seen_starts.add(end - len(ctx))
+    assert len(seen_starts) < 15  # the start repeats across blocks
+    assert _context(c, 0, 0) == []
+    x[0, 50] = 1  # a hole: the context stops right after it
+    assert _context(c, 16, 16) == x[0, 51:56].tolist()
+
+
+def test_ar_context_kv_reuse_is_exact(tiny_models):
+    """A block whose context extends the previous block's context computes only the new ids and
+    writes what a fresh writer (no reuse) writes, with the same logits."""
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    torch.manual_seed(3)
+    pi = torch.softmax(torch.randn(4, tiny_models.dlm.vocab_rows) * 3, -1)
+    ctx = torch.randint(10, 300, (20,)).tolist()
+    reuse = SoftBlockWriter(tiny_models.ar, tiny_models.bridge)
+    reuse.write(pi, [None] * 4, context=ctx[:12])
+    assert reuse.context_tokens_computed == 12
+    logged = []
+    orig = tiny_models.ar.forward
+
+    def spy(**kw):
+        logits, cache = orig(**kw)
+        logged.append(logits.clone())
+        return logits, cache
+
+    tiny_models.ar.forward = spy
+    try:
+        out = reuse.write(pi, [None, 17, None, None], context=ctx)
+        first = logged[:]
+        logged.clear()
+        fresh = SoftBlockWriter(tiny_models.ar, tiny_models.bridge).write(pi, [None, 17, None, None], context=ctx)
+    finally:
+        tiny_models.ar.forward = orig
+    assert reuse.context_tokens_computed == 20  # 12, then only the 8 new ids
+    assert out.tolist() == fresh.tolist() and int(out[1]) == 17
+    for a, b in zip(first, logged):
+        assert torch.allclose(a, b, atol=1e-4)
+    reuse.write(pi, [None] * 4, context=ctx[5:])  # not an extension: computed from scratch
+    assert reuse.context_tokens_computed == 35
+
+
+def test_codila_cache_blocks_sets_the_window(tiny_models, monkeypatch):
+    """W = 1 with a cache of 3 blocks: one full forward per 12 slots, a window forward for the rest."""
+    from codila_cli.models.dream import BlockCache
+    from codila_cli.runtime import generate
+
+    refreshes = []
+    real = BlockCache.refresh
+    monkeypatch.setattr(BlockCache, "refresh", lambda self, x, a, b: refreshes.append((a, b)) or real(self, x, a, b))
+    cfg = CodilaConfig(max_new_tokens=24, block_size=4, candidate_blocks=1, early_stop=False, cache="dual",
+                       cache_blocks=3)
+    r = generate(tiny_models, "def f(", decoder="codila", config=cfg, seed=0)
+    assert r.metrics["tokens"] == 24 and r.metrics["dlm_forwards"] == 6 and r.metrics["tokens_per_step"] == 4.0
+    assert [b - a for a, b in refreshes] == [12, 12]
+    with pytest.raises(ValueError, match="cache-blocks"):
+        CodilaConfig(cache_blocks=2)
+    with pytest.raises(ValueError, match="cache-blocks"):
+        CodilaConfig(cache="dual", cache_blocks=0)
+
+
+@pytest.mark.parametrize("context", [None, list(range(40, 52))])
+def test_ar_guesses_change_forwards_not_tokens(tiny_models, monkeypatch, context):
+    """Greedy writing with guesses checked in the forward writes exactly what one-token-per-forward
+    writing writes; right guesses save forwards, a wrong one costs one more forward from that slot."""
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    torch.manual_seed(5)
+    pi = torch.softmax(torch.randn(5, tiny_models.dlm.vocab_rows) * 3, -1)
+    forced = [None, None, 17, None, None]
+    seen = torch.tensor([3, 9, 11])
+    ar = tiny_models.ar
+
+    def run(guesses):
+        w = SoftBlockWriter(ar, tiny_models.bridge, repetition_penalty=1.5, guess=guesses is not None)
+        if guesses is not None:
+            monkeypatch.setattr(w, "_guesses", lambda q, f: list(guesses))
+        f0 = ar.forwards
+        out = w.write(pi, forced, context=context, seen=seen).tolist()
+        return out, ar.forwards - f0
+
+    ref, n = run(None)
+    assert n == 5 and ref[2] == 17  # one forward per slot
+    assert run(ref[:4]) == (ref, 1)  # every guess right: one forward for the block
+    wrong = ref[:4]
+    wrong[1] = (wrong[1] + 1) % 300 or 5
+    assert run(wrong) == (ref, 2)  # slot 1 guessed wrong: a second forward from slot 1's true token on
+    wrong[3] = (wrong[3] + 1) % 300 or 5
+    assert run(wrong) == (ref, 3)

@@ -194,6 +194,7 @@ GEN_DEFAULTS: dict[str, Any] = {
     "temperature": 0.0, "top_p": None, "top_k": None, "block_length": 32, "threshold": 0.9, "block_size": 4,
     "tau": None, "candidate_blocks": 10, "parallel_blocks": 1, "conditioning": "soft", "ar_temperature": 0.0,
     "ar_context": 0, "ar_repetition_penalty": 1.0, "device": "auto", "dtype": "auto", "cache": "none",
+    "cache_blocks": None,
 }
 
 
@@ -229,6 +230,7 @@ def gen(
     ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help="codila: penalty (CTRL) on ids already in the text for the AR's choices, 1 = off. [default: the helper's recommendation, else 1]")] = None,
     ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
     cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: none]")] = None,
+    cache_blocks: Annotated[int | None, typer.Option(envvar=_env("cache_blocks"), help="codila --cache: the cache window in blocks of B slots. [default: the candidate window]")] = None,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
@@ -317,7 +319,8 @@ def gen(
                                    ar_context=opt("ar_context"),
                                    ar_repetition_penalty=opt("ar_repetition_penalty"), ar_verify=ar_verify, verify_penalty=verify_penalty,
                                    alg=alg_name if alg_name != "origin" else "entropy", sampling=sampling,
-                                   early_stop=early, cache=opt("cache") if chosen == "codila" else "none"),
+                                   early_stop=early, cache=opt("cache") if chosen == "codila" else "none",
+                                   cache_blocks=opt("cache_blocks") if chosen == "codila" else None),
         }
         cfg = configs[chosen]
         if chosen == "dream" and opt("cache") != "none":

@@ -19,7 +19,8 @@ Slots already committed inside a written span are fed one-hot and forced in the 
 Static mode computes π and H only over the candidate window (nothing outside it is read).
 
 ``cache`` = prefix / dual (models/dream.py::BlockCache): the cache's block is the candidate window
-[first candidate, last candidate) as it stands at a refresh (Fast-dLLM's block: W·B slots). The window
+[first candidate, last candidate) as it stands at a refresh (Fast-dLLM's block: W·B slots), or
+``cache_blocks``·B slots from the first candidate when that is set. The window
 then stays put until all its slots are committed; each step in it recomputes only the window (dual) or
 the window and what follows (prefix), and block choice and fallback look only inside it. So a canvas of
 L slots costs about L / (W·B) full forwards instead of one per block.
@@ -50,10 +51,20 @@ def _block_means(H: torch.Tensor, masked: torch.Tensor, B: int) -> list[float]:
     return (h / n).tolist()  # 0 / 0 = nan for a block with no mask; such a block is never a candidate
 
 
+_ANCHORED = True
+
+
 def _context(c: Canvas, start: int, n: int) -> list[int]:
+    """The AR's left context for a block at ``start``: the committed tokens from the last multiple of
+    n/2 (in sequence positions) that leaves at most n of them, back to the nearest hole. So it holds
+    between n/2 + 1 and n tokens, and its first token stays put for n/2 tokens: the writer reuses the
+    context's K/V from the previous block (decoding/soft_ar.py) instead of recomputing n tokens a block."""
     if n <= 0:
         return []
-    left = c.x[0, max(0, c.prompt_len + start - n) : c.prompt_len + start]
+    end = c.prompt_len + start
+    half = max(1, n // 2)
+    begin = max(0, -(-(end - n) // half) * half) if _ANCHORED else max(0, end - n)
+    left = c.x[0, begin:end]
     holes = (left == c.mask_id).nonzero().flatten()
     return left[int(holes[-1]) + 1 :].tolist() if len(holes) else left.tolist()
 
@@ -91,6 +102,9 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
         if cache is None:
             logits = dlm.logits(c.x, rows=(P + lo, P + hi))[0]  # [hi - lo, V], row j predicts slot lo + j
         elif window is None or not bool(masked_all[window[0] : window[1]].any()):
+            if config.cache_blocks is not None:  # a window of its own size, from the first candidate on
+                hi = min(L, lo + config.cache_blocks * B)
+                cands = [(s, e) for s, e in cands if e <= hi]
             window = (lo, hi)
             logits = cache.refresh(c.x, P + lo, P + hi)[0]
         else:  # the window stays put until it is full: stale K/V outside it, exact inside

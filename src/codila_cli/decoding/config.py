@@ -91,7 +91,9 @@ class CodilaConfig:
     threshold τ (nats). ``conditioning``: "soft" or "topk:K". ``ar_context``: the AR also reads up to
     that many committed tokens left of the block (0 = only the soft block, the paper's formula).
     ``ar_repetition_penalty``: CTRL's penalty on ids already in the text, applied to the AR's choices
-    (1 = off; decoding/soft_ar.py).
+    (1 = off; decoding/soft_ar.py). ``cache_blocks``: with a cache, the cache window spans this many
+    B-slot blocks (None = the W candidate blocks); with W = 1 a window of several blocks is what lets
+    the cache skip work (one refresh per window instead of one per block).
     """
 
     max_new_tokens: int = 128
@@ -109,10 +111,14 @@ class CodilaConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = True
     cache: str = "none"
+    cache_blocks: int | None = None
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
         _check_positive("block-size", self.block_size, limit=256)
+        _check_positive("cache-blocks", self.cache_blocks, limit=4096)
+        if self.cache_blocks is not None and self.cache == "none":
+            raise ValueError("--cache-blocks sets the window of a cache: add --cache prefix or --cache dual")
         if self.cache not in CACHES:
             raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
         if self.cache != "none" and self.ar_verify:

@@ -6,7 +6,11 @@ For block positions j = 1..m with bridged marginals π_j over the shared ids S:
     input = [ctx tokens…, E(<think>), e_1 … e_m, E(</think>)]
 
 then m tokens are written left to right with a KV cache: one prefill, then one cached step per token.
-The K/V of the ``<think>`` prefix are computed once per run and reused by every block.
+The K/V of the ``<think>`` prefix are computed once per run and reused by every block. With left
+context, the K/V of the context tokens are kept after each block; the next block whose context begins
+with the same ids (decoding/codila.py::_context keeps the start of the context fixed for n/2 tokens)
+computes only the new ids. The AR is causal, so a token's K/V depend only on the ids left of it: the
+reuse is exact (up to float summation order).
 Outputs are restricted to S; a position already committed on the canvas is fed one-hot and forced.
 
 ``repetition_penalty`` ρ > 1 (CTRL, Keskar et al. 2019; the Hugging Face ``repetition_penalty``): before
@@ -19,13 +23,15 @@ from __future__ import annotations
 
 import torch
 
+from codila_cli.models.native import drop_last
 from codila_cli.models.tokens import VocabBridge
 
 
 class SoftBlockWriter:
     def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None,
-                 repetition_penalty: float = 1.0) -> None:
+                 repetition_penalty: float = 1.0, guess: bool = True) -> None:
         self.ar = ar
+        self.guess = guess and temperature == 0  # check guesses in the forward (greedy only; see write)
         self.repetition_penalty = repetition_penalty
         self.bridge = bridge
         self.temperature = temperature
@@ -34,6 +40,9 @@ class SoftBlockWriter:
         self.shared = bridge.shared_ids.to(device)
         self.table = ar.embedding[self.shared]  # [|S|, d] in the AR's dtype, gathered once per run
         self._open_kv: list | None = None  # K/V of the <think> prefix, computed once and reused per block
+        self._ctx_ids: list[int] = []  # the left context whose K/V are in _ctx_kv (positions 0 … n − 1)
+        self._ctx_kv: list = []
+        self.context_tokens_computed = 0  # context ids run through the AR (the rest came from _ctx_kv)
         self.allowed = bridge.ar_allowed[: ar.vocab_rows].to(device)
         index = torch.full((max(bridge.dlm_vocab_rows, ar.vocab_rows),), -1, dtype=torch.long)
         index[bridge.shared_ids] = torch.arange(len(bridge.shared_ids))
@@ -57,17 +66,34 @@ class SoftBlockWriter:
     def write(self, pi: torch.Tensor, forced: list[int | None], *, context: list[int] | None = None,
               seen: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals; ``seen`` [n] the
-        ids of the text before the block (read only when repetition_penalty != 1)."""
+        ids of the text before the block (read only when repetition_penalty != 1).
+
+        Greedy writing checks a guess in the same forward (exact, as speculative decoding with greedy
+        acceptance): the guess for slot j is its forced id, else the top id of its soft token. A forward
+        fed ``[x_0, g_1 … g_k]`` gives k + 1 rows; row r is the AR's true distribution for its slot as long
+        as the guesses before it were what the AR chose. The first wrong guess ends the forward's rows,
+        its K/V are cropped, and the next forward starts from the AR's own choice. A block whose guesses
+        all hold costs one forward instead of m; sampling (temperature > 0) guesses nothing."""
         emb = self.ar.embedding
         q = self.condition(pi, forced)
         soft = q.to(emb.dtype) @ self.table  # [m, d]: one matmul per block
         open_e, close_e = self.ar.wrapper_embeddings()
+        m = len(forced)
+        guess = self._guesses(q, forced) if self.guess else []
+        tail = [emb[torch.tensor(guess, device=emb.device)]] if guess else []
         if context:
-            parts = [emb[torch.tensor(context, device=emb.device)], open_e, soft, close_e]
-            logits, cache = self.ar.forward(inputs_embeds=torch.cat(parts).unsqueeze(0), cache=None)
+            hit = len(self._ctx_ids) if context[: len(self._ctx_ids)] == self._ctx_ids else 0
+            new = context[hit:]
+            self.context_tokens_computed += len(new)
+            parts = ([emb[torch.tensor(new, device=emb.device)]] if new else []) + [open_e, soft, close_e] + tail
+            logits, cache = self.ar.forward(inputs_embeds=torch.cat(parts).unsqueeze(0), keep=len(guess) + 1,
+                                            cache=self._kv_cache(self._ctx_kv) if hit else None)
+            n = len(context)
+            self._ctx_ids = list(context)
+            self._ctx_kv = [(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in cache.layers]
         else:  # the <think> prefix is the same for every block: reuse its K/V
-            logits, cache = self.ar.forward(inputs_embeds=torch.cat([soft, close_e]).unsqueeze(0),
-                                            cache=self._think_cache(open_e))
+            logits, cache = self.ar.forward(inputs_embeds=torch.cat([soft, close_e] + tail).unsqueeze(0),
+                                            keep=len(guess) + 1, cache=self._think_cache(open_e))
         penalise = self.repetition_penalty != 1.0
         if penalise:
             hit = torch.zeros(len(self.allowed), dtype=torch.bool, device=emb.device)
@@ -75,35 +101,52 @@ class SoftBlockWriter:
                 ids = seen.to(emb.device)
                 hit[ids[ids < len(hit)]] = True
         out: list[int] = []
-        for j, tok in enumerate(forced):
-            if tok is None:
-                z = logits[0].float()
-                if penalise:
-                    rho = self.repetition_penalty
-                    z = torch.where(hit, torch.where(z > 0, z / rho, z * rho), z)
-                z = z.masked_fill(~self.allowed, float("-inf"))
-                if self.temperature > 0:
-                    tok = int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
-                else:
-                    tok = int(z.argmax())
-            out.append(tok)
-            if penalise and tok < len(hit):
-                hit[tok] = True
-            if j + 1 < len(forced):
-                nxt = emb[torch.tensor([[tok]], device=emb.device)]
-                logits, cache = self.ar.forward(inputs_embeds=nxt, cache=cache)
-        return torch.tensor(out, dtype=torch.long)
+        fed = guess  # the guesses behind rows 1 … of the current forward
+        while True:
+            for r in range(logits.shape[1]):  # row r predicts slot len(out)
+                tok = forced[len(out)]
+                if tok is None:
+                    z = logits[0, r].float()
+                    if penalise:
+                        rho = self.repetition_penalty
+                        z = torch.where(hit, torch.where(z > 0, z / rho, z * rho), z)
+                    z = z.masked_fill(~self.allowed, float("-inf"))
+                    if self.temperature > 0:
+                        tok = int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
+                    else:
+                        tok = int(z.argmax())
+                out.append(tok)
+                if penalise and tok < len(hit):
+                    hit[tok] = True
+                if len(out) == m:
+                    return torch.tensor(out, dtype=torch.long)
+                if r == len(fed) or fed[r] != tok:  # no row left, or the next row read a wrong guess
+                    break
+            cache = drop_last(cache, len(fed) - r)  # the K/V of the wrong guesses
+            fed = guess[len(out) :]
+            step = torch.tensor([out[-1]] + fed, device=emb.device)
+            logits, cache = self.ar.forward(inputs_embeds=emb[step].unsqueeze(0), cache=cache, keep=len(fed) + 1)
+
+    def _guesses(self, q: torch.Tensor, forced: list[int | None]) -> list[int]:
+        """Guesses for slots 0 … m − 2: the forced id, else the top id of the slot's soft token."""
+        top = self.shared[q[: len(forced) - 1].argmax(-1)].tolist()
+        return [f if f is not None else g for f, g in zip(forced, top)]
 
     def _think_cache(self, open_e: torch.Tensor):
         """A fresh KV cache holding the K/V of ``<think>`` (computed on first use, not counted per block)."""
-        from codila_cli.models.native import new_cache
-
         if self._open_kv is None:
             _, cache = self.ar.forward(inputs_embeds=open_e.unsqueeze(0), cache=None)
             self.ar.forwards -= 1  # a one-off cost of the run, not of any block
             self._open_kv = [(layer.keys, layer.values) for layer in cache.layers]
+        return self._kv_cache(self._open_kv)
+
+    def _kv_cache(self, kv: list) -> object:
+        """A fresh KV cache holding the per-layer (keys, values) ``kv`` (the tensors are shared, never
+        written: a cache update concatenates into new tensors)."""
+        from codila_cli.models.native import new_cache
+
         cache = new_cache(self.ar.model)
-        for i, (k, v) in enumerate(self._open_kv):
+        for i, (k, v) in enumerate(kv):
             cache.update(k, v, i)
         return cache
 

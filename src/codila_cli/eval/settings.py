@@ -2,7 +2,7 @@
 
 Grammar: ``DECODER[:ARGS]`` with ARGS a comma list of ``key=value`` (or a bare number for threshold).
 Infill: ``dreamon:K=1``, ``dreamon:tau=0.5`` (CoDiLA on DreamOn marginals), keys K/n0/max/tau/B.
-Keys: dream K/steps/alg; threshold t (threshold)/block/cache; codila B/tau/W/P (parallel blocks)/cond/verify/cache/ctx (AR left context)/arT (AR temperature)/rp (AR repetition penalty).
+Keys: dream K/steps/alg; threshold t (threshold)/block/cache; codila B/tau/W/P (parallel blocks)/cond/verify/cache/cb (cache window, blocks)/ctx (AR left context)/arT (AR temperature)/rp (AR repetition penalty).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def parse_setting(text: str, *, max_new_tokens: int, sampling: SamplingConfig | 
                                candidate_blocks=int(kv.get("W", 10)), parallel_blocks=int(kv.get("P", 1)),
                                conditioning=kv.get("cond", "soft"), ar_verify=kv.get("verify") == "1",
                                cache=kv.get("cache", "none"), ar_context=int(kv.get("ctx", 0)),
+                               cache_blocks=int(kv["cb"]) if "cb" in kv else None,
                                ar_temperature=float(kv.get("arT", 0.0)),
                                ar_repetition_penalty=float(kv.get("rp", 1.0)), **common)
         elif name == "dreamon":

@@ -47,8 +47,9 @@ class ARHelper:
                              emb[torch.tensor(close_ids, device=emb.device)])
         return self._wrapper
 
-    def forward(self, *, inputs_embeds: Any, cache: Any | None) -> tuple[Any, Any]:
-        """One causal forward over [B, T, d] embeddings; returns (last-position logits [B, V] fp32, cache)."""
+    def forward(self, *, inputs_embeds: Any, cache: Any | None, keep: int = 1) -> tuple[Any, Any]:
+        """One causal forward over [B, T, d] embeddings; returns (the last ``keep`` positions' logits
+        [B, keep, V] fp32, cache)."""
         import torch
 
         from codila_cli.models.native import new_cache
@@ -57,8 +58,8 @@ class ARHelper:
         if cache is None:
             cache = new_cache(self.model)
         with torch.inference_mode():
-            out = self.model(inputs_embeds=inputs_embeds, cache=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1].float(), out.cache
+            out = self.model(inputs_embeds=inputs_embeds, cache=cache, use_cache=True, logits_to_keep=keep)
+        return out.logits[:, -keep:].float(), out.cache
 
 
 def load_ar(path: Path, *, name: str, device: Any, dtype: Any) -> ARHelper:

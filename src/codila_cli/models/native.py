@@ -104,15 +104,14 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        # one fused op instead of seven small ones (the statistics in fp32, as transformers' Qwen2RMSNorm)
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat([-b, a], dim=-1)
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE: x·cos + rotate_half(x)·sin, with rotate_half([a, b]) = [−b, a] written as roll([a, b]) = [b, a]
+    times a sine whose first half is negated (``sin`` here is that signed sine)."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 class Attention(nn.Module):
@@ -137,8 +136,7 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, self.index)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None and n > 1,
@@ -188,6 +186,21 @@ class NativeLM(nn.Module):
         self.model = Body(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.inv_freq = rope_inv_freq(cfg)  # a plain fp32 tensor, not a buffer: .to(dtype) leaves it fp32
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _rope(self, position_ids: torch.Tensor, dtype: torch.dtype, need: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin ([b, 1, n, head_dim], ``dtype``) at ``position_ids``, read from a table that
+        is computed once per device and dtype (the same fp32 arithmetic as computing them per call)."""
+        table = self._rope_table
+        if table is None or table[0].shape[0] < need or table[0].dtype != dtype or table[0].device != position_ids.device:
+            size = max(need, self.config.max_position_embeddings)
+            pos = torch.arange(size, device=position_ids.device).float()
+            freqs = pos[:, None] * self.inv_freq[None, :].to(position_ids.device)
+            emb = torch.cat([freqs, freqs], dim=-1)
+            half = emb.shape[-1] // 2
+            sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(position_ids.device)
+            table = self._rope_table = (emb.cos().to(dtype), (emb.sin() * sign).to(dtype))
+        return table[0][position_ids][:, None], table[1][position_ids][:, None]
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
@@ -210,6 +223,8 @@ class NativeLM(nn.Module):
             return keep, False
         if keep is None and past == 0:
             return None, True
+        if keep is None and n == 1:  # one new query sees every cached key: no mask at all
+            return None, False
         rows = torch.arange(past, past + n, device=device)[:, None]
         cols = torch.arange(m, device=device)[None, :]
         allowed = (cols <= rows)[None, None]
@@ -224,9 +239,10 @@ class NativeLM(nn.Module):
         past = cache.get_seq_length() if (cache is not None and use_cache) else 0
         if position_ids is None:
             position_ids = torch.arange(past, past + n, device=x.device)[None].expand(b, n)
-        freqs = position_ids[:, :, None].float() * self.inv_freq[None, None, :].to(x.device)
-        emb = torch.cat([freqs, freqs], dim=-1)
-        cos, sin = emb.cos().to(x.dtype)[:, None], emb.sin().to(x.dtype)[:, None]  # [b, 1, n, d]
+            need = past + n
+        else:
+            need = int(position_ids.max()) + 1
+        cos, sin = self._rope(position_ids, x.dtype, need)
         mask, causal = self._mask(attention_mask, b, n, past + n, past, x.device)
         cache = cache if use_cache else None
         for layer in self.model.layers:
@@ -248,6 +264,19 @@ def new_cache(model: Any) -> Any:
     return DynamicCache(config=model.config)
 
 
+def drop_last(cache: Any, n: int) -> Any:
+    """Remove the last ``n`` positions from a KV cache (native, or transformers' DynamicCache, whose
+    ``crop`` takes the count to remove as a negative number); returns the cache."""
+    if n <= 0:
+        return cache
+    if isinstance(cache, NativeCache):
+        for kv in cache.layers:
+            kv.keys, kv.values = kv.keys[:, :, :-n], kv.values[:, :, :-n]
+    else:
+        cache.crop(-n)
+    return cache
+
+
 def rope_inv_freq(cfg: NativeConfig) -> torch.Tensor:
     """RoPE inverse frequencies [head_dim / 2] in fp32, as transformers' default rotary embedding."""
     return 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
@@ -260,6 +289,7 @@ def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any) -> Nat
     model.tie_weights()
     model.to(dtype)
     model.inv_freq = rope_inv_freq(model.config).to(device)  # it was built on the meta device
+    model._rope_table = None
     model.eval()
     model.requires_grad_(False)
     return model
