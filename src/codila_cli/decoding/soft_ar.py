@@ -94,29 +94,18 @@ class SoftBlockWriter:
         else:  # the <think> prefix is the same for every block: reuse its K/V
             logits, cache = self.ar.forward(inputs_embeds=torch.cat([soft, close_e] + tail).unsqueeze(0),
                                             keep=len(guess) + 1, cache=self._think_cache(open_e))
-        penalise = self.repetition_penalty != 1.0
-        if penalise:
-            hit = torch.zeros(len(self.allowed), dtype=torch.bool, device=emb.device)
-            if seen is not None and len(seen):
-                ids = seen.to(emb.device)
-                hit[ids[ids < len(hit)]] = True
+        hit = torch.zeros(len(self.allowed), dtype=torch.bool, device=emb.device)  # ids in the text so far
+        if seen is not None and len(seen) and self.repetition_penalty != 1.0:
+            ids = seen.to(emb.device)
+            hit[ids[ids < len(hit)]] = True
         out: list[int] = []
         fed = guess  # the guesses behind rows 1 … of the current forward
         while True:
-            for r in range(logits.shape[1]):  # row r predicts slot len(out)
-                tok = forced[len(out)]
-                if tok is None:
-                    z = logits[0, r].float()
-                    if penalise:
-                        rho = self.repetition_penalty
-                        z = torch.where(hit, torch.where(z > 0, z / rho, z * rho), z)
-                    z = z.masked_fill(~self.allowed, float("-inf"))
-                    if self.temperature > 0:
-                        tok = int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
-                    else:
-                        tok = int(z.argmax())
+            choices = self._choose(logits[0], hit, fed, generator)  # every row, as if its guesses held
+            for r, tok in enumerate(choices):  # row r predicts slot len(out)
+                tok = forced[len(out)] if forced[len(out)] is not None else tok
                 out.append(tok)
-                if penalise and tok < len(hit):
+                if tok < len(hit):
                     hit[tok] = True
                 if len(out) == m:
                     return torch.tensor(out, dtype=torch.long)
@@ -126,6 +115,22 @@ class SoftBlockWriter:
             fed = guess[len(out) :]
             step = torch.tensor([out[-1]] + fed, device=emb.device)
             logits, cache = self.ar.forward(inputs_embeds=emb[step].unsqueeze(0), cache=cache, keep=len(fed) + 1)
+
+    def _choose(self, z: torch.Tensor, hit: torch.Tensor, fed: list[int], generator) -> list[int]:
+        """The AR's choice for each row of ``z`` [k + 1, V] at once: row r sees the ids in ``hit`` and the
+        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S."""
+        z = z.float()
+        if self.repetition_penalty != 1.0:
+            h = hit.expand(z.shape[0], -1).clone()
+            for r, tok in enumerate(fed):
+                if tok < h.shape[1]:
+                    h[r + 1 :, tok] = True
+            rho = self.repetition_penalty
+            z = torch.where(h, torch.where(z > 0, z / rho, z * rho), z)
+        z = z.masked_fill(~self.allowed, float("-inf"))
+        if self.temperature > 0:  # one row: sampling guesses nothing
+            return [int(torch.multinomial(torch.softmax(z[0] / self.temperature, -1), 1, generator=generator))]
+        return z.argmax(-1).tolist()
 
     def _guesses(self, q: torch.Tensor, forced: list[int | None]) -> list[int]:
         """Guesses for slots 0 … m − 2: the forced id, else the top id of the slot's soft token."""
