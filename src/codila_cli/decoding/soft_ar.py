@@ -5,8 +5,8 @@ For block positions j = 1..m with bridged marginals π_j over the shared ids S:
     e_j = Σ_{v∈S} π_j(v) · E_AR[v]            [m, |S|] @ [|S|, d] -> [m, d]   (fp32, cast to the AR dtype)
     input = [ctx tokens…, E(<think>), e_1 … e_m, E(</think>)]
 
-then m tokens are written left to right with a KV cache: one prefill, then one cached step per token.
-The K/V of the ``<think>`` prefix are computed once per run and reused by every block. With left
+then m tokens are written left to right with a KV cache: one prefill that also checks a guess for each
+slot (see ``write``), then one cached forward from each slot whose guess was wrong. The K/V of the ``<think>`` prefix are computed once per run and reused by every block. With left
 context, the K/V of the context tokens are kept after each block; the next block whose context begins
 with the same ids (decoding/codila.py::_context keeps the start of the context fixed for n/2 tokens)
 computes only the new ids. The AR is causal, so a token's K/V depend only on the ids left of it: the
@@ -82,12 +82,12 @@ class SoftBlockWriter:
         guess = self._guesses(q, forced) if self.guess else []
         tail = [emb[torch.tensor(guess, device=emb.device)]] if guess else []
         if context:
-            hit = len(self._ctx_ids) if context[: len(self._ctx_ids)] == self._ctx_ids else 0
-            new = context[hit:]
+            reuse = len(self._ctx_ids) if context[: len(self._ctx_ids)] == self._ctx_ids else 0
+            new = context[reuse:]
             self.context_tokens_computed += len(new)
             parts = ([emb[torch.tensor(new, device=emb.device)]] if new else []) + [open_e, soft, close_e] + tail
             logits, cache = self.ar.forward(inputs_embeds=torch.cat(parts).unsqueeze(0), keep=len(guess) + 1,
-                                            cache=self._kv_cache(self._ctx_kv) if hit else None)
+                                            cache=self._kv_cache(self._ctx_kv) if reuse else None)
             n = len(context)
             self._ctx_ids = list(context)
             self._ctx_kv = [(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in cache.layers]
