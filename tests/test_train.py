@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,9 +313,33 @@ def test_train_init_only_for_sft_align_and_tasks(tmp_path):
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr
     for flags, name in ((["dlm", "--frontier", "0.5"], "--frontier"), (["align", "--frontier", "1.5"], "--frontier"),
-                        (["sft", "--context", "8"], "--context"), (["align", "--batch", "0"], "--batch")):
+                        (["sft", "--context", "8"], "--context"), (["align", "--batch", "0"], "--batch"),
+                        (["sft", "--lr", "0"], "--lr")):
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and name in r.stderr, (flags, r.stderr)
+
+
+def test_train_lr_reaches_the_stage(tmp_path, monkeypatch):
+    """`codila train sft --lr F` (and `stages RUN sft N lr=F`) set the stage's peak learning rate."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+    from codila_cli.train import stages
+
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(stages, "stage_sft", lambda run, **kw: seen.append(kw) or {"step": kw["steps"]})
+    r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--steps", "3", "--lr", "3e-4", "-q"])
+    assert r.exit_code == 0, r.stderr
+    assert seen[-1]["lr"] == 3e-4 and seen[-1]["steps"] == 3
+    assert stages.stage_args("sft", ["/x/init", "frontier=0.75", "lr=3e-4"]) == {
+        "init": Path("/x/init"), "frontier": 0.75, "lr": 3e-4}
+    assert stages.stage_args("align", ["ctx=64", "batch=16"]) == {"ctx_max": 64, "batch": 16}
+    assert stages.stage_args("ar", ["small", "lr=0.002"]) == {"shape": "small", "lr": 0.002}
+    for stage, bad in (("dlm", "frontier=0.5"), ("sft", "ctx=8"), ("dlm", "/x/init"), ("sft", "nope=1")):
+        with pytest.raises(SystemExit):
+            stages.stage_args(stage, [bad])
 
 
 def test_export_copies_the_chosen_finals_and_prefers_sft(tiny, tmp_path):

@@ -834,6 +834,7 @@ def train(
     frontier: Annotated[float | None, typer.Option("--frontier", help="align, sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
     context: Annotated[int | None, typer.Option("--context", help="align: most left-context tokens the helper reads. [default: 48]")] = None,
     batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Train one stage of the bundled models; run it again to resume after an interruption.
@@ -890,6 +891,10 @@ def train(
                 if not 1 <= batch <= 4096:
                     raise UsageError(f"--batch must be between 1 and 4096, got {batch}")
                 extra["batch"] = batch
+            if lr is not None:
+                if not 0.0 < lr <= 1.0:
+                    raise UsageError(f"--lr must be in (0, 1], got {lr}")
+                extra["lr"] = lr
             if not (run_dir / "tokenizer" / "tokenizer.json").is_file():
                 raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")
             with Progress(TextColumn(f"[bold]{stage.value}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

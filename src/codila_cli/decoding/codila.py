@@ -51,9 +51,6 @@ def _block_means(H: torch.Tensor, masked: torch.Tensor, B: int) -> list[float]:
     return (h / n).tolist()  # 0 / 0 = nan for a block with no mask; such a block is never a candidate
 
 
-_ANCHORED = True
-
-
 def _context(c: Canvas, start: int, n: int) -> list[int]:
     """The AR's left context for a block at ``start``: the committed tokens from the last multiple of
     n/2 (in sequence positions) that leaves at most n of them, back to the nearest hole. So it holds
@@ -63,7 +60,7 @@ def _context(c: Canvas, start: int, n: int) -> list[int]:
         return []
     end = c.prompt_len + start
     half = max(1, n // 2)
-    begin = max(0, -(-(end - n) // half) * half) if _ANCHORED else max(0, end - n)
+    begin = max(0, -(-(end - n) // half) * half)  # the first multiple of n/2 at or after end − n
     left = c.x[0, begin:end]
     holes = (left == c.mask_id).nonzero().flatten()
     return left[int(holes[-1]) + 1 :].tolist() if len(holes) else left.tolist()

@@ -277,7 +277,7 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     last = run_loop(model=model, stage_dir=run / "sft", cfg=cfg, train_step=train_step, valid_loss=vloss,
                     on_log=on_log)
     meta = {"stage": "sft", "steps": steps, "batch": batch, "seq_len": seq_len, "canvas": canvas,
-            "prompted_share": prompted_share, "frontier": frontier, "init": init.name if init else "dlm",
+            "prompted_share": prompted_share, "frontier": frontier, "init": init.name if init else "dlm", "lr": lr,
             "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
     _export(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
@@ -499,14 +499,35 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     return {"bytes": total, "target": str(target)}
 
 
+def stage_args(stage: str, args: list[str]) -> dict:
+    """Keyword arguments of a model stage from the command line of ``python -m codila_cli.train.stages``
+    after STEPS: ``lr=F`` (any stage), ``frontier=F`` (sft, align), ``ctx=N``/``batch=N`` (align), a bare
+    INIT_DIR (sft, align, tasks) or SHAPE (ar)."""
+    table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft", "align")),
+             "ctx": ("ctx_max", int, ("align",)), "batch": ("batch", int, ("align",))}
+    extra: dict = {}
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if eq and key in table and (table[key][2] is None or stage in table[key][2]):
+            name, kind, _ = table[key]
+            extra[name] = kind(value)
+        elif not eq and stage == "ar":
+            extra["shape"] = arg
+        elif not eq and stage in ("align", "tasks", "sft"):
+            extra["init"] = Path(arg)
+        else:
+            raise SystemExit(f"unknown argument {arg!r} for stage {stage}")
+    return extra
+
+
 if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
     #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=VALUE ...]]]
     #                                   | STAGE STEPS          | tasks STEPS [INIT_DIR] | ar STEPS [small|base]
     #                                   | align STEPS [INIT_DIR] [frontier=F] [ctx=N] [batch=N] | sft STEPS [INIT_DIR] [frontier=F]
+    #                                   (every model stage also takes lr=F: the peak learning rate)
     import sys
 
-    ALIGN_ARGS = {"frontier": ("frontier", float), "ctx": ("ctx_max", int), "batch": ("batch", int)}
     run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
     printer = lambda r: print(json.dumps(r), flush=True) if r["step"] % 50 == 0 or "valid" in r else None  # noqa: E731
     if stage == "corpus":
@@ -521,18 +542,5 @@ if __name__ == "__main__":
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
-        extra: dict = {}
-        for arg in args[1:]:  # align: [INIT_DIR] [frontier=F] [ctx=N] [batch=N]; tasks: [INIT_DIR]; ar: [SHAPE]
-            key, eq, value = arg.partition("=")
-            if stage == "ar":
-                extra["shape"] = arg
-            elif eq and stage == "sft" and key == "frontier":
-                extra["frontier"] = float(value)
-            elif eq and stage == "align" and key in ALIGN_ARGS:
-                name, kind = ALIGN_ARGS[key]
-                extra[name] = kind(value)
-            elif not eq and stage in ("align", "tasks", "sft"):
-                extra["init"] = Path(arg)
-            else:
-                raise SystemExit(f"unknown argument {arg!r} for stage {stage}")
+        extra = stage_args(stage, args[1:])
         print(fn(run_dir, steps=int(args[0]), on_log=printer, **extra))
