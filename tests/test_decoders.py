@@ -506,3 +506,13 @@ def test_ar_guesses_change_forwards_not_tokens(tiny_models, monkeypatch, context
     assert run(wrong) == (ref, 2)  # slot 1 guessed wrong: a second forward from slot 1's true token on
     wrong[3] = (wrong[3] + 1) % 300 or 5
     assert run(wrong) == (ref, 3)
+
+
+def test_writers_share_the_gathered_embedding_table(tiny_models):
+    """E_AR[S] is gathered once per helper and bridge, not once per decode (a per-prompt cost)."""
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    a = SoftBlockWriter(tiny_models.ar, tiny_models.bridge)
+    b = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.3)
+    assert a.table is b.table and a.index is b.index
+    assert torch.equal(a.table, tiny_models.ar.embedding[tiny_models.bridge.shared_ids])

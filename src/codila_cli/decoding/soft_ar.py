@@ -27,6 +27,21 @@ from codila_cli.models.native import drop_last
 from codila_cli.models.tokens import VocabBridge
 
 
+def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
+    """(shared ids S [|S|], E_AR[S] [|S|, d] in the AR's dtype, DLM id -> column in S or −1, the AR ids
+    the helper may output) on the AR's device: gathered once per helper and bridge, not per decode."""
+    cache = ar.__dict__.setdefault("_bridge_tensors", {})
+    key = id(bridge)
+    if key not in cache or cache[key][0] is not bridge:
+        device = ar.embedding.device
+        shared = bridge.shared_ids.to(device)
+        index = torch.full((max(bridge.dlm_vocab_rows, ar.vocab_rows),), -1, dtype=torch.long)
+        index[bridge.shared_ids] = torch.arange(len(bridge.shared_ids))
+        cache[key] = (bridge, (shared, ar.embedding[shared], index.to(device),
+                               bridge.ar_allowed[: ar.vocab_rows].to(device)))
+    return cache[key][1]
+
+
 class SoftBlockWriter:
     def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None,
                  repetition_penalty: float = 1.0, guess: bool = True) -> None:
@@ -36,17 +51,11 @@ class SoftBlockWriter:
         self.bridge = bridge
         self.temperature = temperature
         self.topk = topk
-        device = ar.embedding.device
-        self.shared = bridge.shared_ids.to(device)
-        self.table = ar.embedding[self.shared]  # [|S|, d] in the AR's dtype, gathered once per run
+        self.shared, self.table, self.index, self.allowed = _bridge_tensors(ar, bridge)
         self._open_kv: list | None = None  # K/V of the <think> prefix, computed once and reused per block
         self._ctx_ids: list[int] = []  # the left context whose K/V are in _ctx_kv (positions 0 … n − 1)
         self._ctx_kv: list = []
         self.context_tokens_computed = 0  # context ids run through the AR (the rest came from _ctx_kv)
-        self.allowed = bridge.ar_allowed[: ar.vocab_rows].to(device)
-        index = torch.full((max(bridge.dlm_vocab_rows, ar.vocab_rows),), -1, dtype=torch.long)
-        index[bridge.shared_ids] = torch.arange(len(bridge.shared_ids))
-        self.index = index.to(device)  # DLM id -> column in S (or -1)
 
     def condition(self, pi: torch.Tensor, forced: list[int | None]) -> torch.Tensor:
         """π over the DLM vocab [m, V] (fp32) -> π over S [m, |S|]; forced rows one-hot; optional top-k."""
