@@ -97,8 +97,10 @@ class DreamDenoiser:
         small model sometimes ranks it first, and a committed mask would stay masked forever)."""
         import torch
 
-        mask = torch.tensor([self.specials.mask], device=logits.device)
-        return logits.float().index_fill(-1, mask, float("-inf"))
+        out = logits.float()  # a fresh model output (or its fp32 copy): filled in place, no [N, V] copy
+        with torch.inference_mode():
+            out[..., self.specials.mask] = float("-inf")
+        return out
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:
