@@ -6,11 +6,12 @@ For block positions j = 1..m with bridged marginals π_j over the shared ids S:
     input = [ctx tokens…, E(<think>), e_1 … e_m, E(</think>)]
 
 then m tokens are written left to right with a KV cache: one prefill that also checks a guess for each
-slot (see ``write``), then one cached forward from each slot whose guess was wrong. The K/V of the ``<think>`` prefix are computed once per run and reused by every block. With left
-context, the K/V of the context tokens are kept after each block; the next block whose context begins
-with the same ids (decoding/codila.py::_context keeps the start of the context fixed for n/2 tokens)
-computes only the new ids. The AR is causal, so a token's K/V depend only on the ids left of it: the
-reuse is exact (up to float summation order).
+slot (see ``write``), then one cached forward from each slot whose guess was wrong. The K/V of the
+``<think>`` prefix are computed once per run and reused by every block. With left context, the K/V of
+the context tokens are kept after each block; the next block whose context begins with the same ids
+(decoding/codila.py::_context keeps the start of the context fixed for n/2 tokens) computes only the
+new ids. The AR is causal, so a token's K/V depend only on the ids left of it: the reuse is exact (up
+to float summation order).
 Outputs are restricted to S; a position already committed on the canvas is fed one-hot and forced.
 
 ``repetition_penalty`` ρ > 1 (CTRL, Keskar et al. 2019; the Hugging Face ``repetition_penalty``): before
