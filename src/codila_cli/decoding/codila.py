@@ -33,7 +33,7 @@ import torch
 from codila_cli.decoding.base import Canvas, DecodeResult
 from codila_cli.decoding.config import CodilaConfig
 from codila_cli.decoding.events import OnStep, no_op
-from codila_cli.decoding.marginals import confidence, entropy, sample
+from codila_cli.decoding.marginals import entropy, sample_scored
 
 
 def _candidates(masked: torch.Tensor, B: int, W: int) -> list[tuple[int, int]]:
@@ -109,7 +109,7 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
             cands = [(s, e) for s, e in cands if lo <= s and e <= hi]
             logits = cache.logits(c.x, P + lo, P + hi)[0]
         probs = torch.softmax(logits, dim=-1)  # raw marginals π for the AR and the block choice
-        H = entropy(probs)  # [hi - lo] nats
+        H = entropy(probs, logits)  # [hi - lo] nats
         view = _View(c, lo)
         masked = masked_all[lo:hi]
         rel = [(s - lo, e - lo) for s, e in cands]
@@ -135,8 +135,8 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
                 _write(view, writer, probs, best, config, generator)
             else:  # k <= 1: the DLM's own one-token confidence step over the masked slots in view
                 idx = masked.nonzero().flatten()
-                p, x0 = sample(logits[idx], config.sampling, generator)
-                j = int(confidence(p, x0, config.alg).argmax())
+                _, x0, conf = sample_scored(logits[idx], config.sampling, generator, config.alg)
+                j = int(conf.argmax())
                 c.commit(lo + idx[j : j + 1], x0[j : j + 1], source="dlm")
     return c.result()
 
@@ -163,8 +163,7 @@ def _verify_step(c: Canvas, writer, logits, probs, cands, cfg: CodilaConfig, gen
     full = [(s, e) for s, e in cands if e - s == B]
     masked = c.masked()
     idx = masked.nonzero().flatten()
-    p, x0 = sample(logits[idx], cfg.sampling, gen)
-    conf = confidence(p, x0, "maskgit_plus")  # a probability, so a multiplicative penalty is meaningful
+    _, x0, conf = sample_scored(logits[idx], cfg.sampling, gen, "maskgit_plus")  # a probability, so a multiplicative penalty is meaningful
     if full:
         starts = torch.tensor([s for s, _ in full], device=idx.device)
         cols = starts[:, None] + torch.arange(B, device=idx.device)  # [W, B]

@@ -21,7 +21,7 @@ import torch
 from codila_cli.decoding.base import Canvas, DecodeResult
 from codila_cli.decoding.config import DreamConfig
 from codila_cli.decoding.events import OnStep, no_op
-from codila_cli.decoding.marginals import confidence, sample
+from codila_cli.decoding.marginals import sample_scored
 
 
 def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: torch.Generator | None = None,
@@ -39,13 +39,14 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
         if stale:
             logits = dlm.logits(c.x, rows=(c.prompt_len, c.x.shape[1]))[0]  # [L, V], row j predicts slot j
         idx = masked.nonzero().flatten()
-        probs, x0 = sample(logits[idx], config.sampling, generator)
         if K is not None:
             n = min(K, n_masked)
         else:
             t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
             last = i >= steps - 1
             n = n_masked if last else int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
+        scored = config.alg != "origin" and n > 0
+        _, x0, conf = sample_scored(logits[idx], config.sampling, generator, config.alg if scored else None)
         if config.alg == "origin":
             t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
             p = 1.0 if (K is None and i >= steps - 1) else float(1 - s / t)
@@ -53,13 +54,11 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
             chosen = pick.nonzero().flatten()
         elif n == 0:
             chosen = idx[:0]
+        elif config.alg_temp:
+            weights = torch.softmax(conf / config.alg_temp, dim=-1)
+            chosen = torch.multinomial(weights, n, replacement=False, generator=generator)
         else:
-            conf = confidence(probs, x0, config.alg)
-            if config.alg_temp:
-                weights = torch.softmax(conf / config.alg_temp, dim=-1)
-                chosen = torch.multinomial(weights, n, replacement=False, generator=generator)
-            else:
-                chosen = torch.topk(conf, n).indices
+            chosen = torch.topk(conf, n).indices
         stale = len(chosen) > 0
         c.commit(idx[chosen], x0[chosen], source="dlm")
         if c.done(early_stop=config.early_stop):

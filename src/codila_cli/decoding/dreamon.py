@@ -23,7 +23,7 @@ import torch
 
 from codila_cli.decoding.config import InfillConfig
 from codila_cli.decoding.events import OnStep, StepEvent, no_op
-from codila_cli.decoding.marginals import confidence, entropy, sample
+from codila_cli.decoding.marginals import entropy, sample_scored
 
 
 @dataclass
@@ -69,8 +69,7 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
             tokens = [int(out[i - start]) for i in chosen]
             source = "ar"
         else:
-            probs, x0 = sample(logits[slots], config.sampling, generator)
-            conf = confidence(probs, x0, config.alg)
+            _, x0, conf = sample_scored(logits[slots], config.sampling, generator, config.alg)
             picks = torch.topk(conf, min(config.tokens_per_step, len(slots))).indices.tolist()
             chosen = [slots[j] for j in picks]
             tokens = [int(x0[j]) for j in picks]
@@ -108,7 +107,7 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
 
 def _ar_span(logits: torch.Tensor, was_masked: list[bool], config: InfillConfig) -> tuple[int, int] | None:
     """The CoDiLA dynamic choice over a block grid of the middle: (start, end) with k >= 2, else None."""
-    H = entropy(torch.softmax(logits, -1))
+    H = entropy(torch.softmax(logits, -1), logits)
     B, best, best_k, best_mean = config.block_size, None, 1, float("inf")
     for s in range(0, len(was_masked), B):
         slots = [i for i in range(s, min(s + B, len(was_masked))) if was_masked[i]]

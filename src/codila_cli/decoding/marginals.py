@@ -29,30 +29,49 @@ def process_logits(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
     return logits
 
 
-def entropy(probs: torch.Tensor) -> torch.Tensor:
-    """[..., V] -> [...] Shannon entropy in nats."""
-    return -(probs * torch.log(probs + 1e-10)).sum(-1)
+def entropy(probs: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
+    """[..., V] -> [...] Shannon entropy in nats.
+
+    Given the logits z that ``probs`` = softmax(z) came from, H = logsumexp(z) − Σ_v p_v·z_v: the same
+    quantity in two vocabulary-wide passes instead of four (the sampler's largest cost per DLM step on
+    the small models; benchmarks/perf.py). Banned ids (z = −inf, p = 0) are clamped to the dtype's
+    minimum so that they add 0, and rounding below 0 is clamped away.
+    """
+    if logits is None:
+        return -(probs * torch.log(probs + 1e-10)).sum(-1)
+    z = logits.clamp_min(torch.finfo(logits.dtype).min)
+    return (torch.logsumexp(z, -1) - torch.linalg.vecdot(probs, z)).clamp_min(0)
 
 
 def sample(logits: torch.Tensor, s: SamplingConfig, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Processed π [M, V] and the chosen tokens [M]: argmax at T = 0, a draw from π otherwise."""
-    probs = torch.softmax(process_logits(logits, s), dim=-1)
-    if s.temperature > 0:
-        x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-    else:
-        x0 = probs.argmax(-1)
+    probs, x0, _ = sample_scored(logits, s, gen, None)
     return probs, x0
 
 
-def confidence(probs: torch.Tensor, x0: torch.Tensor, alg: str) -> torch.Tensor:
-    """[M] score, larger = more certain: maskgit_plus = p(x0); topk_margin = p1 - p2; entropy = -H."""
+def sample_scored(logits: torch.Tensor, s: SamplingConfig, gen: torch.Generator | None,
+                  alg: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:func:`sample` and :func:`confidence` in one pass: (π [M, V], tokens [M], score [M] or None when
+    ``alg`` is None). The entropy score reuses the processed logits (see :func:`entropy`)."""
+    z = process_logits(logits, s)
+    probs = torch.softmax(z, dim=-1)
+    if s.temperature > 0:
+        x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    else:
+        x0 = probs.max(-1).indices  # the first maximum, as argmax; max(dim) is the faster kernel on CPU
+    return probs, x0, None if alg is None else confidence(probs, x0, alg, logits=z)
+
+
+def confidence(probs: torch.Tensor, x0: torch.Tensor, alg: str, *, logits: torch.Tensor | None = None) -> torch.Tensor:
+    """[M] score, larger = more certain: maskgit_plus = p(x0); topk_margin = p1 - p2; entropy = -H.
+    ``logits``: the processed logits behind ``probs``, if at hand (a cheaper entropy)."""
     if alg == "maskgit_plus":
         return probs.gather(-1, x0.unsqueeze(-1)).squeeze(-1)
     if alg == "topk_margin":
         top2 = torch.topk(probs, 2, dim=-1).values
         return top2[..., 0] - top2[..., 1]
     if alg == "entropy":
-        return -entropy(probs)
+        return -entropy(probs, logits)
     raise ValueError(f"no confidence for alg {alg!r}")
 
 

@@ -53,6 +53,7 @@ class SoftBlockWriter:
         self.temperature = temperature
         self.topk = topk
         self.shared, self.table, self.index, self.allowed = _bridge_tensors(ar, bridge)
+        self.banned = (~self.allowed).nonzero().flatten()  # AR ids the helper may not output
         self._open_kv: list | None = None  # K/V of the <think> prefix, computed once and reused per block
         self._ctx_ids: list[int] = []  # the left context whose K/V are in _ctx_kv (positions 0 … n − 1)
         self._ctx_kv: list = []
@@ -128,19 +129,27 @@ class SoftBlockWriter:
 
     def _choose(self, z: torch.Tensor, hit: torch.Tensor, fed: list[int], generator) -> list[int]:
         """The AR's choice for each row of ``z`` [k + 1, V] at once: row r sees the ids in ``hit`` and the
-        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S."""
-        z = z.float()
-        if self.repetition_penalty != 1.0:
-            h = hit.expand(z.shape[0], -1).clone()
-            for r, tok in enumerate(fed):
-                if tok < h.shape[1]:
-                    h[r + 1 :, tok] = True
-            rho = self.repetition_penalty
-            z = torch.where(h, torch.where(z > 0, z / rho, z * rho), z)
-        z = z.masked_fill(~self.allowed, float("-inf"))
+        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S.
+
+        Only the penalised columns are touched (the ids in the text, not the vocabulary), and the ids
+        outside S are set to −inf column by column: no [k + 1, V] temporaries."""
+        z = z.float().clone()
+        rho = self.repetition_penalty
+        if rho != 1.0:
+            def penalise(v: torch.Tensor) -> torch.Tensor:
+                return torch.where(v > 0, v / rho, v * rho)
+
+            cols = hit.nonzero().flatten()
+            z[:, cols] = penalise(z[:, cols])
+            added: set[int] = set()
+            for r, tok in enumerate(fed):  # rows r + 1 … also see guess r
+                if tok < len(hit) and not bool(hit[tok]) and tok not in added:
+                    added.add(tok)
+                    z[r + 1 :, tok] = penalise(z[r + 1 :, tok])
+        z[:, self.banned] = float("-inf")
         if self.temperature > 0:  # one row: sampling guesses nothing
             return [int(torch.multinomial(torch.softmax(z[0] / self.temperature, -1), 1, generator=generator))]
-        return z.argmax(-1).tolist()
+        return z.max(-1).indices.tolist()
 
     def _guesses(self, q: torch.Tensor, forced: list[int | None]) -> list[int]:
         """Guesses for slots 0 … m − 2: the forced id, else the top id of the slot's soft token."""

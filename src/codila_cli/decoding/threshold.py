@@ -12,7 +12,7 @@ import torch
 from codila_cli.decoding.base import Canvas, DecodeResult
 from codila_cli.decoding.config import ThresholdConfig
 from codila_cli.decoding.events import OnStep, no_op
-from codila_cli.decoding.marginals import confidence, sample
+from codila_cli.decoding.marginals import sample_scored
 
 
 def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
@@ -36,8 +36,7 @@ def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
                 logits = cache.logits(c.x, P + start, P + end)[0]
             fresh = False
             idx = c.masked()[start:end].nonzero().flatten()
-            probs, x0 = sample(logits[idx], config.sampling, generator)
-            conf = confidence(probs, x0, "maskgit_plus")
+            _, x0, conf = sample_scored(logits[idx], config.sampling, generator, "maskgit_plus")
             chosen = conf >= config.threshold
             chosen[conf.argmax()] = True
             c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
