@@ -54,6 +54,19 @@ def test_entropy_order_commits_confident_slots_first(scripted):
     assert [e.positions[0] for e in events] == [1, 3, 2, 0]
 
 
+def test_plain_dlm_projects_only_the_masked_span(scripted):
+    # slots fill outside-in (confidence), so the span of masked slots shrinks from both ends
+    conf = [0.99, 0.3, 0.4, 0.5, 0.98]
+    dlm = scripted([4, 5, 6, 7, 8], conf)
+    asked = []
+    full = dlm.logits
+    dlm.logits = lambda x, rows=None: asked.append(rows) or full(x, rows=rows)
+    res, _ = _run(decode_dream, dlm, PROMPT, config=DreamConfig(max_new_tokens=5, tokens_per_step=1))
+    P = len(PROMPT)  # the canvas starts after the prompt ids
+    assert asked == [(P, P + 5), (P + 1, P + 5), (P + 1, P + 4), (P + 1, P + 3), (P + 1, P + 2)]
+    assert res.canvas == dlm.target
+
+
 def test_early_stop_fills_tail_and_saves_forwards(scripted):
     eos = 0
     target = [4, 5, eos, 7, 8, 9, 3, 3]

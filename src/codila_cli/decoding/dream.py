@@ -1,7 +1,8 @@
 """Dream's ``diffusion_generate`` (Ye et al., Dream 7B, arXiv 2508.15487; algorithms.md §1.4).
 
-Canvas ``x`` [1, P+L]: prompt then L masks. Each iteration runs one DLM forward (shifted logits [L, V]
-for the canvas), processes the marginals of the masked slots, and reveals ``n`` of them:
+Canvas ``x`` [1, P+L]: prompt then L masks. Each iteration runs one DLM forward (shifted logits [M, V]
+for the span from the first to the last masked slot: nothing else is read), processes the marginals of
+the masked slots, and reveals ``n`` of them:
 
 * ``steps`` schedule (Dream): t_k = linspace(1, eps, S+1); n = floor(#masked · (1 − t_{k+1}/t_k)), all
   remaining at the last step (float32 arithmetic, as upstream).
@@ -36,9 +37,10 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
         n_masked = int(masked.sum())
         if n_masked == 0:
             break
-        if stale:
-            logits = dlm.logits(c.x, rows=(c.prompt_len, c.x.shape[1]))[0]  # [L, V], row j predicts slot j
         idx = masked.nonzero().flatten()
+        if stale:  # only the span of masked slots is projected onto the vocabulary
+            lo = int(idx[0])
+            logits = dlm.logits(c.x, rows=(c.prompt_len + lo, c.prompt_len + int(idx[-1]) + 1))[0]  # row j: slot lo + j
         if K is not None:
             n = min(K, n_masked)
         else:
@@ -46,7 +48,7 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
             last = i >= steps - 1
             n = n_masked if last else int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
         scored = config.alg != "origin" and n > 0
-        _, x0, conf = sample_scored(logits[idx], config.sampling, generator, config.alg if scored else None)
+        _, x0, conf = sample_scored(logits[idx - lo], config.sampling, generator, config.alg if scored else None)
         if config.alg == "origin":
             t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
             p = 1.0 if (K is None and i >= steps - 1) else float(1 - s / t)
