@@ -49,6 +49,7 @@ def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     rec = recommended_decoding("bundled-ar")
     assert rec.get("candidate_blocks") == 1 and rec.get("ar_context", 0) >= 64
     assert rec.get("ar_repetition_penalty", 1.0) > 1.0
+    assert rec.get("cache_blocks", 1) > 1  # with W = 1 a cache needs a window of several blocks to pay
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     args = ["gen", "--json", "--seed", "0", "--max-new-tokens", "16", "def fib(n):"]
     settings = json.loads(CliRunner().invoke(app, args).stdout)["settings"]

@@ -64,16 +64,20 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
     shutil.copytree(tiny["ar"], ar)
     cfg = json.loads((ar / "config.json").read_text())
     cfg["codila_decoding"] = {"candidate_blocks": 1, "ar_context": 8, "tau": 0.5, "block_size": "8",
-                              "ar_repetition_penalty": 1.2}
+                              "ar_repetition_penalty": 1.2, "cache_blocks": 3}
     (ar / "config.json").write_text(json.dumps(cfg))
-    assert recommended_decoding(str(ar)) == {"candidate_blocks": 1, "ar_context": 8, "ar_repetition_penalty": 1.2}
+    assert recommended_decoding(str(ar)) == {"candidate_blocks": 1, "ar_context": 8, "ar_repetition_penalty": 1.2,
+                                             "cache_blocks": 3}
     assert recommended_decoding(str(tmp_path / "missing")) == {}
     base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
     settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]  # noqa: E731
     s = settings()
     assert (s["candidate_blocks"], s["ar_context"], s["block_size"], s["ar_repetition_penalty"]) == (1, 8, 4, 1.2)
+    assert s["cache"] == "none" and s["cache_blocks"] is None  # the window is recommended for a cache only
     s = settings("--ar-context", "0", "--ar-repetition-penalty", "1")
     assert (s["candidate_blocks"], s["ar_context"], s["ar_repetition_penalty"]) == (1, 0, 1.0)
+    assert (settings("--cache", "prefix")["cache_blocks"], settings("--cache", "dual", "--cache-blocks", "2")["cache_blocks"]) == (3, 2)
+    assert gen("--cache-blocks", "2", *base).exit_code == 2  # given without a cache: still an error
     conf = tmp_path / "config.toml"
     conf.write_text("[gen]\ncandidate_blocks = 3\n")
     monkeypatch.setenv("CODILA_CONFIG", str(conf))

@@ -48,7 +48,7 @@ def default_ar() -> str | None:
 
 
 RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "ar_context": int,
-                                  "ar_repetition_penalty": float}
+                                  "ar_repetition_penalty": float, "cache_blocks": int}
 
 
 def recommendable(key: str, value: object) -> bool:
@@ -61,7 +61,7 @@ def recommended_decoding(ar: str) -> dict[str, int | float]:
     """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
     a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in
     RECOMMENDABLE with values of their type count (an int is accepted for a float); flags, environment
-    variables and the user's config file override them."""
+    variables and the user's config file override them. ``cache_blocks`` applies only when a cache is on."""
     import json
 
     from codila_cli.errors import CodilaError

@@ -48,7 +48,8 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
             last = i >= steps - 1
             n = n_masked if last else int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
         scored = config.alg != "origin" and n > 0
-        _, x0, conf = sample_scored(logits[idx - lo], config.sampling, generator, config.alg if scored else None)
+        rows = logits if len(idx) == len(logits) else logits[idx - lo]  # no copy when the span is all masked
+        _, x0, conf = sample_scored(rows, config.sampling, generator, config.alg if scored else None)
         if config.alg == "origin":
             t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
             p = 1.0 if (K is None and i >= steps - 1) else float(1 - s / t)

@@ -139,6 +139,7 @@ class BlockCache:
         self.keys: list = []
         self.values: list = []
         self.full_forwards = 0
+        self._kept: tuple | None = None  # ((lo, hi, n), per-layer K/V outside the slice): one gather per window
 
     def refresh(self, x: Any, start: int, end: int) -> Any:
         """One full forward: keeps every layer's K/V; shifted logits [B, end − start, V] of tokens [start, end)."""
@@ -155,6 +156,7 @@ class BlockCache:
                             logits_to_keep=shift_index(start, end).to(x.device))
         self.keys = [layer.keys for layer in out.cache.layers]
         self.values = [layer.values for layer in out.cache.layers]
+        self._kept = None
         return dlm.emittable(out.logits)
 
     def logits(self, x: Any, start: int, end: int) -> Any:
@@ -167,10 +169,13 @@ class BlockCache:
         n = x.shape[1]
         lo = max(1, start) - 1
         hi = n if self.mode == "prefix" else end
-        keep = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(x.device)
+        if self._kept is None or self._kept[0] != (lo, hi, n):  # the same slice until the next refresh
+            keep = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(x.device)
+            self._kept = ((lo, hi, n), [(k.index_select(2, keep), v.index_select(2, keep))
+                                        for k, v in zip(self.keys, self.values)])
         cache = new_cache(dlm.model)
-        for i, (k, v) in enumerate(zip(self.keys, self.values)):
-            cache.update(k.index_select(2, keep), v.index_select(2, keep), i)
+        for i, (k, v) in enumerate(self._kept[1]):
+            cache.update(k, v, i)  # shared, never written: an update concatenates into new tensors
         pos = torch.arange(lo, hi, device=x.device).unsqueeze(0)
         dlm.forwards += 1
         rows = (shift_index(start, end) - lo).to(x.device)  # the slice's raw row j predicts token lo + j + 1
