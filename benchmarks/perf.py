@@ -6,7 +6,8 @@ Reports, on the same held-out prompts:
 * tokens/s of every decoder setting and its ratio to the plain DLM at K = 1;
 * the gain of each KV-cache mode (threshold and CoDiLA B = 4 with --cache none / prefix / dual);
 * repeats: with --repeats N every setting runs N times, interleaved, and the median run is reported
-  (a 2-core VM's timings drift by ±15 % between runs of a few seconds);
+  (a 2-core VM's timings drift by ±15 % between runs of a few seconds); ratios to plain K = 1 are also
+  reported paired (repeat i over repeat i of K = 1, which ran at most minutes apart: median, min–max);
 * sampler overhead: the share of decode wall time spent outside DLM and AR model forwards (and the
   shares inside DLM and inside AR forwards: the AR's share bounds what a DLM cache can gain);
 * the live view's cost (CoDiLA B = 4 with the view rendering to a null terminal vs without);
@@ -120,9 +121,13 @@ def main() -> None:
                                 "valid_share": valid / len(prompts)})
     soft_ar.SoftBlockWriter.__init__ = real_init
     rows = []
-    for label, rs in by_setting.items():
-        rs = sorted(rs, key=lambda r: r["tokens_per_second"])
-        rows.append({**rs[len(rs) // 2], "runs_tokens_per_second": [r["tokens_per_second"] for r in rs]})
+    base_runs = [r["tokens_per_second"] for r in by_setting["dream:K=1"]]
+    for label, runs in by_setting.items():
+        # paired ratios: repeat i of a setting over repeat i of dream K=1, which ran minutes apart at most
+        paired = sorted(r["tokens_per_second"] / b for r, b in zip(runs, base_runs))
+        rs = sorted(runs, key=lambda r: r["tokens_per_second"])
+        rows.append({**rs[len(rs) // 2], "runs_tokens_per_second": [r["tokens_per_second"] for r in runs],
+                     "paired_speedups": paired, "paired_speedup_median": statistics.median(paired)})
     base = next(r for r in rows if r["setting"] == "dream:K=1")["tokens_per_second"]
     for r in rows:
         r["speedup_vs_dream_k1"] = r["tokens_per_second"] / base
@@ -177,10 +182,12 @@ def main() -> None:
               "peak_rss_mib": peak,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| setting | tokens/s | × dream K=1 | DLM forwards | AR forwards | sampler overhead | valid |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| setting | tokens/s | × dream K=1 | × dream K=1, paired (min–max) | DLM forwards | AR forwards | "
+             "sampler overhead | valid |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        p = r["paired_speedups"]
         lines.append(f"| `{r['setting']}` | {r['tokens_per_second']:.1f} | {r['speedup_vs_dream_k1']:.2f}× | "
+                     f"{r['paired_speedup_median']:.2f}× ({p[0]:.2f}–{p[-1]:.2f}) | "
                      f"{r['dlm_share']:.0%} | {r['ar_share']:.0%} | {r['sampler_overhead']:.1%} | {r['valid_share']:.0%} |")
     lines += ["", f"* `codila --help`: {startup['help_seconds']:.2f} s; short `codila gen` end to end: "
               f"{startup['gen_end_to_end_seconds']:.2f} s (native engine) vs "

@@ -340,6 +340,15 @@ def test_first_forward_after_refresh_equals_uncached(tiny_models, mode):
     # nothing changed since the refresh, so the cached K/V are exact: the sliced forward matches too
     for start, end in ((0, 8), (16, 24), (40, 48)):
         assert torch.allclose(cache.logits(x, start, end), full[:, start:end], atol=1e-5)
+    # the K/V outside a slice are gathered once per refresh and slice: a change outside the slice is not
+    # seen until the next refresh, which must drop the gathered K/V
+    y = x.clone()
+    y[0, :8] = torch.randint(10, 300, (8,))
+    first = cache.logits(x, 16, 24)
+    assert torch.equal(cache.logits(y, 16, 24), first)
+    cache.refresh(y, 16, 24)
+    assert torch.allclose(cache.logits(y, 16, 24), dlm.logits(y)[:, 16:24], atol=1e-5)
+    assert not torch.allclose(cache.logits(y, 16, 24), first, atol=1e-5)
 
 
 @pytest.mark.parametrize("decoder,cfg", [

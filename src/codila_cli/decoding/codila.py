@@ -109,12 +109,15 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
             cands = [(s, e) for s, e in cands if lo <= s and e <= hi]
             logits = cache.logits(c.x, P + lo, P + hi)[0]
         probs = torch.softmax(logits, dim=-1)  # raw marginals π for the AR and the block choice
-        H = entropy(probs, logits)  # [hi - lo] nats
         view = _View(c, lo)
         masked = masked_all[lo:hi]
         rel = [(s - lo, e - lo) for s, e in cands]
-        block_mean = _block_means(H, masked, B)  # lo is on the grid, so view block i = canvas block lo/B + i
-        means = [block_mean[s // B] for s, _ in rel]
+        if config.tau is not None or len(rel) > config.parallel_blocks:  # else there is nothing to choose
+            H = entropy(probs, logits)  # [hi - lo] nats
+            block_mean = _block_means(H, masked, B)  # lo is on the grid: view block i = canvas block lo/B + i
+            means = [block_mean[s // B] for s, _ in rel]
+        else:
+            means = [0.0] * len(rel)
         if config.ar_verify:
             _verify_step(c, writer, logits, probs, cands, config, generator)
         elif config.tau is None:
