@@ -411,7 +411,8 @@ def test_a_dlm_that_ranks_mask_first_still_finishes(tiny_models, monkeypatch):
         return out
 
     monkeypatch.setattr(type(dlm), "raw_logits", favour_mask)
-    assert bool(torch.isinf(dlm.logits(torch.tensor([[dlm.specials.bos, 7, mask, mask]]))[..., mask]).all())
+    z = dlm.logits(torch.tensor([[dlm.specials.bos, 7, mask, mask]]))
+    assert bool((torch.softmax(z, -1)[..., mask] == 0).all()) and bool(torch.isfinite(z).all())
     res = decode_threshold(dlm, [dlm.specials.bos, 7, 8], config=ThresholdConfig(max_new_tokens=8, block_length=4))
     assert mask not in res.canvas and len(res.canvas) == 8
 

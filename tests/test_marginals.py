@@ -39,3 +39,14 @@ def test_scored_sampling_matches_sample_then_confidence():
     a = sample_scored(z, s, torch.Generator().manual_seed(3), "entropy")[1]
     b = sample(z, s, torch.Generator().manual_seed(3))[1]
     assert torch.equal(a, b)
+
+
+def test_entropy_with_the_argmax_needs_no_logsumexp_and_handles_banned_ids():
+    z = _logits(2)
+    z[:3, 7] = torch.finfo(torch.float32).min  # the DLM's mask column (finite): rows 0-2
+    p = torch.softmax(z, -1)  # rows 3-5 keep a −inf column (another decoder's banned ids)
+    ref = entropy(p)
+    fast = entropy(p, z, x0=p.argmax(-1))
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(entropy(p, z), ref, atol=1e-4, rtol=1e-4)

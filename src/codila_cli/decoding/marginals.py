@@ -29,18 +29,28 @@ def process_logits(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
     return logits
 
 
-def entropy(probs: torch.Tensor, logits: torch.Tensor | None = None) -> torch.Tensor:
+def entropy(probs: torch.Tensor, logits: torch.Tensor | None = None, *, x0: torch.Tensor | None = None) -> torch.Tensor:
     """[..., V] -> [...] Shannon entropy in nats.
 
-    Given the logits z that ``probs`` = softmax(z) came from, H = logsumexp(z) − Σ_v p_v·z_v: the same
-    quantity in two vocabulary-wide passes instead of four (the sampler's largest cost per DLM step on
-    the small models; benchmarks/perf.py). Banned ids (z = −inf, p = 0) are clamped to the dtype's
-    minimum so that they add 0, and rounding below 0 is clamped away.
+    Given the logits z that ``probs`` = softmax(z) came from, H = logsumexp(z) − Σ_v p_v·z_v, and with
+    the argmax ``x0`` logsumexp(z) = z[x0] − log p[x0] (softmax(z)_k = exp(z_k − logsumexp z)): one
+    vocabulary-wide pass instead of four (the sampler's largest cost per DLM step on the small models;
+    benchmarks/perf.py). Rows with banned ids at −inf (0·−inf = nan in the sum) are redone with those
+    ids clamped to the dtype's minimum (the DLM's own mask column is already finite: models/dream.py);
+    rounding below 0 is clamped away.
     """
     if logits is None:
         return -(probs * torch.log(probs + 1e-10)).sum(-1)
-    z = logits.clamp_min(torch.finfo(logits.dtype).min)
-    return (torch.logsumexp(z, -1) - torch.linalg.vecdot(probs, z)).clamp_min(0)
+    dot = torch.linalg.vecdot(probs, logits)
+    bad = torch.isnan(dot)
+    if bool(bad.any()):
+        dot[bad] = torch.linalg.vecdot(probs[bad], logits[bad].clamp_min(torch.finfo(logits.dtype).min))
+    if x0 is None:
+        lse = torch.logsumexp(logits, -1)
+    else:
+        k = x0.unsqueeze(-1)
+        lse = logits.gather(-1, k).squeeze(-1) - probs.gather(-1, k).squeeze(-1).log()
+    return (lse - dot).clamp_min(0)
 
 
 def sample(logits: torch.Tensor, s: SamplingConfig, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,22 +66,24 @@ def sample_scored(logits: torch.Tensor, s: SamplingConfig, gen: torch.Generator 
     z = process_logits(logits, s)
     probs = torch.softmax(z, dim=-1)
     if s.temperature > 0:
-        x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+        x0, top = torch.multinomial(probs, 1, generator=gen).squeeze(-1), None
     else:
-        x0 = probs.max(-1).indices  # the first maximum, as argmax; max(dim) is the faster kernel on CPU
-    return probs, x0, None if alg is None else confidence(probs, x0, alg, logits=z)
+        x0 = top = probs.max(-1).indices  # the first maximum, as argmax; max(dim) is the faster kernel on CPU
+    return probs, x0, None if alg is None else confidence(probs, x0, alg, logits=z, argmax=top)
 
 
-def confidence(probs: torch.Tensor, x0: torch.Tensor, alg: str, *, logits: torch.Tensor | None = None) -> torch.Tensor:
+def confidence(probs: torch.Tensor, x0: torch.Tensor, alg: str, *, logits: torch.Tensor | None = None,
+               argmax: torch.Tensor | None = None) -> torch.Tensor:
     """[M] score, larger = more certain: maskgit_plus = p(x0); topk_margin = p1 - p2; entropy = -H.
-    ``logits``: the processed logits behind ``probs``, if at hand (a cheaper entropy)."""
+    ``logits``: the processed logits behind ``probs``, and ``argmax`` their argmax, if at hand (a
+    cheaper entropy)."""
     if alg == "maskgit_plus":
         return probs.gather(-1, x0.unsqueeze(-1)).squeeze(-1)
     if alg == "topk_margin":
         top2 = torch.topk(probs, 2, dim=-1).values
         return top2[..., 0] - top2[..., 1]
     if alg == "entropy":
-        return -entropy(probs, logits)
+        return -entropy(probs, logits, x0=argmax)
     raise ValueError(f"no confidence for alg {alg!r}")
 
 

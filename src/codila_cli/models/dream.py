@@ -93,13 +93,15 @@ class DreamDenoiser:
         return self.emittable(shift_logits(out.logits) if keep is None else out.logits)
 
     def emittable(self, logits: Any) -> Any:
-        """fp32 logits with the mask token's column at -inf: a decoder can never commit ``<mask>`` (a
-        small model sometimes ranks it first, and a committed mask would stay masked forever)."""
+        """fp32 logits with the mask token's column at the fp32 minimum: its probability is exactly 0, so
+        a decoder can never commit ``<mask>`` (a small model sometimes ranks it first, and a committed
+        mask would stay masked forever). The minimum rather than −inf keeps Σ p·z finite, so the
+        sampler's entropy needs no clamping pass (decoding/marginals.py)."""
         import torch
 
         out = logits.float()  # a fresh model output (or its fp32 copy): filled in place, no [N, V] copy
         with torch.inference_mode():
-            out[..., self.specials.mask] = float("-inf")
+            out[..., self.specials.mask] = torch.finfo(out.dtype).min
         return out
 
 
