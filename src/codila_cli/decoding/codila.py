@@ -166,7 +166,8 @@ def _verify_step(c: Canvas, writer, logits, probs, cands, cfg: CodilaConfig, gen
     full = [(s, e) for s, e in cands if e - s == B]
     masked = c.masked()
     idx = masked.nonzero().flatten()
-    _, x0, conf = sample_scored(logits[idx], cfg.sampling, gen, "maskgit_plus")  # a probability, so a multiplicative penalty is meaningful
+    # maskgit_plus: a probability, so a multiplicative penalty is meaningful
+    _, x0, conf = sample_scored(logits[idx], cfg.sampling, gen, "maskgit_plus")
     if full:
         starts = torch.tensor([s for s, _ in full], device=idx.device)
         cols = starts[:, None] + torch.arange(B, device=idx.device)  # [W, B]

@@ -135,7 +135,7 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.eps = cfg.rms_norm_eps
-        self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None  # set by fuse()
+        self.qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None  # set by fuse() (load_native)
         self.qk_norm: torch.Tensor | None = None
 
     def fuse(self) -> None:
@@ -156,14 +156,13 @@ class Attention(nn.Module):
         self.qkv = (w, bias)
         if hasattr(self, "q_norm"):
             d = self.head_dim
-            self.qk_norm = torch.cat([self.q_norm.weight.expand(self.heads, d), self.k_norm.weight.expand(self.kv_heads, d)])
+            self.qk_norm = torch.cat([self.q_norm.weight.expand(self.heads, d),
+                                      self.k_norm.weight.expand(self.kv_heads, d)])
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None,
                 causal: bool, cache: NativeCache | None) -> torch.Tensor:
         b, n, _ = x.shape
         h, kv = self.heads, self.kv_heads
-        if self.qkv is None:
-            self.fuse()
         qkv = F.linear(x, *self.qkv).view(b, n, h + 2 * kv, self.head_dim)
         qk, v = qkv[:, :, : h + kv], qkv[:, :, h + kv :].transpose(1, 2)
         if self.qk_norm is not None:
@@ -192,8 +191,6 @@ class MLP(nn.Module):
         self.gate_up = w
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate_up is None:
-            self.fuse()
         gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
         return F.linear(F.silu(gate) * up, self.down_proj.weight)
 
