@@ -230,6 +230,40 @@ def test_repetition_penalty_follows_ctrl_rule(tiny_models):
     assert int(out[1]) == int(z1.masked_fill(~strong.allowed, float("-inf")).argmax())
 
 
+@pytest.mark.parametrize("rho", [1.0, 1.3, 1e6])
+def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho):
+    """The helper's greedy choice from its top few logits equals the choice over the whole vocabulary,
+    with the penalty on ids in the text and on earlier guesses, banned ids, ties, and rows where the
+    top few all lose (a huge ρ pushes the penalised top ids below the rest: the full path decides)."""
+    from codila_cli.decoding import soft_ar
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=rho)
+    V = len(w.allowed)
+    g = torch.Generator().manual_seed(3)
+    full_calls = 0
+    real_full = w._choose_full
+
+    def counted(*a):
+        nonlocal full_calls
+        full_calls += 1
+        return real_full(*a)
+
+    w._choose_full = counted
+    for trial in range(60):
+        z = torch.randn(4, V, generator=g) * 4
+        z[:, int(w.banned[0])] = 50.0  # a banned id on top of every row
+        if trial % 3 == 0:
+            z[1, 40] = z[1, 41] = z[1].max() + 1  # a tie: the lower id wins
+        top = z.topk(soft_ar._TOP, dim=-1).indices
+        hit = set(top[0, : trial % soft_ar._TOP].tolist())  # some of row 0's top ids are already in the text
+        hit |= set(torch.randint(0, V, (20,), generator=g).tolist())
+        fed = [int(top[r + 1, 0]) for r in range(3)]  # guess r feeds row r + 1: its own top id, penalised there
+        assert w._choose(z.clone(), hit, fed, None) == real_full(z.clone(), hit, fed, None)
+    # the short path serves most calls; the fallback is exercised where the top ids are all penalised
+    assert full_calls < 10 if rho < 10 else full_calls >= 5
+
+
 def test_codila_passes_the_text_before_the_block_as_seen(tiny_models):
     from codila_cli.decoding.codila import decode_codila
     from codila_cli.decoding.config import CodilaConfig

@@ -165,13 +165,15 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
             raise UsageError(f"stdin is not valid UTF-8 (byte {exc.start})", hint="pipe UTF-8 text") from None
     if prompt_file is not None:
         if prompt not in (None, "-") and prompt_file:
-            raise UsageError("give the prompt as an argument or with --prompt-file, not both")
+            raise UsageError("give the prompt as an argument or with --prompt-file, not both",
+                             hint="drop one of them")
         try:
             return prompt_file.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise UsageError(f"{prompt_file} is not UTF-8 text") from None
+            raise UsageError(f"{prompt_file} is not UTF-8 text", hint="save the prompt file as UTF-8") from None
         except OSError as exc:
-            raise UsageError(f"cannot read {prompt_file}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot read {prompt_file}: {exc.strerror or exc}",
+                             hint="check the path and its permissions") from None
     if prompt == "-":
         return stdin_text or ""
     if stdin_text:
@@ -646,11 +648,11 @@ def infill(
 
         _quiet_libraries(verbose)
         if in_place and file == "-":
-            raise UsageError("--in-place needs a file, not stdin")
+            raise UsageError("--in-place needs a file, not stdin", hint="give the file path, or drop --in-place")
         if in_place and json_out:
             raise UsageError("--in-place and --json do not go together", hint="use --json alone to inspect the fill")
         if diff and json_out:
-            raise UsageError("--diff and --json do not go together")
+            raise UsageError("--diff and --json do not go together", hint="--json already holds the fill and its span")
         stdin_bytes = None
         if file == "-":
             if sys.stdin.isatty():
@@ -760,7 +762,8 @@ def plan(
             try:
                 gamma = float(commit)
             except ValueError:
-                raise UsageError(f"--commit {commit!r} is neither 'single' nor a number") from None
+                raise UsageError(f"--commit {commit!r} is neither 'single' nor a number",
+                                 hint="e.g. --commit single or --commit 4") from None
         names = tuple(n.strip() for n in defines.split(",")) if defines is not None else ()
         if contract_file is not None and names:
             raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
@@ -772,7 +775,8 @@ def plan(
             try:
                 user_contract = parse_contract(contract_file.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"cannot read contract {contract_file}: {exc}") from None
+                raise UsageError(f"cannot read contract {contract_file}: {exc}",
+                                 hint="check the path and its permissions") from None
         name = dlm or next((n for n in ("bundled-plan", "bundled-dlm") if bundled_available(n)), None)
         if name is None:
             from codila_cli.errors import ModelNotFoundError
@@ -808,7 +812,8 @@ def plan(
                              f"misbound: {m['misbound']:.0%}  overrun: {m['overrun']:.0%}  all defined: {m['all_defined']}  "
                              f"latency: {m['latency_seconds']:.2f}s\n")
         if strict and not out["syntax"].valid:
-            raise StrictSyntaxError("the assembled program does not parse (--strict)")
+            raise StrictSyntaxError("the assembled program does not parse (--strict)",
+                                    hint="the program was still written to stdout; try another --seed")
 
     boundary(body, quiet=quiet)
 
@@ -850,7 +855,7 @@ def train(
         from codila_cli.train import stages
 
         if steps < 1:
-            raise UsageError("--steps must be >= 1")
+            raise UsageError("--steps must be >= 1", hint="e.g. --steps 200")
         if stage == Stage.corpus:
             out = stages.stage_corpus(run_dir, data_dir=data_dir)
         elif stage == Stage.tokenizer:
@@ -866,36 +871,37 @@ def train(
                   "ar": stages.stage_ar, "align": stages.stage_align, "tasks": stages.stage_tasks}[stage.value]
             extra: dict = {}
             if shape not in stages.AR_SHAPES:
-                raise UsageError(f"--shape must be one of {', '.join(stages.AR_SHAPES)}, got {shape!r}")
+                raise UsageError(f"--shape must be one of {', '.join(stages.AR_SHAPES)}, got {shape!r}",
+                                 hint="see `codila train --help`")
             if stage == Stage.ar:
                 extra["shape"] = shape
             elif shape != "base":
-                raise UsageError("--shape applies to the ar stage only")
+                raise UsageError("--shape applies to the ar stage only", hint="drop --shape, or train the ar stage")
             if init is not None:
                 if stage not in (Stage.align, Stage.tasks, Stage.sft):
-                    raise UsageError("--init applies to the sft, align and tasks stages only")
+                    raise UsageError("--init applies to the sft, align and tasks stages only", hint="drop --init for this stage")
                 if not (init / "model.safetensors").is_file():
                     raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported checkpoint directory")
                 extra["init"] = init
             if frontier is not None:
                 if stage not in (Stage.align, Stage.sft):
-                    raise UsageError("--frontier applies to the align and sft stages only")
+                    raise UsageError("--frontier applies to the align and sft stages only", hint="drop --frontier for this stage")
                 if not 0.0 <= frontier <= 1.0:
-                    raise UsageError(f"--frontier must be between 0 and 1, got {frontier}")
+                    raise UsageError(f"--frontier must be between 0 and 1, got {frontier}", hint="e.g. --frontier 0.75")
                 extra["frontier"] = frontier
             if context is not None:
                 if stage != Stage.align:
-                    raise UsageError("--context applies to the align stage only")
+                    raise UsageError("--context applies to the align stage only", hint="drop --context for this stage")
                 if not 0 <= context <= 512:
-                    raise UsageError(f"--context must be between 0 and 512, got {context}")
+                    raise UsageError(f"--context must be between 0 and 512, got {context}", hint="e.g. --context 96")
                 extra["ctx_max"] = context
             if batch is not None:
                 if not 1 <= batch <= 4096:
-                    raise UsageError(f"--batch must be between 1 and 4096, got {batch}")
+                    raise UsageError(f"--batch must be between 1 and 4096, got {batch}", hint="e.g. --batch 32")
                 extra["batch"] = batch
             if lr is not None:
                 if not 0.0 < lr <= 1.0:
-                    raise UsageError(f"--lr must be in (0, 1], got {lr}")
+                    raise UsageError(f"--lr must be in (0, 1], got {lr}", hint="e.g. --lr 3e-4")
                 extra["lr"] = lr
             if not (run_dir / "tokenizer" / "tokenizer.json").is_file():
                 raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")

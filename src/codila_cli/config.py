@@ -80,7 +80,8 @@ def load_config(path: Path | None = None) -> UserConfig:
         where = f" line {m.group(1)}" if m else ""
         raise UsageError(f"config file {path}{where}: {exc}", hint="fix the TOML syntax (https://toml.io)") from None
     except OSError as exc:
-        raise UsageError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read config file {path}: {exc.strerror or exc}",
+                         hint="check its permissions, or point CODILA_CONFIG elsewhere") from None
     values: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
     for section, table in data.items():

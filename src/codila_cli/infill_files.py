@@ -50,13 +50,13 @@ def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
         if path.is_dir():
             raise UsageError(f"{name} is a directory", hint="give a Python file")
         if not path.exists():
-            raise UsageError(f"{name}: broken symlink")
+            raise UsageError(f"{name}: broken symlink", hint="point the link at an existing file")
         try:
             raw = path.read_bytes()
         except PermissionError:
             raise UsageError(f"{name}: permission denied", hint="check the file's permissions") from None
         except OSError as exc:
-            raise UsageError(f"{name}: cannot read ({exc.strerror or exc})") from None
+            raise UsageError(f"{name}: cannot read ({exc.strerror or exc})", hint="check the path") from None
     if b"\x00" in raw[:8192]:
         raise UsageError(f"{name} looks binary (it contains NUL bytes)", hint="codila infill edits text files")
     try:
@@ -101,10 +101,11 @@ def find_region(src: Source, *, line: int | None, lines_range: str | None) -> Re
     lines = src.lines
     n = len(lines)
     if line is not None and lines_range is not None:
-        raise UsageError("give --line or --lines, not both")
+        raise UsageError("give --line or --lines, not both", hint="drop one of them")
     if line is not None:
         if not (1 <= line <= n + 1):
-            raise UsageError(f"--line {line} is out of range (the file has {n} lines; {n + 1} appends)")
+            raise UsageError(f"--line {line} is out of range (the file has {n} line{'s' * (n != 1)})",
+                             hint=f"give a line from 1 to {n}, or {n + 1} to append at the end")
         return Region(line - 1, line - 1, _context_indent(lines, line - 1, line - 1), "line")
     if lines_range is not None:
         m = re.fullmatch(r"\s*(\d+)\s*[-:]\s*(\d+)\s*", lines_range)
@@ -114,7 +115,8 @@ def find_region(src: Source, *, line: int | None, lines_range: str | None) -> Re
         if a > b:
             raise UsageError(f"--lines {a}-{b} is reversed", hint=f"use --lines {b}-{a}")
         if a < 1 or b > n:
-            raise UsageError(f"--lines {a}-{b} is out of range (the file has {n} lines)")
+            raise UsageError(f"--lines {a}-{b} is out of range (the file has {n} line{'s' * (n != 1)})",
+                             hint=f"give lines within 1-{n}")
         indent = _indent_of(lines[a - 1]) if lines[a - 1].strip() else _context_indent(lines, a - 1, b)
         return Region(a - 1, b, indent, "lines")
     hits = [i for i, text in enumerate(lines) if MARKER.match(text)]

@@ -27,6 +27,8 @@ import torch
 from codila_cli.models.native import drop_last
 from codila_cli.models.tokens import VocabBridge
 
+_TOP = 8  # candidates per row scored by SoftBlockWriter._choose before it falls back to the full vocabulary
+
 
 def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
     """(shared ids S [|S|], E_AR[S] [|S|, d] in the AR's dtype, DLM id -> column in S or −1, the AR ids
@@ -54,6 +56,7 @@ class SoftBlockWriter:
         self.topk = topk
         self.shared, self.table, self.index, self.allowed = _bridge_tensors(ar, bridge)
         self.banned = (~self.allowed).nonzero().flatten()  # AR ids the helper may not output
+        self._banned_set = set(self.banned.tolist())
         self._open_kv: list | None = None  # K/V of the <think> prefix, computed once and reused per block
         self._ctx_ids: list[int] = []  # the left context whose K/V are in _ctx_kv (positions 0 … n − 1)
         self._ctx_kv: list = []
@@ -91,12 +94,16 @@ class SoftBlockWriter:
         open_e, close_e = self.ar.wrapper_embeddings()
         m = len(forced)
         guess = self._guesses(q, forced) if self.guess else []
-        tail = [emb[torch.tensor(guess, device=emb.device)]] if guess else []
         if context:
             reuse = len(self._ctx_ids) if context[: len(self._ctx_ids)] == self._ctx_ids else 0
             new = context[reuse:]
             self.context_tokens_computed += len(new)
-            parts = ([emb[torch.tensor(new, device=emb.device)]] if new else []) + [open_e, soft, close_e] + tail
+        else:
+            new = []
+        hard = emb[torch.tensor(new + guess, dtype=torch.long, device=emb.device)]  # the new context ids and the guesses: one gather
+        tail = [hard[len(new) :]] if guess else []
+        if context:
+            parts = ([hard[: len(new)]] if new else []) + [open_e, soft, close_e] + tail
             logits, cache = self.ar.forward(inputs_embeds=torch.cat(parts).unsqueeze(0), keep=len(guess) + 1,
                                             cache=self._kv_cache(self._ctx_kv) if reuse else None)
             n = len(context)
@@ -105,10 +112,10 @@ class SoftBlockWriter:
         else:  # the <think> prefix is the same for every block: reuse its K/V
             logits, cache = self.ar.forward(inputs_embeds=torch.cat([soft, close_e] + tail).unsqueeze(0),
                                             keep=len(guess) + 1, cache=self._think_cache(open_e))
-        hit = torch.zeros(len(self.allowed), dtype=torch.bool, device=emb.device)  # ids in the text so far
-        if seen is not None and len(seen) and self.repetition_penalty != 1.0:
-            ids = seen.to(emb.device)
-            hit[ids[ids < len(hit)]] = True
+        V = len(self.allowed)
+        hit: set[int] = set()  # ids in the text so far (only read by the repetition penalty)
+        if seen is not None and self.repetition_penalty != 1.0:
+            hit = {t for t in seen.tolist() if t < V}
         out: list[int] = []
         fed = guess  # the guesses behind rows 1 … of the current forward
         while True:
@@ -116,8 +123,8 @@ class SoftBlockWriter:
             for r, tok in enumerate(choices):  # row r predicts slot len(out)
                 tok = forced[len(out)] if forced[len(out)] is not None else tok
                 out.append(tok)
-                if tok < len(hit):
-                    hit[tok] = True
+                if tok < V:
+                    hit.add(tok)
                 if len(out) == m:
                     return torch.tensor(out, dtype=torch.long)
                 if r == len(fed) or fed[r] != tok:  # no row left, or the next row read a wrong guess
@@ -127,23 +134,49 @@ class SoftBlockWriter:
             step = torch.tensor([out[-1]] + fed, device=emb.device)
             logits, cache = self.ar.forward(inputs_embeds=emb[step].unsqueeze(0), cache=cache, keep=len(fed) + 1)
 
-    def _choose(self, z: torch.Tensor, hit: torch.Tensor, fed: list[int], generator) -> list[int]:
+    def _choose(self, z: torch.Tensor, hit: set[int], fed: list[int], generator) -> list[int]:
         """The AR's choice for each row of ``z`` [k + 1, V] at once: row r sees the ids in ``hit`` and the
         guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S.
 
-        Only the penalised columns are touched (the ids in the text, not the vocabulary), and the ids
-        outside S are set to −inf column by column: no [k + 1, V] temporaries."""
+        Greedy: the penalty and the ban only ever lower a logit, so a row's winner is among its top
+        ``_TOP`` raw logits whenever the best of them after penalty and ban is still above the row's
+        ``_TOP``-th raw logit (every other column stays at or below that). Those few candidates are
+        scored in Python; a row that fails the check (rare) takes the full-vocabulary path. Same choice,
+        ties to the lowest id as ``max``; a handful of ops instead of one per penalised column."""
+        if self.temperature > 0 or z.shape[-1] <= _TOP:
+            return self._choose_full(z, hit, fed, generator)
+        vals, cols = z.topk(_TOP, dim=-1)
+        rho, banned, out = self.repetition_penalty, self._banned_set, []
+        raw = vals.tolist()
+        pens = torch.where(vals > 0, vals / rho, vals * rho).tolist() if rho != 1.0 else raw  # fp32, as in the full path
+        for r, (vs, ps, cs) in enumerate(zip(raw, pens, cols.tolist())):
+            best, best_c = float("-inf"), -1
+            for v, p, c in zip(vs, ps, cs):
+                if c in banned:
+                    continue
+                if rho != 1.0 and (c in hit or c in fed[:r]):  # row r also sees guesses 0 … r − 1
+                    v = p
+                if v > best or (v == best and c < best_c):
+                    best, best_c = v, c
+            if not best > vs[-1]:  # a column outside the top few could still win: decide on all of them
+                return self._choose_full(z, hit, fed, generator)
+            out.append(best_c)
+        return out
+
+    def _choose_full(self, z: torch.Tensor, hit: set[int], fed: list[int], generator) -> list[int]:
+        """``_choose`` over the whole vocabulary: penalised columns only (the ids in the text), the ids
+        outside S set to −inf column by column, no [k + 1, V] temporaries. Also the sampling path."""
         z = z.float().clone()
         rho = self.repetition_penalty
         if rho != 1.0:
             def penalise(v: torch.Tensor) -> torch.Tensor:
                 return torch.where(v > 0, v / rho, v * rho)
 
-            cols = hit.nonzero().flatten()
+            cols = torch.tensor(sorted(hit), dtype=torch.long, device=z.device)
             z[:, cols] = penalise(z[:, cols])
             added: set[int] = set()
             for r, tok in enumerate(fed):  # rows r + 1 … also see guess r
-                if tok < len(hit) and not bool(hit[tok]) and tok not in added:
+                if tok < z.shape[-1] and tok not in hit and tok not in added:
                     added.add(tok)
                     z[r + 1 :, tok] = penalise(z[r + 1 :, tok])
         z[:, self.banned] = float("-inf")

@@ -81,10 +81,11 @@ def select(tasks: list[Task], *, limit: int | None, ids: list[str] | None) -> li
         wanted = set(ids)
         missing = wanted - {t.task_id for t in tasks}
         if missing:
-            raise UsageError(f"unknown task ids: {', '.join(sorted(missing)[:5])}")
+            raise UsageError(f"unknown task ids: {', '.join(sorted(missing)[:5])}",
+                             hint="task ids look like HumanEval/0; check the benchmark name")
         tasks = [t for t in tasks if t.task_id in wanted]
     if limit is not None:
         if limit < 1:
-            raise UsageError("--limit must be >= 1")
+            raise UsageError("--limit must be >= 1", hint="e.g. --limit 20")
         tasks = tasks[:limit]
     return tasks

@@ -23,7 +23,8 @@ def read_config(path: Path, *, name: str) -> dict:
     try:
         cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"'{name}': config.json cannot be read: {exc}") from exc
+        raise ModelLoadError(f"'{name}': config.json cannot be read: {exc}",
+                             hint="the checkpoint is damaged: copy it again") from exc
     if not isinstance(cfg, dict) or "model_type" not in cfg:
         raise ModelLoadError(f"'{name}': config.json has no model_type", hint="is this a Hugging Face model directory?")
     return cfg
@@ -84,7 +85,8 @@ def _weight_files(path: Path, *, name: str) -> list[Path]:
         try:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         except (OSError, ValueError, KeyError) as exc:
-            raise ModelLoadError(f"'{name}': damaged model.safetensors.index.json: {exc}") from exc
+            raise ModelLoadError(f"'{name}': damaged model.safetensors.index.json: {exc}",
+                                 hint="the checkpoint is damaged: copy it again") from exc
         files = [path / s for s in shards]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
@@ -189,7 +191,8 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
                 module.is_causal = False
                 n += 1
         if n == 0:
-            raise ModelLoadError(f"'{name}': cannot make attention bidirectional for this architecture")
+            raise ModelLoadError(f"'{name}': cannot make attention bidirectional for this architecture",
+                                 hint="use a Dream-family checkpoint as the DLM")
     model.eval()
     model.requires_grad_(False)
     return model

@@ -105,7 +105,8 @@ def load_tokenizer(path: Path, *, name: str, native: bool = False) -> Any:
         try:
             cfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"'{name}': unreadable tokenizer_config.json: {exc}") from exc
+            raise ModelLoadError(f"'{name}': unreadable tokenizer_config.json: {exc}",
+                                 hint="the checkpoint is damaged: copy it again") from exc
     kwargs: dict[str, Any] = {}
     for key in ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token"):
         value = cfg.get(key)
@@ -126,7 +127,8 @@ def load_tokenizer(path: Path, *, name: str, native: bool = False) -> Any:
 
         tok = PreTrainedTokenizerFast(tokenizer_file=str(file), **kwargs)
     except Exception as exc:  # tokenizers raises plain Exceptions on bad files
-        raise ModelLoadError(f"'{name}': cannot read tokenizer.json: {exc}") from exc
+        raise ModelLoadError(f"'{name}': cannot read tokenizer.json: {exc}",
+                             hint="the checkpoint is damaged: copy it again") from exc
     if has_template:
         tok.chat_template = template
     return tok
