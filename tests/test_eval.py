@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 from pathlib import Path
 
@@ -180,3 +181,38 @@ def test_repetitive_flags_degenerate_text_only():
     assert repetitive("    return self.is_for_for_for_for_for_for_for_for_for_for_for_for_for\n")
     assert not repetitive("    x = compute(a, b)\n    if x > 3:\n        return x + 1\n    return helper(x, a)\n")
     assert not repetitive("    pass\n")  # too short to judge
+
+
+def _row(setting, task, *, valid, passed=None, completion="x"):
+    return {"setting": setting, "task_id": task, "valid": valid, "passed": passed, "completion": completion,
+            "parses": valid, "empty": False, "repetitive": False, "tokens": 4, "wall_seconds": 0.1,
+            "dlm_forwards": 1, "ar_forwards": 0, "order_spearman": None, "decoder": setting.split(":")[0]}
+
+
+def test_paired_quality_counts_flips_against_the_setting_without_the_speed_up(tmp_path):
+    """Each cached setting is compared task by task with the same setting without cache/cb: identical
+    completions, validity and passes lost/gained, and McNemar's exact p (10 lost vs 6 gained: p = 0.4545)."""
+    from codila_cli.eval.runner import paired_quality, reference_label, write_outputs
+
+    assert reference_label("codila:B=4,W=1,cache=dual,cb=4") == "codila:B=4,W=1"
+    assert reference_label("threshold:0.9,cache=prefix") == "threshold:0.9"
+    assert reference_label("codila:cache=dual") == "codila" and reference_label("dream:K=1") is None
+    ref, fast = "codila:B=4,W=1", "codila:B=4,W=1,cache=dual,cb=4"
+    rows = []
+    for i in range(40):  # tasks 0-9 lose validity, 10-15 gain it, 16-39 keep it (16-29 with other text)
+        a, b = (True, False) if i < 10 else (False, True) if i < 16 else (i % 2 == 0, i % 2 == 0)
+        rows.append(_row(ref, f"t/{i}", valid=a, passed=i < 3, completion=f"r{i}"))
+        rows.append(_row(fast, f"t/{i}", valid=b, passed=i == 0 or i == 20, completion=f"r{i}" if i >= 30 else f"f{i}"))
+    rows.append(_row(fast, "t/only-fast", valid=True))  # no reference row: not paired
+    rows.append(_row("dream:K=1", "t/0", valid=True))
+    (q,) = paired_quality(rows)
+    assert (q["setting"], q["reference"], q["n"], q["identical"]) == (fast, ref, 40, 10)
+    assert (q["valid_lost"], q["valid_gained"], q["valid_delta_points"]) == (10, 6, -10.0)
+    assert abs(q["valid_p"] - 2 * sum(math.comb(16, k) for k in range(7)) / 2**16) < 1e-12
+    assert abs(q["valid_p"] - 0.4545) < 1e-4
+    assert (q["pass_lost"], q["pass_gained"], q["tested"]) == (2, 1, 40) and q["pass_p"] == 1.0
+    write_outputs(tmp_path, rows, title="t")
+    assert "Paired with the same setting" in (tmp_path / "summary.md").read_text()
+    assert json.loads((tmp_path / "paired.json").read_text())[0]["valid_lost"] == 10
+    write_outputs(tmp_path / "plain", [r for r in rows if r["setting"] != fast], title="t")
+    assert not (tmp_path / "plain" / "paired.json").exists()

@@ -520,7 +520,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
 @app.command("eval")
 def eval_cmd(
     benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, he-infill-single or he-infill-multi.")] = "heldout",
-    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png.")] = Path("codila-eval"),
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).")] = Path("codila-eval"),
     settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5.")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
     limit: Annotated[int | None, typer.Option(help="First N tasks only.")] = None,

@@ -77,6 +77,10 @@ class SoftBlockWriter:
                     q[j, col] = 1.0
         return q
 
+    def embed(self, q: torch.Tensor) -> torch.Tensor:
+        """Soft embeddings e = q · E_AR[S]: [..., |S|] (fp32) -> [..., d] in the AR's dtype."""
+        return q.to(self.table.dtype) @ self.table
+
     def write(self, pi: torch.Tensor, forced: list[int | None], *, context: list[int] | None = None,
               seen: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals; ``seen`` [n] the
@@ -90,7 +94,7 @@ class SoftBlockWriter:
         all hold costs one forward instead of m; sampling (temperature > 0) guesses nothing."""
         emb = self.ar.embedding
         q = self.condition(pi, forced)
-        soft = q.to(emb.dtype) @ self.table  # [m, d]: one matmul per block
+        soft = self.embed(q)  # [m, d]: one matmul per block
         open_e, close_e = self.ar.wrapper_embeddings()
         m = len(forced)
         guess = self._guesses(q, forced) if self.guess else []
@@ -217,7 +221,7 @@ class SoftBlockWriter:
         emb = self.ar.embedding
         q = torch.stack([self.condition(pi[w], [int(t) if f else None for t, f in zip(proposal[w], forced[w])])
                          for w in range(W)])
-        soft = q.to(emb.dtype) @ self.table
+        soft = self.embed(q)
         open_e, close_e = self.ar.wrapper_embeddings()
         seq = torch.cat([open_e.expand(W, -1, -1), soft, close_e.expand(W, -1, -1), emb[proposal[:, :-1]]], dim=1)
         self.ar.forwards += 1

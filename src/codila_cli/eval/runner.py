@@ -8,6 +8,7 @@ sample per task.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -128,6 +129,72 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+SPEED_KEYS = ("cache", "cb")  # setting keys that make a decode faster without changing what it aims at
+
+
+def reference_label(label: str) -> str | None:
+    """The same setting without its speed-ups (``codila:B=4,cache=dual,cb=4`` -> ``codila:B=4``), or
+    None if ``label`` has none."""
+    name, _, args = label.partition(":")
+    parts = [a for a in args.split(",") if a]
+    kept = [a for a in parts if a.partition("=")[0].strip() not in SPEED_KEYS]
+    if len(kept) == len(parts):
+        return None
+    return f"{name}:{','.join(kept)}" if kept else name
+
+
+def _mcnemar(lost: int, gained: int) -> float:
+    """Exact two-sided McNemar p-value: the chance of a split at least this uneven among the tasks that
+    flipped, if flipping either way were equally likely."""
+    n = lost + gained
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(lost, gained) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired_quality(rows: list[dict]) -> list[dict]:
+    """Each faster setting against the same setting without the speed-up, task by task (issue 10: the
+    valid share and pass@1 must hold). On the tasks both ran: identical completions, tasks that lost
+    or gained validity (and a pass), the change in points, and McNemar's p for each: a difference of a
+    few points on ~100 tasks is usually within what chance flips give."""
+    by = {(r["setting"], r["task_id"]): r for r in rows}
+    labels = list(dict.fromkeys(r["setting"] for r in rows))
+    out = []
+    for label in labels:
+        ref = reference_label(label)
+        if ref is None or ref not in labels:
+            continue
+        pairs = [(by[(ref, t)], r) for (lab, t), r in by.items() if lab == label and (ref, t) in by]
+        if not pairs:
+            continue
+        lost = sum(a["valid"] and not b["valid"] for a, b in pairs)
+        gained = sum(b["valid"] and not a["valid"] for a, b in pairs)
+        tested = [(a, b) for a, b in pairs if a["passed"] is not None and b["passed"] is not None]
+        p_lost = sum(bool(a["passed"]) and not b["passed"] for a, b in tested)
+        p_gained = sum(bool(b["passed"]) and not a["passed"] for a, b in tested)
+        out.append({"setting": label, "reference": ref, "n": len(pairs),
+                    "identical": sum(a["completion"] == b["completion"] for a, b in pairs),
+                    "valid_lost": lost, "valid_gained": gained, "valid_delta_points": 100 * (gained - lost) / len(pairs),
+                    "valid_p": _mcnemar(lost, gained), "tested": len(tested), "pass_lost": p_lost, "pass_gained": p_gained,
+                    "pass_delta_points": 100 * (p_gained - p_lost) / len(tested) if tested else None,
+                    "pass_p": _mcnemar(p_lost, p_gained) if tested else None})
+    return out
+
+
+def paired_markdown(paired: list[dict]) -> str:
+    lines = ["| setting | against | tasks | identical | valid: lost / gained | Δ valid | p | pass: lost / gained | Δ pass@1 | p |",
+             "|" + "---|" * 10]
+    for q in paired:
+        if q["tested"]:
+            passed = f"{q['pass_lost']} / {q['pass_gained']} | {q['pass_delta_points']:+.1f} | {q['pass_p']:.2f}"
+        else:
+            passed = "– | – | –"
+        lines.append(f"| `{q['setting']}` | `{q['reference']}` | {q['n']} | {q['identical']} | "
+                     f"{q['valid_lost']} / {q['valid_gained']} | {q['valid_delta_points']:+.1f} | {q['valid_p']:.2f} | {passed} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(summary: list[dict], *, title: str = "") -> str:
     head = ("| setting | n | pass@1 | valid (parses, non-empty) | valid, not repetitive | syntax errors | empty "
             "| tokens/step | tokens/s | DLM fwd | AR fwd | order ρ | seconds |")
@@ -174,7 +241,12 @@ def write_outputs(out_dir: Path, rows: list[dict], *, title: str) -> list[dict]:
         for r in rows:
             fh.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n")
     summary = summarize(rows)
+    paired = paired_quality(rows)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out_dir / "summary.md").write_text(markdown(summary, title=title))
+    text = markdown(summary, title=title)
+    if paired:  # each faster setting against itself without the speed-up, task by task
+        (out_dir / "paired.json").write_text(json.dumps(paired, indent=2) + "\n")
+        text += "\nPaired with the same setting without the speed-up (McNemar's exact p):\n\n" + paired_markdown(paired)
+    (out_dir / "summary.md").write_text(text)
     pareto_plot(summary, out_dir / "pareto.png")
     return summary
