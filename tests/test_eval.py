@@ -86,16 +86,21 @@ def test_eval_command_writes_rows_summary_and_plot(tiny, tmp_path):
     out = tmp_path / "ev"
     r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "2", "--dlm", str(tiny["dlm"]), "--ar",
                                  str(tiny["ar"]), "--setting", "dream:K=4", "--setting", "codila:B=4",
-                                 "--max-new-tokens", "8", "-o", str(out), "--timeout", "3"])
+                                 "--setting", "codila:B=4,cache=dual", "--max-new-tokens", "8", "-o", str(out),
+                                 "--timeout", "3"])
     assert r.exit_code == 0, r.stderr
     rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
-    assert len(rows) == 4
+    assert len(rows) == 6
     for row in rows:
         for key in ("task_id", "setting", "completion", "valid", "passed", "tokens_per_step", "dlm_forwards"):
             assert key in row
-    assert {r["setting"] for r in rows} == {"dream:K=4", "codila:B=4"}
+    assert {r["setting"] for r in rows} == {"dream:K=4", "codila:B=4", "codila:B=4,cache=dual"}
     assert (out / "pareto.png").stat().st_size > 0 and "pass@1" in (out / "summary.md").read_text()
     assert r.stdout.startswith("### humaneval") or r.stdout.startswith("| setting")
+    # the cached setting is paired with the uncached one, in the files and on stdout
+    (q,) = json.loads((out / "paired.json").read_text())
+    assert (q["setting"], q["reference"], q["n"], q["tested"]) == ("codila:B=4,cache=dual", "codila:B=4", 2, 2)
+    assert "| `codila:B=4,cache=dual` | `codila:B=4` | 2 |" in r.stdout
 
 
 @pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")

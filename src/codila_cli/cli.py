@@ -546,7 +546,7 @@ def eval_cmd(
         import json
 
         from codila_cli.eval.benchmarks import load_tasks, select
-        from codila_cli.eval.runner import markdown, run_eval, write_outputs
+        from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
         from codila_cli.eval.sandbox import SandboxLimits
         from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting
         from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, load_models
@@ -597,7 +597,7 @@ def eval_cmd(
         if rows is None:  # not rank 0: rank 0 writes everything
             return
         summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)")
-        sys.stdout.write(markdown(summary))
+        sys.stdout.write(markdown(summary) + paired_section(paired_quality(rows)))
 
     boundary(body, quiet=quiet)
 

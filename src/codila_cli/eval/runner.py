@@ -182,6 +182,13 @@ def paired_quality(rows: list[dict]) -> list[dict]:
     return out
 
 
+def paired_section(paired: list[dict]) -> str:
+    """The paired table under its heading line, or "" when no setting has a reference."""
+    if not paired:
+        return ""
+    return "\nPaired with the same setting without the speed-up (McNemar's exact p):\n\n" + paired_markdown(paired)
+
+
 def paired_markdown(paired: list[dict]) -> str:
     lines = ["| setting | against | tasks | identical | valid: lost / gained | Δ valid | p | pass: lost / gained | Δ pass@1 | p |",
              "|" + "---|" * 10]
@@ -243,10 +250,8 @@ def write_outputs(out_dir: Path, rows: list[dict], *, title: str) -> list[dict]:
     summary = summarize(rows)
     paired = paired_quality(rows)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    text = markdown(summary, title=title)
     if paired:  # each faster setting against itself without the speed-up, task by task
         (out_dir / "paired.json").write_text(json.dumps(paired, indent=2) + "\n")
-        text += "\nPaired with the same setting without the speed-up (McNemar's exact p):\n\n" + paired_markdown(paired)
-    (out_dir / "summary.md").write_text(text)
+    (out_dir / "summary.md").write_text(markdown(summary, title=title) + paired_section(paired))
     pareto_plot(summary, out_dir / "pareto.png")
     return summary
