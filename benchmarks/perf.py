@@ -46,19 +46,31 @@ SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0
 # (decoding/soft_ar.py: the same text, one forward per token), to measure what the guesses save.
 
 
-class ForwardTimer:
-    """Accumulates wall time spent inside a module's forward (pre/post hooks)."""
+def _sync(device: str) -> None:
+    """Wait for queued GPU work, so that wall time lands on the side (forward or sampler) that queued it."""
+    if device.startswith("cuda"):
+        import torch
 
-    def __init__(self, module) -> None:
+        torch.cuda.synchronize()
+
+
+class ForwardTimer:
+    """Accumulates wall time spent inside a module's forward (pre/post hooks; on a GPU both hooks
+    synchronise, so the forward's kernels count as forward time, not as the next sampler sync's)."""
+
+    def __init__(self, module, device: str = "cpu") -> None:
         self.total = 0.0
         self._t = 0.0
+        self.device = device
         module.register_forward_pre_hook(lambda *a: self._start())
         module.register_forward_hook(lambda *a: self._stop())
 
     def _start(self) -> None:
+        _sync(self.device)
         self._t = time.perf_counter()
 
     def _stop(self) -> None:
+        _sync(self.device)
         self.total += time.perf_counter() - self._t
 
 
@@ -84,16 +96,19 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="rows for the batching measurement")
     ap.add_argument("--repeats", type=int, default=1, help="runs per setting (interleaved); the median is reported")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement")
+    ap.add_argument("--no-startup", action="store_true", help="skip the `codila --help` / `codila gen` start-up timings")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (GPU forwards are timed with synchronisation)")
+    ap.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     exe = [sys.executable, "-m", "codila_cli"]
     short_gen = [*exe, "gen", "-q", "--max-new-tokens", "16", "--seed", "0", "def f(x):"]
-    startup = {"help_seconds": timed([*exe, "--help"], 5),
-               "gen_end_to_end_seconds": timed(short_gen, 3),
-               "gen_end_to_end_seconds_transformers": timed(short_gen, 3, env={"CODILA_ENGINE": "transformers"})}
-    models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
-    dlm_t = ForwardTimer(models.dlm.model)
-    ar_t = ForwardTimer(models.ar.model) if models.ar is not None else None
+    startup = {} if args.no_startup else {
+        "help_seconds": timed([*exe, "--help"], 5), "gen_end_to_end_seconds": timed(short_gen, 3),
+        "gen_end_to_end_seconds_transformers": timed(short_gen, 3, env={"CODILA_ENGINE": "transformers"})}
+    models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device=args.device, dtype=args.dtype)
+    dlm_t = ForwardTimer(models.dlm.model, args.device)
+    ar_t = ForwardTimer(models.ar.model, args.device) if models.ar is not None else None
     prompts = [p["prompt"] for p in load_heldout()[: args.prompts]]
     from codila_cli.decoding import soft_ar
 
@@ -102,8 +117,10 @@ def main() -> None:
     embed_seconds = [0.0]
 
     def timed_embed(self, q):  # the soft-embedding matmul: the AR's input layer, run outside its forward
+        _sync(args.device)
         t0 = time.perf_counter()
         out = real_embed(self, q)
+        _sync(args.device)
         embed_seconds[0] += time.perf_counter() - t0
         return out
 
@@ -118,16 +135,19 @@ def main() -> None:
             dlm_t.total = embed_seconds[0] = 0.0
             if ar_t:
                 ar_t.total = 0.0
-            tokens = wall = valid = ar_forwards = 0
+            tokens = wall = valid = ar_forwards = dlm_forwards = 0
             for p in prompts:
                 r = generate(models, p, decoder=st.decoder, config=st.config, seed=0)
                 tokens += r.metrics["tokens"]
                 wall += r.metrics["wall_seconds"]
                 ar_forwards += r.metrics["ar_forwards"]
+                dlm_forwards += r.metrics["dlm_forwards"]
                 valid += r.syntax.valid and bool(r.completion.strip())
             inside = dlm_t.total + (ar_t.total if ar_t else 0.0)
             by_setting[label].append({"setting": label, "tokens": tokens, "wall_seconds": wall,
                                 "tokens_per_second": tokens / wall, "ar_forwards": ar_forwards,
+                                "dlm_forwards": dlm_forwards, "ms_per_dlm_forward": 1e3 * dlm_t.total / max(1, dlm_forwards),
+                                "ms_per_ar_forward": 1e3 * (ar_t.total if ar_t else 0.0) / max(1, ar_forwards),
                                 "model_seconds": inside, "sampler_overhead": max(0.0, 1 - inside / wall),
                                 "soft_embedding_share": embed_seconds[0] / wall,
                                 "dlm_share": dlm_t.total / wall, "ar_share": (ar_t.total if ar_t else 0.0) / wall,
@@ -178,8 +198,8 @@ def main() -> None:
                          "batched_forwards": out.batched_forwards, "identical_rows": same})
     compiled = []
     if not args.no_compile:
-        cmodels = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu",
-                              dtype="float32", compile=True)
+        cmodels = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device=args.device,
+                              dtype=args.dtype, compile=True)
         for label in ("dream:K=1", "codila:B=4"):
             st = parse_setting(label, max_new_tokens=args.max_new_tokens)
             t0 = time.perf_counter()
@@ -196,19 +216,28 @@ def main() -> None:
               "peak_rss_mib": peak,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| setting | tokens/s | × dream K=1 | × dream K=1, paired (min–max) | DLM forwards | AR forwards | "
-             "sampler overhead | of which soft embedding | valid |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| setting | tokens/s | × dream K=1 | × dream K=1, paired (min–max) | in DLM forwards | in AR forwards | "
+             "sampler overhead | of which soft embedding | forwards DLM / AR | ms per DLM / AR forward | valid |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r["paired_speedups"]
         lines.append(f"| `{r['setting']}` | {r['tokens_per_second']:.1f} | {r['speedup_vs_dream_k1']:.2f}× | "
                      f"{r['paired_speedup_median']:.2f}× ({p[0]:.2f}–{p[-1]:.2f}) | "
                      f"{r['dlm_share']:.0%} | {r['ar_share']:.0%} | {r['sampler_overhead']:.1%} | "
-                     f"{r['soft_embedding_share']:.1%} | {r['valid_share']:.0%} |")
-    lines += ["", f"* `codila --help`: {startup['help_seconds']:.2f} s; short `codila gen` end to end: "
-              f"{startup['gen_end_to_end_seconds']:.2f} s (native engine) vs "
-              f"{startup['gen_end_to_end_seconds_transformers']:.2f} s (CODILA_ENGINE=transformers)",
-              f"* live view: {live['overhead']:+.1%} decode time ({live['with_view_seconds']:.2f} s vs "
+                     f"{r['soft_embedding_share']:.1%} | {r['dlm_forwards']} / {r['ar_forwards']} | "
+                     f"{r['ms_per_dlm_forward']:.2f} / {r['ms_per_ar_forward']:.2f} | {r['valid_share']:.0%} |")
+    lines.append("")
+    if startup:
+        lines.append(f"* `codila --help`: {startup['help_seconds']:.2f} s; short `codila gen` end to end: "
+                     f"{startup['gen_end_to_end_seconds']:.2f} s (native engine) vs "
+                     f"{startup['gen_end_to_end_seconds_transformers']:.2f} s (CODILA_ENGINE=transformers)")
+    lines += [f"* live view: {live['overhead']:+.1%} decode time ({live['with_view_seconds']:.2f} s vs "
               f"{live['without_view_seconds']:.2f} s)", f"* peak RSS: {peak:.0f} MiB"]
+    if args.device.startswith("cuda"):
+        import torch
+
+        lines.append(f"* peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB; "
+                     f"device {torch.cuda.get_device_name()}, dtype {args.dtype}")
     for b in batching:
         lines.append(f"* batch of {b['rows']} `{b['setting']}`: {b['batch_tokens_per_second']:.1f} tokens/s vs "
                      f"{b['single_tokens_per_second']:.1f} one at a time ({b['speedup']:.2f}×); "
