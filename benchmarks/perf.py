@@ -216,9 +216,9 @@ def main() -> None:
               "peak_rss_mib": peak,
               "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = ["| setting | tokens/s | × dream K=1 | × dream K=1, paired (min–max) | in DLM forwards | in AR forwards | "
-             "sampler overhead | of which soft embedding | forwards DLM / AR | ms per DLM / AR forward | valid |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = ("| setting | tokens/s | × dream K=1 | × dream K=1, paired (min–max) | in DLM forwards | in AR forwards | "
+            "sampler overhead | of which soft embedding | forwards DLM / AR | ms per DLM / AR forward | valid |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r["paired_speedups"]
         lines.append(f"| `{r['setting']}` | {r['tokens_per_second']:.1f} | {r['speedup_vs_dream_k1']:.2f}× | "
@@ -231,8 +231,8 @@ def main() -> None:
         lines.append(f"* `codila --help`: {startup['help_seconds']:.2f} s; short `codila gen` end to end: "
                      f"{startup['gen_end_to_end_seconds']:.2f} s (native engine) vs "
                      f"{startup['gen_end_to_end_seconds_transformers']:.2f} s (CODILA_ENGINE=transformers)")
-    lines += [f"* live view: {live['overhead']:+.1%} decode time ({live['with_view_seconds']:.2f} s vs "
-              f"{live['without_view_seconds']:.2f} s)", f"* peak RSS: {peak:.0f} MiB"]
+    lines += [(f"* live view: {live['overhead']:+.1%} decode time ({live['with_view_seconds']:.2f} s vs "
+               f"{live['without_view_seconds']:.2f} s)"), f"* peak RSS: {peak:.0f} MiB"]
     if args.device.startswith("cuda"):
         import torch
 

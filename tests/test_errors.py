@@ -35,7 +35,7 @@ def test_out_of_range_line_explains_the_range(tmp_path):
     f.write_text("def f(x):\n    return x\n")
     before = f.read_bytes()
     r = subprocess.run([sys.executable, "-m", "codila_cli", "infill", str(f), "--line", "9"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, check=False)
     assert r.returncode == errors.EXIT_USAGE and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert lines == ["Error: --line 9 is out of range (the file has 2 lines)",

@@ -90,7 +90,7 @@ def test_perf_benchmark_runs_on_a_shaped_pair(shaped, tmp_path):
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "perf.py"), "--out", str(tmp_path), "--dlm",
                         str(shaped["dlm"]), "--ar", str(shaped["ar"]), "--prompts", "1", "--max-new-tokens", "8",
                         "--no-compile", "--no-startup", "--batch", "2", "--settings", "dream:K=1", "codila:B=4,W=1"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = {row["setting"]: row for row in json.loads((tmp_path / "perf.json").read_text())["rows"]}
     k1, co = rows["dream:K=1"], rows["codila:B=4,W=1"]
