@@ -110,8 +110,10 @@ def load_state_dict(path: Path, *, name: str, device: Any, dtype: Any) -> dict:
                 f"'{name}': weight file {file.name} is damaged or truncated ({exc})",
                 hint="delete it from the cache and download the model again",
             ) from exc
-        state.update(part)
-    return {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in state.items()}
+        for k in list(part):  # cast file by file, tensor by tensor: never two copies of the checkpoint
+            v = part.pop(k)
+            state[k] = v.to(dtype) if v.is_floating_point() else v
+    return state
 
 
 ENGINES = ("auto", "native", "transformers")
@@ -175,8 +177,9 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
         model = AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype)
     tied = bool(getattr(hf_cfg, "tie_word_embeddings", False))
     _check_weights(model, state, tied=tied, name=name)
-    model.to_empty(device=device)
-    model.load_state_dict(state, strict=False)
+    # the loaded tensors become the parameters (assign): one copy of the weights, not two
+    model.load_state_dict(state, strict=False, assign=True)
+    state.clear()
     if tied:
         model.tie_weights()
     for mod_name, module in list(model.named_modules()):  # non-persistent buffers were left on meta
@@ -184,6 +187,9 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
             parent = model.get_submodule(mod_name.rsplit(".", 1)[0])
             with torch.device(device):
                 setattr(parent, "rotary_emb", type(module)(config=hf_cfg))
+    left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ModelLoadError(f"'{name}': no weights for {left[:3]}", hint="the checkpoint is incomplete")
     if not causal:
         n = 0
         for module in model.modules():

@@ -326,11 +326,18 @@ def rope_inv_freq(cfg: NativeConfig) -> torch.Tensor:
 
 
 def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any) -> NativeLM:
-    """Materialise a meta-device ``model`` (keys already checked) with ``state`` on ``device``/``dtype``."""
-    model.to_empty(device=device)
-    model.load_state_dict(state, strict=False)
+    """Materialise a meta-device ``model`` (keys already checked) from ``state`` (tensors already on
+    ``device`` in ``dtype``), which it consumes: the loaded tensors become the parameters (no second
+    copy of the weights, no fp32 staging), and ``state`` is emptied so that each layer's unfused
+    projections are freed as soon as their fused matrix exists. Peak memory: the weights plus one
+    layer's fused matrices."""
+    model.to(dtype)  # on the meta device only the recorded dtype changes
+    model.load_state_dict(state, strict=False, assign=True)
+    state.clear()
     model.tie_weights()
-    model.to(dtype)
+    left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"weights missing after loading: {left[:3]}")
     for layer in model.model.layers:
         layer.self_attn.fuse()
         layer.mlp.fuse()
