@@ -102,3 +102,33 @@ def test_perf_benchmark_runs_on_a_shaped_pair(shaped, tmp_path):
         assert row["ms_per_dlm_forward"] > 0
     assert co["ms_per_ar_forward"] > 0 and 0 < co["soft_embedding_share"] < co["sampler_overhead"]
     assert "ms per DLM / AR forward" in (tmp_path / "perf.md").read_text()
+
+
+def test_dreamon_layout_infills_with_both_decoders(tmp_path, monkeypatch):
+    """DreamOn's <|expand|> sits where Qwen3 has <think> (ordinary + 24): the loader finds it, the bridge
+    keeps it out, and `codila infill` runs with the plain DreamOn decoder and with CoDiLA blocks, leaving
+    the text around the hole as it was."""
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+    from codila_cli.runtime import load_models
+
+    paths = build_shaped(tmp_path / "m", dlm=replace(DLM, infill=True), ar=AR, ordinary=500)
+    n = len(QWEN_SPECIALS)
+    m = load_models(dlm=str(paths["dlm"]), ar=str(paths["ar"]), device="cpu", dtype="float32")
+    assert m.dlm.specials.expand == m.ar.specials.think_open == 502 + n
+    assert m.dlm.specials.expand not in set(m.bridge.shared_ids.tolist())
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    return x\n")
+    for decoder in ("dreamon", "codila"):
+        r = CliRunner().invoke(app, ["infill", str(src), "--line", "2", "--dlm", str(paths["dlm"]), "--ar",
+                                     str(paths["ar"]), "--decoder", decoder, "--max-middle-tokens", "8", "--seed", "0",
+                                     "--json"])
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["text"].startswith("def f(x):\n") and doc["text"].endswith("    return x\n")
+    assert src.read_text() == "def f(x):\n    return x\n"
+    with pytest.raises(ValueError, match="Dream"):
+        replace(AR, infill=True)

@@ -48,13 +48,16 @@ class Shape:
     extra_rows: int
     tied: bool
     dream: bool
+    infill: bool = False  # DreamOn: also <|expand|> (at + 24, where Qwen3 has <think>)
 
     def __post_init__(self) -> None:
         if min(self.hidden, self.intermediate, self.layers, self.heads, self.kv_heads, self.head_dim) < 1:
             raise ValueError("every dimension must be >= 1")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-        if self.extra_rows < len(QWEN_SPECIALS) + (len(DREAM_EXTRA) if self.dream else len(QWEN3_EXTRA)):
+        if self.infill and not self.dream:
+            raise ValueError("only a Dream shape can be an infilling (DreamOn) model")
+        if self.extra_rows < len(QWEN_SPECIALS) + (len(DREAM_EXTRA) + 1 if self.dream else len(QWEN3_EXTRA)):
             raise ValueError("extra_rows must hold the special tokens")
 
 
@@ -62,6 +65,9 @@ PRESETS: dict[str, Shape] = {
     # Qwen2.5-Coder-7B, which Dream-Coder-7B is initialised from (algorithms.md §1.1)
     "dream-coder-7b": Shape(hidden=3584, intermediate=18944, layers=28, heads=28, kv_heads=4, head_dim=128,
                             extra_rows=152064 - 151643, tied=False, dream=True),
+    # DreamOn-v0-7B: Dream-Coder-7B's shape with <|expand|> (algorithms.md §0.1)
+    "dreamon-7b": Shape(hidden=3584, intermediate=18944, layers=28, heads=28, kv_heads=4, head_dim=128,
+                        extra_rows=152064 - 151643, tied=False, dream=True, infill=True),
     # Qwen3-0.6B (algorithms.md §3.2)
     "qwen3-0.6b": Shape(hidden=1024, intermediate=3072, layers=28, heads=16, kv_heads=8, head_dim=128,
                         extra_rows=151936 - 151643, tied=True, dream=False),
@@ -143,7 +149,7 @@ def build_shaped(out: Path, *, dlm: Shape | str = "dream-coder-7b", ar: Shape | 
         shape = PRESETS[spec] if isinstance(spec, str) else spec
         if shape.dream != (role == "dlm"):
             raise ValueError(f"the {role} needs a {'Dream' if role == 'dlm' else 'causal (Qwen3)'} shape")
-        extra = DREAM_EXTRA if shape.dream else QWEN3_EXTRA
+        extra = (DREAM_EXTRA + ["<|expand|>"] * shape.infill) if shape.dream else QWEN3_EXTRA
         d = out / role
         d.mkdir(parents=True, exist_ok=True)
         cfg = _config(shape, ordinary)
