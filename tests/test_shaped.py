@@ -54,6 +54,12 @@ def test_shaped_pair_loads_with_the_real_token_layout_and_decodes(shaped, monkey
         shared = set(m.bridge.shared_ids.tolist())
         # Dream's bos / mask collide with Qwen3's <tool_response> / </tool_response>: never bridged
         assert {d.bos, d.mask, a.think_open, a.think_close}.isdisjoint(shared) and 499 in shared
+        # S is ids 0 … 521 as in the real pair: the helper's table is a view of its embedding, no copy
+        from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+        assert m.bridge.contiguous and shared == set(range(500 + n))
+        w = SoftBlockWriter(m.ar, m.bridge)
+        assert w.table.data_ptr() == m.ar.embedding.data_ptr() and w.table.shape[0] == 500 + n
         out = []
         for spec in ("dream:K=1", "codila:B=4,W=1", "codila:B=4,W=1,cache=dual,cb=2"):
             st = parse_setting(spec, max_new_tokens=8)

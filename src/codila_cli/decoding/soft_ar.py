@@ -40,8 +40,10 @@ def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
         shared = bridge.shared_ids.to(device)
         index = torch.full((max(bridge.dlm_vocab_rows, ar.vocab_rows),), -1, dtype=torch.long)
         index[bridge.shared_ids] = torch.arange(len(bridge.shared_ids))
-        cache[key] = (bridge, (shared, ar.embedding[shared], index.to(device),
-                               bridge.ar_allowed[: ar.vocab_rows].to(device)))
+        # a contiguous S (the real Dream / Qwen3 pair: ids 0 … 151664) is a view of the embedding, not
+        # a 310 MB copy of it at 7B
+        table = ar.embedding[: len(shared)] if bridge.contiguous else ar.embedding[shared]
+        cache[key] = (bridge, (shared, table, index.to(device), bridge.ar_allowed[: ar.vocab_rows].to(device)))
     return cache[key][1]
 
 
