@@ -138,3 +138,36 @@ def test_dreamon_layout_infills_with_both_decoders(tmp_path, monkeypatch):
     assert src.read_text() == "def f(x):\n    return x\n"
     with pytest.raises(ValueError, match="Dream"):
         replace(AR, infill=True)
+
+
+def test_auto_dtype_on_cpu_keeps_large_bf16_checkpoints_in_bf16_per_model(shaped, tmp_path, monkeypatch):
+    """`--dtype auto` on a CPU: bf16 for large checkpoints stored in bf16 (the real 7B files), fp32 for
+    small ones (the bundled pair, stored in bf16 too); chosen per model, and a bf16 DLM decodes with an
+    fp32 helper."""
+    import shutil
+
+    from codila_cli.eval.settings import parse_setting
+    from codila_cli.models import loading
+    from codila_cli.runtime import generate, load_models
+
+    assert load_models(dlm=str(shaped["dlm"]), ar=None, device="cpu", dtype="auto").dlm.model \
+        .get_input_embeddings().weight.dtype == torch.float32  # a few MB: small, fp32
+    bundled = load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="auto")
+    assert bundled.dlm.model.get_input_embeddings().weight.dtype == torch.float32  # stored bf16, but small
+    assert bundled.ar.embedding.dtype == torch.float32
+    monkeypatch.setattr(loading, "BF16_ON_CPU_FROM", 1)  # every shaped checkpoint counts as large
+    m = load_models(dlm=str(shaped["dlm"]), ar=str(shaped["ar"]), device="cpu", dtype="auto")
+    assert m.dlm.model.get_input_embeddings().weight.dtype == torch.bfloat16
+    assert m.ar.embedding.dtype == torch.bfloat16
+    ar32 = tmp_path / "ar32"
+    shutil.copytree(shaped["ar"], ar32)
+    cfg = json.loads((ar32 / "config.json").read_text())
+    (ar32 / "config.json").write_text(json.dumps({**cfg, "dtype": "float32"}))
+    mixed = load_models(dlm=str(shaped["dlm"]), ar=str(ar32), device="cpu", dtype="auto")
+    assert mixed.dlm.model.get_input_embeddings().weight.dtype == torch.bfloat16
+    assert mixed.ar.embedding.dtype == torch.float32
+    st = parse_setting("codila:B=4,W=1,ctx=8,rp=1.3", max_new_tokens=8)
+    r = generate(mixed, "def f(x): return x", decoder=st.decoder, config=st.config, seed=0)
+    assert (r.metrics["tokens"], r.metrics["dlm_forwards"]) == (8, 2)
+    assert load_models(dlm=str(shaped["dlm"]), ar=None, device="cpu", dtype="float32").dlm.model \
+        .get_input_embeddings().weight.dtype == torch.float32

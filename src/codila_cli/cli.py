@@ -239,7 +239,7 @@ def gen(
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples together in one batch (seeds seed, seed+1, …); 1–64.")] = 1,
     device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
-    dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA, else fp32), float32, bfloat16, float16. [default: auto]")] = None,
+    dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA; on CPU fp32, but bf16 for checkpoints of 2 GiB or more stored in bf16), float32, bfloat16, float16. [default: auto]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).")] = True,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse.")] = False,

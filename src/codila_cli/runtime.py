@@ -86,16 +86,17 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     ar_path = resolve_local_dir(ar_spec) if ar_spec else None
     t0 = time.perf_counter()
     from codila_cli.models.dream import load_dlm
-    from codila_cli.models.loading import choose_device, choose_dtype
+    from codila_cli.models.loading import choose_device, choose_dtype, large_bf16_checkpoint
 
     dev = choose_device(device)
-    dt = choose_dtype(dtype, dev)
+    dt = choose_dtype(dtype, dev, large_bf16=large_bf16_checkpoint(dlm_path, name=dlm))  # "auto" is per model
     models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt))
     if ar_spec is not None and ar_path is not None:
         from codila_cli.models.ar import load_ar
         from codila_cli.models.tokens import VocabBridge
 
-        models.ar = load_ar(ar_path, name=ar, device=dev, dtype=dt)
+        ar_dt = choose_dtype(dtype, dev, large_bf16=large_bf16_checkpoint(ar_path, name=ar))
+        models.ar = load_ar(ar_path, name=ar, device=dev, dtype=ar_dt)
         models.bridge = VocabBridge(
             dlm_tokenizer=models.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,
             dlm_specials=models.dlm.specials, ar_specials=models.ar.specials,

@@ -52,14 +52,31 @@ def choose_device(device: str) -> Any:
     return dev
 
 
-def choose_dtype(dtype: str, device: Any) -> Any:
+BF16_ON_CPU_FROM = 2 * 2**30  # weight files at least this large run in their stored bf16 on a CPU under auto
+
+
+def choose_dtype(dtype: str, device: Any, *, large_bf16: bool = False) -> Any:
+    """The compute dtype. ``auto``: bf16 on CUDA. On a CPU, fp32, except for a large checkpoint stored in
+    bf16 (``large_bf16``, see :func:`large_bf16_checkpoint`: the real 7B files), which stays bf16: in
+    fp32 a 7B DLM needs about 30 GB, and on this project's CPU bf16 ran a 245 M-parameter DLM 2.6× faster.
+    Small models stay fp32 (the bundled pair: exact, and bf16 kernels are slower on their small matrices)."""
     import torch
 
     if dtype not in DTYPES:
         raise UsageError(f"invalid --dtype '{dtype}'", hint=f"use one of {', '.join(DTYPES)}")
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return torch.bfloat16 if device.type == "cuda" or large_bf16 else torch.float32
     return getattr(torch, dtype)
+
+
+def large_bf16_checkpoint(path: Path, *, name: str) -> bool:
+    """True when config.json says the weights are stored in bf16 (``dtype`` / ``torch_dtype``) and the
+    weight files hold at least BF16_ON_CPU_FROM bytes."""
+    cfg = read_config(path, name=name)
+    stored = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
+    if stored != "bfloat16":
+        return False
+    return sum(f.stat().st_size for f in path.glob("*.safetensors")) >= BF16_ON_CPU_FROM
 
 
 def _hf_config(cfg: dict, *, name: str) -> Any:
