@@ -79,7 +79,7 @@ class Canvas:
 
     def _emit(self, positions, tokens, source: Source, block) -> None:
         self.on_step(StepEvent(
-            step=self.step, positions=tuple(int(p) for p in positions), tokens=tuple(int(t) for t in tokens),
+            step=self.step, positions=tuple(positions.tolist()), tokens=tuple(tokens.tolist()),  # one copy each
             source=source, block=block, dlm_forwards=self.dlm_forwards, ar_forwards=self.ar_forwards,
             elapsed=time.perf_counter() - self.t0, canvas=tuple(self.gen.tolist())))
 

@@ -69,7 +69,7 @@ def _context(c: Canvas, start: int, n: int) -> list[int]:
 def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: CodilaConfig, gen) -> None:
     start, end = span
     seg = c.gen[start:end]
-    forced = [None if int(t) == c.mask_id else int(t) for t in seg]
+    forced = [None if t == c.mask_id else t for t in seg.tolist()]
     seen = None
     if cfg.ar_repetition_penalty != 1.0:  # the text before the block: prompt and committed slots
         left = c.x[0, : c.prompt_len + start]
