@@ -22,6 +22,7 @@ ENGINES="${ENGINES:-transformers native}"
 PROMPTS="${PROMPTS:-3}"
 TOKENS="${TOKENS:-128}"
 REPEATS="${REPEATS:-2}"
+COMPILE="${COMPILE:-0}"     # 1: also measure torch.compile'd forwards (minutes of compilation at 7B)
 DEVICE="${DEVICE:-cuda}"   # DEVICE=cpu DTYPE=float32 SHAPED=<a small build_shaped pair> dry-runs the script here
 DTYPE="${DTYPE:-bfloat16}"
 mkdir -p "$DEST"
@@ -37,7 +38,7 @@ R="codila:B=4,W=1,ctx=96,rp=1.3"  # the setting `codila gen` runs on the bundled
 for engine in $ENGINES; do
     CODILA_ENGINE="$engine" python3 benchmarks/perf.py --out "$DEST/$engine" --dlm "$SHAPED/dlm" --ar "$SHAPED/ar" \
         --device "$DEVICE" --dtype "$DTYPE" --prompts "$PROMPTS" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
-        --no-compile --no-startup --batch 4 \
+        $([ "$COMPILE" = 1 ] || echo --no-compile) --no-startup --batch 4 \
         --settings dream:K=1 threshold:0.9 threshold:0.9,cache=dual codila:B=4,W=1 "$R" \
         "$R,cache=prefix,cb=4" "$R,cache=dual,cb=4" 2>&1 | tail -n 20
 done
