@@ -118,3 +118,27 @@ def test_every_gen_setting_with_a_default_can_be_set_in_the_config_file():
     runtime = {"device", "dtype"}
     assert set(GEN_DEFAULTS) - runtime == set(SCHEMA["gen"])
     assert runtime == set(SCHEMA["runtime"])
+
+
+def test_doctor_plans_dtype_and_memory_and_flags_weights_that_do_not_fit(tiny, monkeypatch):
+    """doctor says what `--dtype auto` resolves to per model and how much memory the weights take, and
+    fails (exit 1, Error + Hint) when they exceed the device's memory."""
+    from codila_cli import info
+
+    monkeypatch.setenv("CODILA_MODEL", str(tiny["dlm"]))
+    monkeypatch.setenv("CODILA_AR_MODEL", str(tiny["ar"]))
+    monkeypatch.setenv("CODILA_DEVICE", "cpu")
+    r = runner.invoke(app, ["doctor", "--json"])
+    assert r.exit_code == 0, r.stderr
+    checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    assert "in float32 on cpu (--dtype auto)" in checks["weights dlm"]["value"]
+    assert checks["memory"]["ok"]
+    monkeypatch.setenv("CODILA_DTYPE", "bfloat16")
+    checks = {c["name"]: c for c in json.loads(runner.invoke(app, ["doctor", "--json"]).stdout)["checks"]}
+    assert "in bfloat16 on cpu (--dtype bfloat16)" in checks["weights ar"]["value"]
+    monkeypatch.setattr(info, "_memory_gib", lambda kind: 1e-6)
+    r = runner.invoke(app, ["doctor"])
+    assert r.exit_code == 1
+    assert "BAD memory" in r.stdout
+    err = r.stderr.strip().splitlines()
+    assert err[0].startswith("Error: the models' weights") and err[-1].startswith("Hint:")

@@ -494,7 +494,8 @@ def models(
 
 @app.command()
 def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
-    """Check versions, device, cache, configured models and config file; exit 1 if something is missing."""
+    """Check versions, device, cache, configured models (with the dtype `auto` picks and the memory their
+    weights take) and config file; exit 1 if something is missing or the weights do not fit."""
 
     def body() -> None:
         import json
@@ -512,6 +513,8 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
         for p in problems:
             sys.stderr.write(f"Error: {p}\n")
         if problems:
+            sys.stderr.write("Hint: each Error line above says what is wrong and what to try; "
+                             "`codila doctor --json` lists every check\n")
             raise typer.Exit(EXIT_RUNTIME)
 
     boundary(body)

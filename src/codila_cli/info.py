@@ -101,6 +101,7 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
     from codila_cli.models.cache import resolve_local_dir
     from codila_cli.models.registry import resolve_spec
 
+    needed: dict[str, float] = {}  # device type -> GiB of weights planned on it
     dlm = os.environ.get("CODILA_MODEL") or user.get("models", "dlm") or "bundled-dlm"
     ar = os.environ.get("CODILA_AR_MODEL") or user.get("models", "ar") or ("bundled-ar" if dlm == "bundled-dlm" else None)
     for role, name in (("dlm", dlm), ("ar", ar)):
@@ -110,7 +111,37 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
         try:
             path = resolve_local_dir(resolve_spec(name, kind=role))  # type: ignore[arg-type]
             add(f"model {role}", f"{name}: {path}")
+            from codila_cli.models.loading import weights_plan
+
+            setting = os.environ.get("CODILA_DTYPE") or user.get("runtime", "dtype") or "auto"
+            device = os.environ.get("CODILA_DEVICE") or user.get("runtime", "device") or "auto"
+            dev, dt, gib = weights_plan(path, name=name, device=device, dtype=setting)
+            add(f"weights {role}", f"{gib:.2f} GiB in {str(dt).removeprefix('torch.')} on {dev.type} "
+                                   f"(--dtype {setting})")
+            needed[dev.type] = needed.get(dev.type, 0.0) + gib
         except CodilaError as exc:
             add(f"model {role}", f"{name}: missing", False, f"{role} model {name!r}: {exc.message}"
                 + (f" ({exc.hint})" if exc.hint else ""))
+    for kind, gib in needed.items():
+        total = _memory_gib(kind)
+        if total is not None and gib > total:
+            add("memory", f"the weights need {gib:.1f} GiB, the {kind} has {total:.1f} GiB", False,
+                f"the models' weights ({gib:.1f} GiB) do not fit the {kind}'s {total:.1f} GiB "
+                "(try --dtype bfloat16, or a GPU)")
+        elif total is not None:
+            add("memory", f"weights {gib:.1f} GiB of {total:.1f} GiB ({kind})")
     return checks, problems
+
+
+def _memory_gib(kind: str) -> float | None:
+    """Total memory of the device kind (GPU 0 for cuda, physical RAM for cpu), or None if unknown."""
+    try:
+        if kind == "cuda":
+            import torch
+
+            return torch.cuda.get_device_properties(0).total_memory / 2**30
+        if kind == "cpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        return None
+    return None

@@ -69,6 +69,21 @@ def choose_dtype(dtype: str, device: Any, *, large_bf16: bool = False) -> Any:
     return getattr(torch, dtype)
 
 
+def weights_plan(path: Path, *, name: str, device: str, dtype: str) -> tuple[Any, Any, float]:
+    """(device, dtype, GiB of weights in memory) that ``load_models`` would use for this checkpoint
+    (for ``codila doctor``: what ``auto`` resolves to, and whether it will fit)."""
+    import torch
+
+    dev = choose_device(device)
+    dt = choose_dtype(dtype, dev, large_bf16=large_bf16_checkpoint(path, name=name))
+    cfg = read_config(path, name=name)
+    stored = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
+    stored_bytes = getattr(torch, stored).itemsize if stored in ("float32", "bfloat16", "float16") else None
+    on_disk = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    scale = dt.itemsize / stored_bytes if stored_bytes else 1.0
+    return dev, dt, on_disk * scale / 2**30
+
+
 def large_bf16_checkpoint(path: Path, *, name: str) -> bool:
     """True when config.json says the weights are stored in bf16 (``dtype`` / ``torch_dtype``) and the
     weight files hold at least BF16_ON_CPU_FROM bytes."""
