@@ -34,6 +34,18 @@ if [ ! -f "$SHAPED/ar/config.json" ]; then
     python3 -m codila_cli.train.shaped "$SHAPED" --device "$DEVICE" | tee -a "$DEST/gpu.txt"
     echo "random checkpoints written in $((SECONDS - start)) s" | tee -a "$DEST/gpu.txt"
 fi
+for engine in $ENGINES; do  # cold start at 7B: `codila gen` end to end (imports, load, 16 tokens)
+    CODILA_ENGINE="$engine" python3 - "$SHAPED" "$DEVICE" "$DTYPE" "$engine" <<'PY' | tee -a "$DEST/gpu.txt"
+import subprocess, sys, time
+shaped, device, dtype, engine = sys.argv[1:]
+t = time.perf_counter()
+r = subprocess.run([sys.executable, "-m", "codila_cli", "gen", "-v", "--dlm", f"{shaped}/dlm", "--ar", f"{shaped}/ar",
+                    "--device", device, "--dtype", dtype, "--max-new-tokens", "16", "--seed", "0", "def f(x):"],
+                   capture_output=True, text=True, check=False)
+print(f"codila gen end to end ({engine}): {time.perf_counter() - t:.1f} s, rc {r.returncode}")
+print("\n".join(r.stderr.strip().splitlines()[-2:]))
+PY
+done
 R="codila:B=4,W=1,ctx=96,rp=1.3"  # the setting `codila gen` runs on the bundled pair
 for engine in $ENGINES; do
     CODILA_ENGINE="$engine" python3 benchmarks/perf.py --out "$DEST/$engine" --dlm "$SHAPED/dlm" --ar "$SHAPED/ar" \
