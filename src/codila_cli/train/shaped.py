@@ -1,6 +1,6 @@
 """Random checkpoints with the real models' shapes and token layout, for speed measurements at scale.
 
-    python -m codila_cli.train.shaped OUT_DIR [--dlm dream-coder-7b] [--ar qwen3-0.6b] [--device cuda]
+    python -m codila_cli.train.shaped OUT_DIR [--dlm dream-coder-7b|dreamon-7b] [--ar qwen3-0.6b] [--device cuda]
 
 No hub download can reach real weights here, so the 7B numbers of issue 10 (forward cost, sampler
 overhead, cache gains at Dream-Coder-7B / Qwen3-0.6B size) are measured on random weights of exactly
