@@ -102,6 +102,8 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
     from codila_cli.models.registry import resolve_spec
 
     needed: dict[str, float] = {}  # device type -> GiB of weights planned on it
+    setting = os.environ.get("CODILA_DTYPE") or user.get("runtime", "dtype") or "auto"
+    device = os.environ.get("CODILA_DEVICE") or user.get("runtime", "device") or "auto"
     dlm = os.environ.get("CODILA_MODEL") or user.get("models", "dlm") or "bundled-dlm"
     ar = os.environ.get("CODILA_AR_MODEL") or user.get("models", "ar") or ("bundled-ar" if dlm == "bundled-dlm" else None)
     for role, name in (("dlm", dlm), ("ar", ar)):
@@ -113,8 +115,6 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
             add(f"model {role}", f"{name}: {path}")
             from codila_cli.models.loading import weights_plan
 
-            setting = os.environ.get("CODILA_DTYPE") or user.get("runtime", "dtype") or "auto"
-            device = os.environ.get("CODILA_DEVICE") or user.get("runtime", "device") or "auto"
             dev, dt, gib = weights_plan(path, name=name, device=device, dtype=setting)
             add(f"weights {role}", f"{gib:.2f} GiB in {str(dt).removeprefix('torch.')} on {dev.type} "
                                    f"(--dtype {setting})")

@@ -106,7 +106,8 @@ class SoftBlockWriter:
             self.context_tokens_computed += len(new)
         else:
             new = []
-        hard = emb[torch.tensor(new + guess, dtype=torch.long, device=emb.device)]  # the new context ids and the guesses: one gather
+        # the new context ids and the guesses: one gather
+        hard = emb[torch.tensor(new + guess, dtype=torch.long, device=emb.device)]
         tail = [hard[len(new) :]] if guess else []
         if context:
             parts = ([hard[: len(new)]] if new else []) + [open_e, soft, close_e] + tail

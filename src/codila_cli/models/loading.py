@@ -69,29 +69,36 @@ def choose_dtype(dtype: str, device: Any, *, large_bf16: bool = False) -> Any:
     return getattr(torch, dtype)
 
 
+def _stored(path: Path, *, name: str) -> tuple[str, int]:
+    """(the dtype config.json says the weights are stored in, "" if it does not say; bytes of weight files)."""
+    cfg = read_config(path, name=name)
+    stored = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
+    return stored, sum(f.stat().st_size for f in _weight_files(path, name=name))
+
+
+def large_bf16_checkpoint(path: Path, *, name: str) -> bool:
+    """True when the weights are stored in bf16 and their files hold at least BF16_ON_CPU_FROM bytes."""
+    stored, size = _stored(path, name=name)
+    return stored == "bfloat16" and size >= BF16_ON_CPU_FROM
+
+
 def weights_plan(path: Path, *, name: str, device: str, dtype: str) -> tuple[Any, Any, float]:
     """(device, dtype, GiB of weights in memory) that ``load_models`` would use for this checkpoint
     (for ``codila doctor``: what ``auto`` resolves to, and whether it will fit)."""
     import torch
 
+    stored, size = _stored(path, name=name)
     dev = choose_device(device)
-    dt = choose_dtype(dtype, dev, large_bf16=large_bf16_checkpoint(path, name=name))
-    cfg = read_config(path, name=name)
-    stored = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
+    dt = choose_dtype(dtype, dev, large_bf16=stored == "bfloat16" and size >= BF16_ON_CPU_FROM)
     stored_bytes = getattr(torch, stored).itemsize if stored in ("float32", "bfloat16", "float16") else None
-    on_disk = sum(f.stat().st_size for f in path.glob("*.safetensors"))
-    scale = dt.itemsize / stored_bytes if stored_bytes else 1.0
-    return dev, dt, on_disk * scale / 2**30
+    return dev, dt, size * (dt.itemsize / stored_bytes if stored_bytes else 1.0) / 2**30
 
 
-def large_bf16_checkpoint(path: Path, *, name: str) -> bool:
-    """True when config.json says the weights are stored in bf16 (``dtype`` / ``torch_dtype``) and the
-    weight files hold at least BF16_ON_CPU_FROM bytes."""
-    cfg = read_config(path, name=name)
-    stored = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
-    if stored != "bfloat16":
-        return False
-    return sum(f.stat().st_size for f in path.glob("*.safetensors")) >= BF16_ON_CPU_FROM
+def assert_materialised(model: Any, *, name: str) -> None:
+    """Refuse a model with a parameter or buffer still on the meta device (no weights were loaded for it)."""
+    left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ModelLoadError(f"'{name}': no weights for {left[:3]}", hint="the checkpoint is incomplete")
 
 
 def _hf_config(cfg: dict, *, name: str) -> Any:
@@ -200,7 +207,9 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
         with torch.device("meta"):
             model = NativeLM(native_cfg, causal=causal)
         _check_weights(model, state, tied=native_cfg.tie_word_embeddings, name=name)
-        return load_native(model, state, device=device, dtype=dtype)
+        model = load_native(model, state, device=device, dtype=dtype)
+        assert_materialised(model, name=name)
+        return model
     from transformers import AutoModelForCausalLM
 
     hf_cfg = _hf_config(cfg, name=name)
@@ -219,9 +228,7 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
             parent = model.get_submodule(mod_name.rsplit(".", 1)[0])
             with torch.device(device):
                 setattr(parent, "rotary_emb", type(module)(config=hf_cfg))
-    left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise ModelLoadError(f"'{name}': no weights for {left[:3]}", hint="the checkpoint is incomplete")
+    assert_materialised(model, name=name)
     if not causal:
         n = 0
         for module in model.modules():
