@@ -91,21 +91,27 @@ def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: S
 def run_eval(models, tasks: list[Task], settings: list[Setting], *, seed: int = 0,
              limits: SandboxLimits = SandboxLimits(), on_row: Callable[[dict], None] | None = None,
              rank: int = 0, world: int = 1, batch_size: int = 1) -> list[dict]:
-    """Rows for every (setting, task); with ``world`` > 1 only this rank's share (tasks rank::world);
-    with ``batch_size`` > 1 completion tasks are decoded ``batch_size`` at a time."""
+    """Rows for every (setting, task), returned in (setting, task) order; with ``world`` > 1 only this
+    rank's share (tasks rank::world); with ``batch_size`` > 1 completion tasks are decoded
+    ``batch_size`` at a time.
+
+    The run is task-major: every setting decodes a task (or a batch of tasks) before the next one
+    starts, so the settings' tokens/s are measured side by side. Run setting after setting, a machine
+    whose speed drifts over minutes (a shared VM, a GPU warming up) times each setting in a different
+    phase: on this project's 2-core VM the same setting ran 25 % slower when it came second."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     rows = []
     mine = [(ti, task) for ti, task in enumerate(tasks) if ti % world == rank]
-    for si, st in enumerate(settings):
-        for b in range(0, len(mine), batch_size):
-            chunk = mine[b : b + batch_size]
+    for b in range(0, len(mine), batch_size):
+        chunk = mine[b : b + batch_size]
+        for si, st in enumerate(settings):
             for (ti, _), row in zip(chunk, evaluate_batch(models, [t for _, t in chunk], st, seed=seed, limits=limits)):
                 row["_setting_index"], row["_task_index"] = si, ti
                 rows.append(row)
                 if on_row:
                     on_row(row)
-    return rows
+    return sorted(rows, key=lambda r: (r["_setting_index"], r["_task_index"]))
 
 
 def summarize(rows: list[dict]) -> list[dict]:
