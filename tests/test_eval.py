@@ -192,6 +192,40 @@ def test_eval_runs_task_major_and_returns_rows_setting_major(tiny):
         assert [r["setting"] for r in rows] == ["dream:K=4"] * 3 + ["codila:B=4"] * 3
 
 
+def test_a_task_too_long_for_the_context_counts_as_failed_and_the_run_goes_on(tiny_models, tiny, tmp_path):
+    """A prompt that leaves no room for the canvas is not decoded: its row says too-long and counts as
+    failed (pass@1 and the valid share keep the whole benchmark as denominator); the rest run as usual,
+    batched or not, and the command warns once before decoding."""
+    from codila_cli.eval.benchmarks import Task
+    from codila_cli.eval.runner import markdown, run_eval, summarize
+
+    room = tiny_models.dlm.context_length - 8
+    tasks = [Task("t/short", "def f(x):\n", "complete", "assert f(1) == 1"),
+             Task("t/long", "x = 1\n" * room, "complete", "assert True"),
+             Task("t/short2", "def g(y):\n", "complete")]
+    settings = [parse_setting("dream:K=4", max_new_tokens=8)]
+    one = run_eval(tiny_models, tasks, settings, limits=FAST)
+    two = run_eval(tiny_models, tasks, settings, limits=FAST, batch_size=3)
+    for rows in (one, two):
+        assert [r["task_id"] for r in rows] == ["t/short", "t/long", "t/short2"]
+        long = rows[1]
+        assert long["status"] == "too-long" and long["passed"] is False and long["valid"] is False
+        assert long["tokens"] == 0 and long["dlm_forwards"] == 0
+        assert [r["status"] for r in rows[::2]] != ["too-long"] * 2 and rows[0]["dlm_forwards"] >= 1
+        assert rows[2]["passed"] is None  # no tests: syntax only
+    summary = summarize(one)
+    assert summary[0]["n"] == 3 and summary[0]["too_long"] == 1 and summary[0]["pass_at_1"] in (0.0, 0.5)
+    assert "1 task(s) did not fit" in markdown(summary)
+
+    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--task", "HumanEval/129", "--task", "HumanEval/0",
+                                 "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--setting", "dream:K=4",
+                                 "--max-new-tokens", "200", "--timeout", "3", "-o", str(tmp_path / "e")])
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count("Warning: 1 of 2 tasks do not fit") == 1 and "HumanEval/129" in r.stderr
+    rows = [json.loads(x) for x in (tmp_path / "e" / "rows.jsonl").read_text().splitlines()]
+    assert {x["task_id"]: x["status"] for x in rows}["HumanEval/129"] == "too-long"
+
+
 def test_batch_size_out_of_range_is_refused(tiny, tmp_path):
     r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
                                  "--batch-size", "0", "-o", str(tmp_path / "x")])

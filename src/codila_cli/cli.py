@@ -549,7 +549,8 @@ def eval_cmd(
         import json
 
         from codila_cli.eval.benchmarks import load_tasks, select
-        from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
+        from codila_cli.eval.runner import (markdown, paired_quality, paired_section, run_eval, too_long,
+                                            write_outputs)
         from codila_cli.eval.sandbox import SandboxLimits
         from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting
         from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, load_models
@@ -574,6 +575,12 @@ def eval_cmd(
         shard = init_from_env()
         models = load_models(dlm=dlm_name, ar=ar_name, device=device_for(shard, device), dtype=dtype,
                              compile=compile_model)
+        long = [t.task_id for t in chosen if any(too_long(models, t, p) for p in parsed)]
+        if long and not quiet and shard.main:
+            sys.stderr.write(f"Warning: {len(long)} of {len(chosen)} tasks do not fit the model's context of "
+                             f"{models.dlm.context_length} tokens with --max-new-tokens {max_new_tokens} "
+                             f"({', '.join(long[:3])}{', …' if len(long) > 3 else ''}); they count as failed "
+                             "(status too-long). Lower --max-new-tokens to include them.\n")
         output.mkdir(parents=True, exist_ok=True)
         done = [0]
         total = -(-len(chosen) // shard.world) * len(parsed)

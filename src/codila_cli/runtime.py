@@ -154,16 +154,26 @@ class GenerationResult:
 def _prepare(models: Models, prompt: str, config: Any, system: str | None) -> tuple[list[int], str]:
     if not prompt.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
-    dlm = models.dlm
-    ids, mode = encode_prompt(dlm.tokenizer, dlm.specials, prompt, system=system)
-    need = len(ids) + config.max_new_tokens
-    if need > dlm.context_length:
-        raise UsageError(
-            f"the prompt is {len(ids)} tokens; with --max-new-tokens {config.max_new_tokens} that is {need}, "
-            f"more than the model's context of {dlm.context_length} tokens",
-            hint="shorten the prompt or lower --max-new-tokens",
-        )
+    ids, mode = encode_prompt(models.dlm.tokenizer, models.dlm.specials, prompt, system=system)
+    problem = _overflow(models, len(ids), config)
+    if problem:
+        raise UsageError(problem, hint="shorten the prompt or lower --max-new-tokens")
     return ids, mode
+
+
+def _overflow(models: Models, prompt_tokens: int, config: Any) -> str | None:
+    need = prompt_tokens + config.max_new_tokens
+    if need <= models.dlm.context_length:
+        return None
+    return (f"the prompt is {prompt_tokens} tokens; with --max-new-tokens {config.max_new_tokens} that is {need}, "
+            f"more than the model's context of {models.dlm.context_length} tokens")
+
+
+def context_overflow(models: Models, prompt: str, *, config: Any, system: str | None = None) -> str | None:
+    """Why ``prompt`` plus a canvas of ``config.max_new_tokens`` does not fit the DLM's context (the
+    message ``generate`` would raise), or None when it fits."""
+    ids, _ = encode_prompt(models.dlm.tokenizer, models.dlm.specials, prompt, system=system)
+    return _overflow(models, len(ids), config)
 
 
 def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,

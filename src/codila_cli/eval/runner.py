@@ -46,12 +46,37 @@ def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, li
 
     for task in tasks:
         _check_fit(task, setting)
+    long = {i for i, t in enumerate(tasks) if too_long(models, t, setting)}
+    if long:  # such a task counts as failed; the others are decoded as usual
+        fit = [t for i, t in enumerate(tasks) if i not in long]
+        rows = iter(evaluate_batch(models, fit, setting, seed=seed, limits=limits) if fit else [])
+        return [_too_long_row(t, setting) if i in long else next(rows) for i, t in enumerate(tasks)]
     if len(tasks) == 1 or any(t.kind == "infill" for t in tasks):
         return [evaluate_task(models, t, setting, seed=seed, limits=limits) for t in tasks]
     out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder, config=setting.config,
                         seeds=[seed] * len(tasks))
     return [_row(t, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
             for t, r in zip(tasks, out.results)]
+
+
+def too_long(models, task: Task, setting: Setting) -> bool:
+    """True when a completion task's prompt plus the setting's canvas does not fit the DLM's context.
+    (An infill task never is: its prefix and suffix are cut to fit around the middle.)"""
+    from codila_cli.runtime import context_overflow
+
+    if task.kind == "infill" or not hasattr(setting.config, "max_new_tokens"):  # (a mismatch: _check_fit)
+        return False
+    return context_overflow(models, task.prompt, config=setting.config) is not None
+
+
+def _too_long_row(task: Task, setting: Setting) -> dict:
+    """The row of a task the model cannot take at this canvas length: nothing decoded, counted as failed
+    (not valid, not passed), so every benchmark's denominators stay the whole benchmark."""
+    return {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": "",
+            "valid": False, "parses": False, "empty": True, "repetitive": False,
+            "passed": False if task.test else None, "status": "too-long", "dlm_forwards": 0, "ar_forwards": 0,
+            "tokens": 0, "tokens_per_step": 0.0, "tokens_per_second": 0.0, "wall_seconds": 0.0,
+            "order_spearman": None}
 
 
 def _check_fit(task: Task, setting: Setting) -> None:
@@ -131,7 +156,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             "empty": sum(r["empty"] for r in rs) / n, "tokens_per_step": tokens / fwd if fwd else 0.0,
             "tokens_per_second": tokens / secs if secs else 0.0, "dlm_forwards": fwd,
             "ar_forwards": sum(r["ar_forwards"] for r in rs), "order_spearman": statistics.mean(sp) if sp else None,
-            "wall_seconds": round(secs, 2)})
+            "wall_seconds": round(secs, 2), "too_long": sum(r.get("status") == "too-long" for r in rs)})
     return out
 
 
@@ -219,6 +244,10 @@ def markdown(summary: list[dict], *, title: str = "") -> str:
                      f"{s.get('valid_not_repetitive', s['syntax_valid']):.1%} | {s['syntax_error_rate']:.1%} | "
                      f"{s['empty']:.1%} | {s['tokens_per_step']:.2f} | {s['tokens_per_second']:.1f} | "
                      f"{s['dlm_forwards']} | {s['ar_forwards']} | {rho} | {s['wall_seconds']} |")
+    long = max((s.get("too_long", 0) for s in summary), default=0)
+    if long:
+        lines += ["", f"{long} task(s) did not fit the model's context with this canvas (status `too-long` in "
+                  "rows.jsonl): nothing was decoded for them and they count as failed."]
     return "\n".join(lines) + "\n"
 
 
