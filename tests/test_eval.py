@@ -221,7 +221,7 @@ def test_a_task_too_long_for_the_context_counts_as_failed_and_the_run_goes_on(ti
                                  "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--setting", "dream:K=4",
                                  "--max-new-tokens", "200", "--timeout", "3", "-o", str(tmp_path / "e")])
     assert r.exit_code == 0, r.stderr
-    assert r.stderr.count("Warning: 1 of 2 tasks do not fit") == 1 and "HumanEval/129" in r.stderr
+    assert r.stderr.count("Warning: 1 of 2 tasks does not fit") == 1 and "HumanEval/129" in r.stderr
     rows = [json.loads(x) for x in (tmp_path / "e" / "rows.jsonl").read_text().splitlines()]
     assert {x["task_id"]: x["status"] for x in rows}["HumanEval/129"] == "too-long"
 

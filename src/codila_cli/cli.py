@@ -577,10 +577,12 @@ def eval_cmd(
                              compile=compile_model)
         long = [t.task_id for t in chosen if any(too_long(models, t, p) for p in parsed)]
         if long and not quiet and shard.main:
-            sys.stderr.write(f"Warning: {len(long)} of {len(chosen)} tasks do not fit the model's context of "
-                             f"{models.dlm.context_length} tokens with --max-new-tokens {max_new_tokens} "
-                             f"({', '.join(long[:3])}{', …' if len(long) > 3 else ''}); they count as failed "
-                             "(status too-long). Lower --max-new-tokens to include them.\n")
+            one = len(long) == 1
+            sys.stderr.write(f"Warning: {len(long)} of {len(chosen)} tasks {'does' if one else 'do'} not fit the "
+                             f"model's context of {models.dlm.context_length} tokens with --max-new-tokens "
+                             f"{max_new_tokens} ({', '.join(long[:3])}{', …' if len(long) > 3 else ''}); "
+                             f"{'it counts' if one else 'they count'} as failed (status too-long). Lower "
+                             f"--max-new-tokens to include {'it' if one else 'them'}.\n")
         output.mkdir(parents=True, exist_ok=True)
         done = [0]
         total = -(-len(chosen) // shard.world) * len(parsed)
