@@ -10,10 +10,17 @@ import time
 
 import pytest
 
+def _interruptible() -> None:
+    """In the child before exec: Ctrl-C does its default. A process started in the background by a shell
+    without job control (`cmd &` in a script, as CI runners may do) inherits SIGINT ignored, and Python
+    then rightly keeps ignoring it, so codila would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args, tmp_path, script):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CODILA_TEST_MARKER": str(tmp_path.parent / f"{tmp_path.name}.marker")}
     return subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env)
+                            stdin=subprocess.DEVNULL, env=env, preexec_fn=_interruptible)
 
 
 def _wait_for_decoding(proc, tmp_path, timeout=60):
