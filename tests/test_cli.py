@@ -147,6 +147,15 @@ def test_strict_exits_4_on_invalid_code(tiny):
 def test_prompt_too_long_for_context(tiny):
     r = gen("--dlm", str(tiny["dlm"]), "--max-new-tokens", "500", "x = 1\n" * 50)
     assert r.exit_code == 2 and "context" in r.stderr
+    assert r.stdout == ""  # the streamer (on: stdout is not a terminal) wrote none of the prompt's lines
+    room = int(r.stderr.split("Hint: lower --max-new-tokens to ")[1].split()[0])  # the largest canvas that fits
+    ok = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", str(room), "--seed", "0", "x = 1\n" * 50)
+    assert ok.exit_code == 0, ok.stderr
+    again = gen("--dlm", str(tiny["dlm"]), "--max-new-tokens", str(room + 1), "x = 1\n" * 50)
+    assert again.exit_code == 2
+    huge = gen("--dlm", str(tiny["dlm"]), "x = 1\n" * 600)
+    assert huge.exit_code == 2 and "Hint: shorten the prompt to 384 tokens or less" in huge.stderr  # 512 − 128
+    assert huge.stdout == ""
 
 
 @pytest.mark.parametrize("prompt", ["", "   \n\t"])

@@ -157,7 +157,11 @@ def _prepare(models: Models, prompt: str, config: Any, system: str | None) -> tu
     ids, mode = encode_prompt(models.dlm.tokenizer, models.dlm.specials, prompt, system=system)
     problem = _overflow(models, len(ids), config)
     if problem:
-        raise UsageError(problem, hint="shorten the prompt or lower --max-new-tokens")
+        room = models.dlm.context_length - len(ids)  # the largest canvas this prompt leaves
+        fit = models.dlm.context_length - config.max_new_tokens  # the longest prompt this canvas leaves
+        shorten = f"shorten the prompt to {fit} tokens or less" if fit > 0 else "shorten the prompt"
+        raise UsageError(problem, hint=f"lower --max-new-tokens to {room} or less, or {shorten}" if room > 0
+                         else f"{shorten} (the model's context is {models.dlm.context_length} tokens)")
     return ids, mode
 
 

@@ -18,8 +18,8 @@ class StdoutStreamer:
     def __init__(self, *, tokenizer: Any, specials: Any, prompt: str, out: TextIO) -> None:
         self.tok, self.sp, self.out = tokenizer, specials, out
         self.written = ""
-        self.prompt = prompt
-        self._emit(prompt[: prompt.rfind("\n") + 1])
+        self.prompt = prompt  # its lines go out with the first step: nothing is written before decoding
+        # starts, so a prompt refused by generate (too long for the context) leaves stdout empty
 
     def _emit(self, text: str) -> None:
         if text:
