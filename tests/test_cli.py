@@ -147,7 +147,7 @@ def test_strict_exits_4_on_invalid_code(tiny):
 def test_prompt_too_long_for_context(tiny):
     r = gen("--dlm", str(tiny["dlm"]), "--max-new-tokens", "500", "x = 1\n" * 50)
     assert r.exit_code == 2 and "context" in r.stderr
-    assert r.stdout == ""  # the streamer (on: stdout is not a terminal) wrote none of the prompt's lines
+    assert r.stdout == ""  # the streamer (on: no terminal, so no live view) wrote none of the prompt lines
     room = int(r.stderr.split("Hint: lower --max-new-tokens to ")[1].split()[0])  # the largest canvas that fits
     ok = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", str(room), "--seed", "0", "x = 1\n" * 50)
     assert ok.exit_code == 0, ok.stderr
