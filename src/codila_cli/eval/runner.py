@@ -42,16 +42,18 @@ def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: Sa
 def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
     """Several completion tasks decoded together (runtime.generate_many: one DLM forward per step for
     the whole batch); each row equals its single run up to float rounding in left-padded rows."""
-    from codila_cli.runtime import generate_many
-
     for task in tasks:
         _check_fit(task, setting)
-    long = {i for i, t in enumerate(tasks) if too_long(models, t, setting)}
-    if long:  # such a task counts as failed; the others are decoded as usual
-        fit = [t for i, t in enumerate(tasks) if i not in long]
-        rows = iter(evaluate_batch(models, fit, setting, seed=seed, limits=limits) if fit else [])
-        return [_too_long_row(t, setting) if i in long else next(rows) for i, t in enumerate(tasks)]
-    if len(tasks) == 1 or any(t.kind == "infill" for t in tasks):
+    long = [too_long(models, t, setting) for t in tasks]  # such a task counts as failed, undecoded
+    rows = iter(_decode_rows(models, [t for t, skip in zip(tasks, long) if not skip], setting, seed=seed,
+                             limits=limits))
+    return [_too_long_row(t, setting) if skip else next(rows) for t, skip in zip(tasks, long)]
+
+
+def _decode_rows(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
+    from codila_cli.runtime import generate_many
+
+    if len(tasks) <= 1 or any(t.kind == "infill" for t in tasks):
         return [evaluate_task(models, t, setting, seed=seed, limits=limits) for t in tasks]
     out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder, config=setting.config,
                         seeds=[seed] * len(tasks))
