@@ -26,6 +26,25 @@ def test_indentation_error_needs_python_parser():
     assert not check_python(code2).valid
 
 
+def test_messages_explain_each_problem():
+    """Python's specific words where it has them (with its column), tree-sitter's view otherwise."""
+    r = check_python('def fib(n):\n    """Return a list\n\n    >>> G =\n')
+    assert [(e.line, e.column) for e in r.errors] == [(2, 5), (4, 5)]
+    assert r.errors[0].message.startswith("unterminated triple-quoted string literal")
+    assert r.errors[1].message == "unexpected `>>> G =`"
+    r = check_python("def f(x):\n    return (x + \n")
+    assert [(e.line, e.column, e.kind, e.message) for e in r.errors] == [(2, 12, "error", "'(' was never closed")]
+    # Python only says "invalid syntax" here: tree-sitter's account is kept
+    (e,) = check_python("def f(x):\n    return foo problem\n").errors
+    assert (e.line, e.column, e.message) == (2, 12, "unexpected `foo` in return statement")
+    (e,) = check_python("def f(:\n    pass\n").errors
+    assert (e.kind, e.message) == ("missing )", "missing `)`")
+    (e,) = check_python("def f(x):\n  return x\n    y = 2\n").errors  # only Python sees it
+    assert (e.line, e.kind, e.message) == (3, "python: unexpected indent", "unexpected indent")
+    long = check_python("if x\n    y = 1\nz = (" + "a + " * 20 + "\n")
+    assert all(len(e.message) < 80 for e in long.errors)
+
+
 def test_extract_code_prefers_python_fence():
     text = "Here:\n```text\nnot code\n```\nand\n```python\ndef f():\n    pass\n```\nbye"
     assert extract_code(text) == "def f():\n    pass\n"
@@ -44,4 +63,15 @@ def test_extract_without_fence_returns_text():
 def test_extract_and_check_never_raise(text):
     out = extract_code(text)
     assert isinstance(out, str)
-    check_python(out)
+    report = check_python(out)
+    assert all(e.message for e in report.errors)
+
+
+def test_stderr_syntax_line_gives_the_messages():
+    from codila_cli.cli import _syntax_line
+
+    line = _syntax_line(check_python("x = [1, 2\ny = 3\n"))
+    assert line == "syntax: 1 problem(s): line 1 col 5: '[' was never closed"
+    assert _syntax_line(check_python("x = 1\n")) == "syntax: valid"
+    many = _syntax_line(check_python("".join(f"x{i} = (\n" for i in range(7)) + "if x\n"))
+    assert many.startswith("syntax: ") and many.count("; ") <= 4

@@ -186,7 +186,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 def _syntax_line(report: Any) -> str:
     if report.valid:
         return "syntax: valid"
-    parts = [f"line {e.line} col {e.column}: {e.kind}" for e in report.errors[:5]]
+    parts = [f"line {e.line} col {e.column}: {e.message or e.kind}" for e in report.errors[:5]]
     more = f" (+{len(report.errors) - 5} more)" if len(report.errors) > 5 else ""
     return f"syntax: {len(report.errors)} problem(s): " + "; ".join(parts) + more
 

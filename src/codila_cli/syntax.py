@@ -2,7 +2,10 @@
 
 ``valid`` requires both tree-sitter (no ERROR / MISSING node) and Python's own parser
 (``compile(..., "exec", dont_inherit=True)``): tree-sitter alone misses most indentation errors, and
-it is tree-sitter that locates and names the problem. Lines and columns are 1-based.
+it is tree-sitter that locates the problems (every one, where Python stops at the first). Each problem
+has a ``message`` a person can act on: Python's own words when Python reports a specific error on that
+line ("'(' was never closed", "unterminated triple-quoted string literal …"), else tree-sitter's view
+("unexpected `foo` in return statement", "missing `)`"). Lines and columns are 1-based.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ class SyntaxIssue:
     line: int
     column: int
     kind: str  # "error" (tree-sitter ERROR node), "missing <token>", or "python: <message>"
+    message: str = ""  # what is wrong, in words (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,17 @@ def _parser():
     return Parser(Language(tree_sitter_python.language()))
 
 
+def _unexpected(node) -> str:
+    """"unexpected `<the node's first line, shortened>` in <enclosing construct>" for an ERROR node."""
+    text = (node.text or b"").decode("utf-8", "replace").strip().split("\n", 1)[0].strip()
+    text = text if len(text) <= 30 else text[:29] + "…"
+    what = f"unexpected `{text}`" if text else "unexpected end of input"
+    parent = node.parent
+    if parent is not None and parent.type not in ("module", "block", "ERROR"):
+        what += " in " + parent.type.replace("_", " ")
+    return what
+
+
 def _tree_sitter_issues(code: str, limit: int) -> list[SyntaxIssue]:
     tree = _parser().parse(code.encode("utf-8"))
     issues: list[SyntaxIssue] = []
@@ -46,11 +61,12 @@ def _tree_sitter_issues(code: str, limit: int) -> list[SyntaxIssue]:
         node = stack.pop()
         if not node.has_error and not node.is_missing:
             continue
+        line, col = node.start_point[0] + 1, node.start_point[1] + 1
         if node.is_missing:
-            issues.append(SyntaxIssue(node.start_point[0] + 1, node.start_point[1] + 1, f"missing {node.type}"))
+            issues.append(SyntaxIssue(line, col, f"missing {node.type}", f"missing `{node.type}`"))
             continue
         if node.type == "ERROR":
-            issues.append(SyntaxIssue(node.start_point[0] + 1, node.start_point[1] + 1, "error"))
+            issues.append(SyntaxIssue(line, col, "error", _unexpected(node)))
             continue
         stack.extend(reversed(node.children))
     return sorted(issues, key=lambda i: (i.line, i.column))
@@ -61,11 +77,15 @@ def check_python(code: str, *, limit: int = 20) -> SyntaxReport:
     try:
         compile(code, "<codila>", "exec", dont_inherit=True)
     except SyntaxError as exc:  # IndentationError and TabError are SyntaxErrors
-        line, col = exc.lineno or 1, exc.offset or 1
-        if not any(i.line == line for i in issues):
-            issues.append(SyntaxIssue(line, col, f"python: {exc.msg}"))
+        line, col, msg = exc.lineno or 1, exc.offset or 1, exc.msg
+        same = [k for k, i in enumerate(issues) if i.line == line]
+        if not same:
+            issues.append(SyntaxIssue(line, col, f"python: {msg}", msg))
+        elif msg != "invalid syntax":  # Python's specific words (and column) beat tree-sitter's guess
+            k = same[0]
+            issues[k] = SyntaxIssue(line, col, issues[k].kind, msg)
     except ValueError as exc:  # e.g. source contains null bytes
-        issues.append(SyntaxIssue(1, 1, f"python: {exc}"))
+        issues.append(SyntaxIssue(1, 1, f"python: {exc}", str(exc)))
     return SyntaxReport(valid=not issues, errors=tuple(sorted(issues, key=lambda i: (i.line, i.column))))
 
 
