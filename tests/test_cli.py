@@ -229,6 +229,24 @@ def test_num_samples_text_has_one_header_per_sample(tiny):
     assert "every sample is the same" in r.stderr and "samples parse" in r.stderr
 
 
+def test_temperature_reaches_the_codila_helper(tiny):
+    """Static CoDiLA's helper writes every token, so --temperature alone must make it sample (it used
+    to leave the helper greedy: N samples with N seeds were the same text and no warning said so)."""
+    base = ("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "--max-new-tokens", "16",
+            "--seed", "7", "-n", "4", "--json")
+    r = gen(*base, "--temperature", "1.5", "def f(")
+    assert r.exit_code == 0, r.stderr
+    samples = json.loads(r.stdout)["samples"]
+    assert {s["settings"]["ar_temperature"] for s in samples} == {1.5}
+    assert len({s["text"] for s in samples}) > 1 and "every sample is the same" not in r.stderr
+    # an explicit --ar-temperature wins; 0 keeps the helper greedy, and the warning says why
+    r = gen(*base, "--temperature", "1.5", "--ar-temperature", "0", "def f(")
+    samples = json.loads(r.stdout)["samples"]
+    assert {s["settings"]["ar_temperature"] for s in samples} == {0.0}
+    assert len({s["text"] for s in samples}) == 1
+    assert "every sample is the same" in r.stderr and "--ar-temperature" in r.stderr
+
+
 @pytest.mark.parametrize("n", ["0", "-1", "65", "100000"])
 def test_num_samples_out_of_range_is_a_usage_error(tiny, n):
     r = gen("--dlm", str(tiny["dlm"]), "-n", n, "def f(")

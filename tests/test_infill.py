@@ -221,6 +221,25 @@ def test_codila_infill_runs(pyfile, tiny):
     assert json.loads(r.stdout)["metrics"]["ar_forwards"] > 0
 
 
+def test_codila_infill_helper_samples_at_the_temperature(pyfile, tiny):
+    """With τ this large the helper writes the spans; at --temperature > 0 it samples (it stayed greedy,
+    so every seed gave the same middle), at 0 it is greedy."""
+    def middles(temperature: str) -> set[str]:
+        out = set()
+        for seed in range(4):
+            r = runner.invoke(app, ["infill", str(pyfile), "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
+                                    "--decoder", "codila", "--tau", "50", "--json", "--seed", str(seed),
+                                    "--temperature", temperature])
+            assert r.exit_code == 0, r.stderr
+            doc = json.loads(r.stdout)
+            assert doc["metrics"]["ar_forwards"] > 0
+            out.add(doc["middle"])
+        return out
+
+    assert len(middles("0")) == 1
+    assert len(middles("2")) > 1
+
+
 @pytest.mark.parametrize("case", ["missing", "directory", "binary", "latin1", "nomarker", "range", "reversed",
                                   "conflict", "inplace-stdin"])
 def test_bad_inputs_exit_2_and_leave_file(tmp_path, tiny, case):

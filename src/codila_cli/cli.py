@@ -227,7 +227,7 @@ def gen(
     candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
     parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help="codila: blocks written per DLM forward (static). [default: 1]")] = None,
     conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K'. [default: soft]")] = None,
-    ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: 0]")] = None,
+    ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: --temperature]")] = None,
     ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: the helper's recommendation, else 0]")] = None,
     ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help="codila: penalty (CTRL) on ids already in the text for the AR's choices, 1 = off. [default: the helper's recommendation, else 1]")] = None,
     ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
@@ -257,7 +257,7 @@ def gen(
 
         codila gen --decoder codila --block-size 4 --tau 0.5 "def is_prime(n):"
 
-        codila gen -n 4 --temperature 0.8 "def parse(line):"
+        codila gen -n 4 --temperature 0.5 "def parse(line):"
 
         cat spec.md | codila gen --json > out.json
     """
@@ -276,15 +276,17 @@ def gen(
 
         recommended: dict[str, Any] = {}  # the AR checkpoint's CoDiLA settings, once the helper is known
 
-        def opt(key: str, section: str = "gen") -> Any:
-            """flag > environment (typer) > user config file > the helper's recommendation > GEN_DEFAULTS"""
+        def given(key: str, section: str = "gen") -> Any:
+            """flag > environment (typer) > user config file > the helper's recommendation; None if none"""
             value = flags.get(key)
             if isinstance(value, Enum):
                 value = value.value
             if value is None:
                 value = user.get(section, key)
-            if value is None:
-                value = recommended.get(key)
+            return recommended.get(key) if value is None else value
+
+        def opt(key: str, section: str = "gen") -> Any:
+            value = given(key, section)
             return GEN_DEFAULTS.get(key) if value is None else value
 
         if not 1 <= num_samples <= 64:
@@ -319,7 +321,10 @@ def gen(
                                          cache=opt("cache")),
             "codila": CodilaConfig(max_new_tokens=opt("max_new_tokens"), block_size=opt("block_size"), tau=opt("tau"),
                                    candidate_blocks=opt("candidate_blocks"), parallel_blocks=opt("parallel_blocks"),
-                                   conditioning=opt("conditioning"), ar_temperature=opt("ar_temperature"),
+                                   conditioning=opt("conditioning"),
+                                   # the helper writes the tokens: it samples at --temperature unless told
+                                   ar_temperature=given("ar_temperature") if given("ar_temperature") is not None
+                                   else opt("temperature"),
                                    ar_context=opt("ar_context"),
                                    ar_repetition_penalty=opt("ar_repetition_penalty"), ar_verify=ar_verify, verify_penalty=verify_penalty,
                                    alg=alg_name if alg_name != "origin" else "entropy", sampling=sampling,
@@ -383,6 +388,17 @@ def _view_block(decoder: str, cfg: Any) -> int | None:
     return {"codila": getattr(cfg, "block_size", None), "threshold": getattr(cfg, "block_length", None)}.get(decoder)
 
 
+def _all_greedy(cfg: Any) -> bool:
+    """True when a decode draws nothing at random, so every seed gives the same text: static CoDiLA's
+    helper writes every token (the DLM's temperature is never used), the other decoders sample from the
+    DLM at --temperature, and dynamic CoDiLA does both."""
+    from codila_cli.decoding.config import CodilaConfig
+
+    if isinstance(cfg, CodilaConfig) and not cfg.ar_verify:
+        return cfg.ar_temperature == 0 and (cfg.tau is None or cfg.sampling.temperature == 0)
+    return cfg.sampling.temperature == 0 and getattr(cfg, "alg_temp", None) in (None, 0)
+
+
 def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None, system: str | None, n: int,
               live: bool, json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any) -> None:
     """``gen --num-samples N``: one batched decode; samples on stdout in order, each after a comment line."""
@@ -391,9 +407,10 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
 
     from codila_cli.runtime import SCHEMA_VERSION, generate_many
 
-    if cfg.sampling.temperature == 0 and getattr(cfg, "ar_temperature", 0) == 0 and not quiet:
-        sys.stderr.write("Warning: with --temperature 0 every sample is the same; set --temperature (and "
-                         "--ar-temperature for codila) to get different samples\n")
+    if not quiet and _all_greedy(cfg):
+        sys.stderr.write("Warning: with these settings every sample is the same (nothing is sampled); set "
+                         "--temperature" + (" and --ar-temperature above 0" if chosen == "codila" else " above 0")
+                         + " to get different samples\n")
     base = secrets.randbelow(2**31 - 64) if seed is None else seed
     seeds = [base + i for i in range(n)]
     if live:

@@ -352,7 +352,8 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
             raise UsageError("--tau (CoDiLA infill) needs an AR helper", hint="pass --ar, or drop --tau")
         from codila_cli.decoding.soft_ar import SoftBlockWriter
 
-        writer = SoftBlockWriter(models.ar, models.bridge)
+        # the helper samples at the same temperature as DreamOn's own steps (greedy at 0)
+        writer = SoftBlockWriter(models.ar, models.bridge, temperature=config.sampling.temperature)
     res = decode_dreamon(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, writer=writer, generator=gen,
                          on_step=on_step)
     return res, cut, seed
