@@ -80,6 +80,39 @@ def test_config_path_and_show_json(tmp_path, monkeypatch):
     assert rows["gen.max_new_tokens"]["source"] == "default"
 
 
+def test_config_show_names_what_gen_will_use(tmp_path, monkeypatch):
+    """With no flag, `gen` on the bundled pair uses the helper's recommended CoDiLA settings and an AR
+    temperature that follows --temperature; `config show` says so instead of the static defaults."""
+    import dataclasses
+
+    from codila_cli import runtime
+    from codila_cli.runtime import recommended_decoding
+
+    write_config(tmp_path, monkeypatch, '[gen]\ntemperature = 0.3\n')
+    rec = recommended_decoding("bundled-ar")
+    assert rec, "the bundled helper carries codila_decoding in its config.json"
+    rows = {r["key"]: r for r in json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)["settings"]}
+    for key, value in rec.items():
+        if key != "cache_blocks":  # only when a cache is on
+            assert rows[f"gen.{key}"] == {"key": f"gen.{key}", "value": value, "source": "recommended by bundled-ar"}
+    assert rows["gen.ar_temperature"]["value"] == 0.3 and rows["gen.ar_temperature"]["source"] == "follows gen.temperature"
+    assert rows["models.dlm"]["value"] == "bundled-dlm" and rows["models.ar"]["value"] == "bundled-ar"
+    # the same values are what gen runs with
+    seen = {}
+
+    def capture(models, text, *, config, **kw):
+        seen.update(dataclasses.asdict(config))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runtime, "generate", capture)
+    runner.invoke(app, ["gen", "-q", "def f("])
+    assert seen["ar_temperature"] == 0.3
+    assert all(seen[k] == v for k, v in rec.items() if k != "cache_blocks")
+    monkeypatch.setenv("CODILA_MODEL", "dream-coder")  # a non-bundled DLM has no default helper
+    rows = {r["key"]: r for r in json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)["settings"]}
+    assert rows["models.ar"]["value"] is None and rows["gen.ar_context"]["source"] == "default"
+
+
 def test_models_json_and_cache_status(tiny, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tiny["hub"]))
     r = runner.invoke(app, ["models", "--json"])

@@ -461,7 +461,7 @@ def config_path_cmd() -> None:
 
 @config_app.command("show")
 def config_show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
-    """Print every setting with its value and source (env > file > default)."""
+    """Print every setting with its value and source (env > file > helper's recommendation > default)."""
 
     def body() -> None:
         import json
@@ -478,7 +478,7 @@ def config_show(json_out: Annotated[bool, typer.Option("--json", help="One JSON 
                                          "exists": user.exists, "settings": rows}) + "\n")
             return
         for r in rows:
-            sys.stdout.write(f"{r['key']:<24} {r['value']!s:<16} ({r['source']})\n")
+            sys.stdout.write(f"{r['key']:<26} {r['value']!s:<16} ({r['source']})\n")
 
     boundary(body)
 

@@ -46,19 +46,43 @@ def list_models() -> list[dict[str, Any]]:
 
 
 def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
-    """Every configurable key with its value and where it came from (env > file > default)."""
+    """Every configurable key with the value `codila gen` uses when no flag is given and where it comes
+    from: env > file > the configured AR helper's recommendation (runtime.recommended_decoding) >
+    default; ``gen.ar_temperature`` otherwise follows ``gen.temperature``."""
     from codila_cli.cli import GEN_DEFAULTS
+    from codila_cli.models.registry import bundled_available
+    from codila_cli.runtime import default_ar, recommended_decoding
 
     env_keys = {("models", "dlm"): "CODILA_MODEL", ("models", "ar"): "CODILA_AR_MODEL",
                 ("runtime", "device"): "CODILA_DEVICE", ("runtime", "dtype"): "CODILA_DTYPE"}
+
+    def explicit(section: str, key: str) -> tuple[Any, str] | None:
+        env = env_keys.get((section, key), env_name(key))
+        if os.environ.get(env) is not None:
+            return os.environ[env], f"env {env}"
+        if user.get(section, key) is not None:
+            return user.get(section, key), f"file {user.path}"
+        return None
+
+    dlm = (explicit("models", "dlm") or (None,))[0]
+    ar = (explicit("models", "ar") or (None,))[0] or (default_ar() if dlm in (None, "bundled-dlm") else None)
+    recommended = recommended_decoding(ar) if ar else {}
+    cache = (explicit("gen", "cache") or (GEN_DEFAULTS["cache"],))[0]
     rows = []
     for section, keys in SCHEMA.items():
         for key in keys:
-            env = env_keys.get((section, key), env_name(key))
-            if os.environ.get(env) is not None:
-                value, source = os.environ[env], f"env {env}"
-            elif user.get(section, key) is not None:
-                value, source = user.get(section, key), f"file {user.path}"
+            found = explicit(section, key)
+            if found is not None:
+                value, source = found
+            elif section == "gen" and key in recommended and (key != "cache_blocks" or cache != "none"):
+                value, source = recommended[key], f"recommended by {ar}"
+            elif (section, key) == ("models", "dlm") and bundled_available("bundled-dlm"):
+                value, source = "bundled-dlm", "default"
+            elif (section, key) == ("models", "ar") and ar is not None:
+                value, source = ar, "default"
+            elif (section, key) == ("gen", "ar_temperature"):
+                value, source = (explicit("gen", "temperature") or (GEN_DEFAULTS["temperature"],))[0], \
+                    "follows gen.temperature"
             else:
                 value, source = GEN_DEFAULTS.get(key), "default"
             rows.append({"key": f"{section}.{key}", "value": value, "source": source})
