@@ -281,3 +281,18 @@ def test_console_parse_errors_get_one_error_line_and_a_hint():
     assert r.returncode == 2 and r.stderr.startswith("Usage: codila") and "Error" not in r.stderr
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith("codila ")
+
+
+def test_stderr_report_lines_are_not_wrapped_into_a_pipe(tiny):
+    """stderr into a pipe or a log: each report is one line, however long (Rich used to wrap at 80
+    columns, splitting a syntax message across lines that grep and log parsers then miss)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    r = subprocess.run([sys.executable, "-m", "codila_cli", "gen", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
+                        "-v", "--no-stream", "--max-new-tokens", "32", "--seed", "3", "def f(" + "x, " * 30],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["syntax", "seed", "dlm forwards"], r.stderr
+    assert max(len(line) for line in lines) > 80  # long enough that a wrap would show

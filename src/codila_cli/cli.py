@@ -369,13 +369,13 @@ def gen(
             sys.stdout.write(result.text)
         sys.stdout.flush()
         if not quiet:
-            err.print(_syntax_line(result.syntax), style="green" if result.syntax.valid else "yellow", markup=False)
+            err.print(_syntax_line(result.syntax), style="green" if result.syntax.valid else "yellow", markup=False, soft_wrap=True)
         if verbose and not quiet:
             m = result.metrics
-            err.print(f"seed: {result.seed}  decoder: {chosen}  prompt tokens: {result.prompt_tokens}", markup=False)
+            err.print(f"seed: {result.seed}  decoder: {chosen}  prompt tokens: {result.prompt_tokens}", markup=False, soft_wrap=True)
             err.print(f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
                       f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
-                      f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {_peak_memory()}", markup=False)
+                      f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {_peak_memory()}", markup=False, soft_wrap=True)
         if strict and not result.syntax.valid:
             raise StrictSyntaxError("the generated code does not parse (--strict)",
                                     hint="try another --seed, a smaller --block-size or --tokens-per-step")
@@ -435,12 +435,12 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
     sys.stdout.flush()
     valid = sum(r.syntax.valid for r in out.results)
     if not quiet:
-        err.print(f"{valid} of {n} samples parse", style="green" if valid == n else "yellow", markup=False)
+        err.print(f"{valid} of {n} samples parse", style="green" if valid == n else "yellow", markup=False, soft_wrap=True)
     if verbose and not quiet:
         b = out.summary()
         err.print(f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {chosen}  batched dlm forwards: {b['batched_dlm_forwards']}"
                   f"  row forwards: {b['row_dlm_forwards']}  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
-                  f"  decode: {b['wall_seconds']:.2f}s  {_peak_memory()}", markup=False)
+                  f"  decode: {b['wall_seconds']:.2f}s  {_peak_memory()}", markup=False, soft_wrap=True)
     if strict and valid < n:
         raise StrictSyntaxError(f"{n - valid} of {n} samples do not parse (--strict)",
                                 hint="try other seeds, a smaller --block-size or --tokens-per-step")
