@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,35 @@ def test_setting_parser():
     assert parse_setting("dream:K=2", max_new_tokens=32).config.tokens_per_step == 2
     with pytest.raises(ValueError):
         parse_setting("nope:1", max_new_tokens=32)
+    full = parse_setting("codila:B=4,W=1,ctx=96,rp=1.3,cache=dual,cb=4,arT=0.5,P=1,cond=topk:2", max_new_tokens=32)
+    c = full.config
+    assert (c.candidate_blocks, c.ar_context, c.ar_repetition_penalty, c.cache, c.cache_blocks, c.ar_temperature,
+            c.conditioning) == (1, 96, 1.3, "dual", 4, 0.5, "topk:2")
+    assert parse_setting("dreamon:tau=0.5,n0=8", max_new_tokens=32).config.initial_masks == 8
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("codila:b=8", "unknown key 'b' in setting 'codila:b=8'; codila takes B, tau"),  # used to run B=4 silently
+    ("codila:B=4,tua=0.5", "unknown key 'tua'"),
+    ("codila:B=4,B=8", "key 'B' is given twice"),
+    ("codila:B=x", "B must be an integer in setting 'codila:B=x', got 'x'"),
+    ("threshold:abc", "t must be a number"),
+    ("codila:verify=yes", "verify must be 0 or 1"),
+    ("codila:B=0", "(setting 'codila:B=0')"),
+    ("nope:1", "unknown decoder 'nope'"),
+])
+def test_setting_parser_refuses_what_it_does_not_know(text, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        parse_setting(text, max_new_tokens=32)
+
+
+def test_eval_bad_setting_is_a_usage_error(tiny, tmp_path):
+    r = CliRunner().invoke(app, ["eval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--setting", "dream:k=4",
+                                 "-o", str(tmp_path / "ev")])
+    assert r.exit_code == 2 and r.stdout == "" and not (tmp_path / "ev").exists()
+    lines = r.stderr.splitlines()
+    assert lines[0] == "Error: unknown key 'k' in setting 'dream:k=4'; dream takes K, steps, alg"
+    assert lines[1].startswith("Hint: a setting is DECODER:key=value")
 
 
 def test_eval_command_writes_rows_summary_and_plot(tiny, tmp_path):

@@ -579,7 +579,11 @@ def eval_cmd(
         if infill_bench:
             labels = labels or ["dreamon:K=1"]
         labels = labels or ["codila:B=4" if (ar or (dlm is None and default_ar())) else "dream:K=1"]
-        parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
+        try:
+            parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
+        except ValueError as exc:
+            raise UsageError(str(exc), hint="a setting is DECODER:key=value,…, e.g. codila:B=4,tau=0.5 "
+                             "(docs/evaluation.md, Settings)") from None
         chosen = select(load_tasks(benchmark, data=data_dir), limit=limit, ids=tasks)
         dlm_name = dlm or (default_infill_dlm() if infill_bench else default_dlm())
         ar_name = ar or (default_ar() if dlm is None else None)

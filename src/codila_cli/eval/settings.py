@@ -25,39 +25,70 @@ class Setting:
     config: Any
 
 
+KEYS: dict[str, tuple[str, ...]] = {  # the keys each decoder takes, in the order the docs list them
+    "dream": ("K", "steps", "alg"),
+    "threshold": ("t", "block", "cache"),
+    "codila": ("B", "tau", "W", "P", "cond", "verify", "cache", "cb", "ctx", "arT", "rp"),
+    "dreamon": ("K", "n0", "max", "tau", "B"),
+}
+
+
 def parse_setting(text: str, *, max_new_tokens: int, sampling: SamplingConfig | None = None) -> Setting:
+    """``DECODER[:key=value,…]`` -> Setting. An unknown decoder or key, a key given twice or a value of the
+    wrong type is a ValueError naming the setting (a misspelt key must not run the default silently
+    under the misspelt label)."""
     sampling = sampling or SamplingConfig()
     name, _, args = text.strip().partition(":")
+    if name not in KEYS:
+        raise ValueError(f"unknown decoder {name!r} in setting {text!r}; use one of {', '.join(KEYS)}")
     kv: dict[str, str] = {}
-    for part in filter(None, args.split(",")):
+    for part in filter(None, (p.strip() for p in args.split(","))):
         k, eq, v = part.partition("=")
         if not eq:
             k, v = ("t" if name == "threshold" else k), k
-        kv[k.strip()] = v.strip()
-    common = {"max_new_tokens": max_new_tokens, "sampling": sampling}
+        k, v = k.strip(), v.strip()
+        if k not in KEYS[name]:
+            raise ValueError(f"unknown key {k!r} in setting {text!r}; {name} takes {', '.join(KEYS[name])}")
+        if k in kv:
+            raise ValueError(f"key {k!r} is given twice in setting {text!r}")
+        kv[k] = v
+
+    def num(key: str, kind: type, default: Any = None) -> Any:
+        if key not in kv:
+            return default
+        try:
+            return kind(kv[key])
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise ValueError(f"{key} must be {what} in setting {text!r}, got {kv[key]!r}") from None
+
     try:
-        if name == "dream":
-            cfg: Any = DreamConfig(tokens_per_step=int(kv["K"]) if "K" in kv else None,
-                                   steps=int(kv["steps"]) if "steps" in kv else None,
-                                   alg=kv.get("alg", "entropy"), **common)
-        elif name == "threshold":
-            cfg = ThresholdConfig(threshold=float(kv.get("t", 0.9)), block_length=int(kv.get("block", 32)),
-                                  cache=kv.get("cache", "none"), **common)
-        elif name == "codila":
-            cfg = CodilaConfig(block_size=int(kv.get("B", 4)), tau=float(kv["tau"]) if "tau" in kv else None,
-                               candidate_blocks=int(kv.get("W", 10)), parallel_blocks=int(kv.get("P", 1)),
-                               conditioning=kv.get("cond", "soft"), ar_verify=kv.get("verify") == "1",
-                               cache=kv.get("cache", "none"), ar_context=int(kv.get("ctx", 0)),
-                               cache_blocks=int(kv["cb"]) if "cb" in kv else None,
-                               ar_temperature=float(kv.get("arT", 0.0)),
-                               ar_repetition_penalty=float(kv.get("rp", 1.0)), **common)
-        elif name == "dreamon":
-            cfg = InfillConfig(tokens_per_step=int(kv.get("K", 1)), initial_masks=int(kv.get("n0", 4)),
-                               max_middle_tokens=int(kv.get("max", max_new_tokens)),
-                               tau=float(kv["tau"]) if "tau" in kv else None, block_size=int(kv.get("B", 4)),
-                               sampling=sampling)
-        else:
-            raise ValueError(f"unknown decoder {name!r} in setting {text!r}")
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"bad setting {text!r}: {exc}") from exc
-    return Setting(text.strip(), name, cfg)
+        return Setting(text.strip(), name, _config(name, kv, num, max_new_tokens, sampling))
+    except ValueError as exc:
+        msg = str(exc)
+        raise ValueError(msg if repr(text) in msg else f"{msg} (setting {text!r})") from None
+
+
+def _config(name: str, kv: dict[str, str], num: Any, max_new_tokens: int, sampling: SamplingConfig) -> Any:
+    """The decoder's configuration dataclass from parsed keys (its own validation raises ValueError)."""
+    common = {"max_new_tokens": max_new_tokens, "sampling": sampling}
+    if name == "dream":
+        cfg: Any = DreamConfig(tokens_per_step=num("K", int), steps=num("steps", int), alg=kv.get("alg", "entropy"),
+                               **common)
+    elif name == "threshold":
+        cfg = ThresholdConfig(threshold=num("t", float, 0.9), block_length=num("block", int, 32),
+                              cache=kv.get("cache", "none"), **common)
+    elif name == "codila":
+        if kv.get("verify", "0") not in ("0", "1"):
+            raise ValueError(f"verify must be 0 or 1, got {kv['verify']!r}")
+        cfg = CodilaConfig(block_size=num("B", int, 4), tau=num("tau", float), candidate_blocks=num("W", int, 10),
+                           parallel_blocks=num("P", int, 1), conditioning=kv.get("cond", "soft"),
+                           ar_verify=kv.get("verify") == "1", cache=kv.get("cache", "none"),
+                           ar_context=num("ctx", int, 0), cache_blocks=num("cb", int),
+                           ar_temperature=num("arT", float, 0.0), ar_repetition_penalty=num("rp", float, 1.0),
+                           **common)
+    else:
+        cfg = InfillConfig(tokens_per_step=num("K", int, 1), initial_masks=num("n0", int, 4),
+                           max_middle_tokens=num("max", int, max_new_tokens), tau=num("tau", float),
+                           block_size=num("B", int, 4), sampling=sampling)
+    return cfg
