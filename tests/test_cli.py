@@ -37,7 +37,7 @@ def test_json_schema_and_tokens_per_step(tiny):
     assert doc["command"] == "gen" and doc["seed"] == 3
     assert set(doc["syntax"]) == {"valid", "errors"}
     for e in doc["syntax"]["errors"]:
-        assert set(e) == {"line", "column", "kind"}
+        assert set(e) == {"line", "column", "kind", "message"} and e["message"]
     m = doc["metrics"]
     for key in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step", "tokens_per_second", "wall_seconds"):
         assert key in m

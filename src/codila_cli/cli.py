@@ -546,16 +546,16 @@ def eval_cmd(
     limit: Annotated[int | None, typer.Option(help="First N tasks only.")] = None,
     tasks: Annotated[list[str] | None, typer.Option("--task", help="Task id, repeatable.")] = None,
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data directory (mbpp/, human-eval-infilling/).")] = None,
-    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_MODEL")] = None,
-    ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL")] = None,
+    dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_MODEL", help="Diffusion model: alias, repo id or directory. [default: bundled-dlm; bundled-infill for he-infill-*]")] = None,
+    ar: Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL", help="AR helper for codila settings. [default: bundled-ar with the bundled DLM]")] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Canvas length per task.")] = 128,
     timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.")] = 10.0,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.")] = False,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).")] = 0,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Completion tasks decoded together per DLM forward (1–64).")] = 1,
-    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
-    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).")] = "auto",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")] = False,
 ) -> None:
     """Run a benchmark for decoder settings; write JSONL rows, a Markdown summary and a Pareto plot.
 
@@ -658,13 +658,13 @@ def infill(
     steps: Annotated[int | None, typer.Option(help="Cap on DLM forwards. [default: 4 x max-middle-tokens]")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
     top_p: Annotated[float | None, typer.Option(help="Nucleus filter.")] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
-    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).")] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object (the middle, the new text, syntax, metrics).")] = False,
     strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.")] = False,
 ) -> None:
     """Fill code into a file; the model chooses how long the fill is (DreamOn expand/delete).
 
@@ -757,7 +757,7 @@ def infill(
 @app.command()
 def plan(
     prompt: Annotated[str | None, typer.Argument(help="What the program should do; `-` reads stdin.")] = None,
-    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.")] = None,
     contract_file: Annotated[Path | None, typer.Option("--contract", help="Use this contract instead of writing one.")] = None,
     show_contract: Annotated[bool, typer.Option("--show-contract", help="Print the contract on stderr.")] = False,
     defines: Annotated[str | None, typer.Option("--defines", help="Comma-separated names, one unit each, in order: the model writes the rest of the contract.")] = None,
@@ -768,14 +768,14 @@ def plan(
     min_unit_tokens: Annotated[int, typer.Option(help="No unit may end (end-of-text) before this many tokens.")] = 8,
     max_units: Annotated[int, typer.Option(help="Entry slots in the contract template.")] = 4,
     dlm: Annotated[str | None, typer.Option("--dlm", "-m", envvar="CODILA_PLAN_MODEL", help="[default: bundled-plan, else bundled-dlm]")] = None,
-    temperature: Annotated[float, typer.Option()] = 0.0,
-    seed: Annotated[int | None, typer.Option()] = None,
-    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE")] = "auto",
-    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE")] = "auto",
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    device: Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
+    dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).")] = "auto",
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object with the contract, units and metrics.")] = False,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.")] = False,
 ) -> None:
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
 
@@ -875,7 +875,7 @@ def train(
     context: Annotated[int | None, typer.Option("--context", help="align: most left-context tokens the helper reads. [default: 48]")] = None,
     batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
     lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False,
 ) -> None:
     """Train one stage of the bundled models; run it again to resume after an interruption.
 
