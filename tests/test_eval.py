@@ -304,3 +304,40 @@ def test_paired_quality_counts_flips_against_the_setting_without_the_speed_up(tm
     assert json.loads((tmp_path / "paired.json").read_text())[0]["valid_lost"] == 10
     write_outputs(tmp_path / "plain", [r for r in rows if r["setting"] != fast], title="t")
     assert not (tmp_path / "plain" / "paired.json").exists()
+
+
+def test_eval_output_that_is_a_file_is_a_usage_error_before_any_decoding(tiny, tmp_path, monkeypatch):
+    from codila_cli import runtime
+
+    target = tmp_path / "results"
+    target.write_text("keep me\n")
+    monkeypatch.setattr(runtime, "load_models", lambda **kw: pytest.fail("models loaded before --output was checked"))
+    r = CliRunner().invoke(app, ["eval", "--limit", "1", "--dlm", str(tiny["dlm"]), "-o", str(target)])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.splitlines()[0] == f"Error: --output {target} exists and is not a directory"
+    assert target.read_text() == "keep me\n"
+
+
+def test_eval_results_survive_a_failed_write(tiny, tmp_path, monkeypatch):
+    """If the results cannot be written (disk full), the rows already decoded stay in the partial file,
+    and a previous run's files are not left half-written."""
+    from codila_cli import atomic
+
+    out = tmp_path / "ev"
+    args = ["eval", "-b", "humaneval", "--limit", "2", "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
+            "--max-new-tokens", "8", "-o", str(out), "--timeout", "3"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    before = (out / "rows.jsonl").read_bytes()
+    assert not list(out.glob("*.partial.jsonl"))
+
+    def full_disk(target, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic, "write_bytes_atomic", full_disk)
+    monkeypatch.setattr("codila_cli.eval.runner.write_text_atomic", lambda t, text: full_disk(t, text))
+    r = CliRunner().invoke(app, [*args[:-4], "--max-new-tokens", "12", *args[-4:]])
+    assert r.exit_code == 1 and r.stderr.splitlines() == [
+        "Error: No space left on device", "Hint: check free disk space and permissions, then run the command again"]
+    (partial,) = out.glob("rows.rank0.partial.jsonl")
+    assert len(partial.read_text().splitlines()) == 2  # both rows of the failed run
+    assert (out / "rows.jsonl").read_bytes() == before  # the earlier run's file, whole

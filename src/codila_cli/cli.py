@@ -115,6 +115,12 @@ def boundary(fn: Callable[[], T], *, quiet: bool = False) -> T:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except MemoryError:
         _fail(CodilaError("out of memory", hint="lower --max-new-tokens or use a smaller model"), quiet=quiet)
+    except OSError as exc:  # the machine, not codila: a full disk, a permission, a vanished directory
+        if debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        _fail(CodilaError(f"{exc.strerror or exc}{where}",
+                          hint="check free disk space and permissions, then run the command again"), quiet=quiet)
     except Exception as exc:  # noqa: BLE001 - the last line of defence
         if debug:
             raise
@@ -590,6 +596,14 @@ def eval_cmd(
         if any(p.decoder == "codila" or getattr(p.config, "tau", None) is not None and p.decoder == "dreamon"
                for p in parsed) and not ar_name:
             raise UsageError("codila settings need an AR helper", hint="pass --ar")
+        if output.exists() and not output.is_dir():
+            raise UsageError(f"--output {output} exists and is not a directory",
+                             hint="give a directory (it is created if missing)")
+        try:  # before the models load and the run starts, not after it
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create --output {output}: {exc.strerror or exc}",
+                             hint="give a directory you can write to") from None
         limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(timeout)))
         from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
 
@@ -604,7 +618,6 @@ def eval_cmd(
                              f"{max_new_tokens} ({', '.join(long[:3])}{', …' if len(long) > 3 else ''}); "
                              f"{'it counts' if one else 'they count'} as failed (status too-long). Lower "
                              f"--max-new-tokens to include {'it' if one else 'them'}.\n")
-        output.mkdir(parents=True, exist_ok=True)
         done = [0]
         total = -(-len(chosen) // shard.world) * len(parsed)
         show = not quiet and shard.main and _stderr_is_tty()
@@ -622,14 +635,15 @@ def eval_cmd(
         mine = run_eval(models, chosen, parsed, seed=seed, limits=limits, on_row=log, rank=shard.rank,
                         world=shard.world, batch_size=batch_size)
         fh.close()
-        partial.unlink()
         if show:
             sys.stderr.write("\n")
         rows = gather_rows(shard, mine)
         finish()
         if rows is None:  # not rank 0: rank 0 writes everything
+            partial.unlink()
             return
         summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)")
+        partial.unlink()  # only once the results are safely written
         sys.stdout.write(markdown(summary) + paired_section(paired_quality(rows)))
 
     boundary(body, quiet=quiet)

@@ -7,12 +7,14 @@ sample per task.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 
+from codila_cli.atomic import write_bytes_atomic, write_text_atomic
 from codila_cli.eval.benchmarks import Task
 from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 from codila_cli.eval.settings import Setting
@@ -275,20 +277,22 @@ def pareto_plot(summary: list[dict], png: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    write_bytes_atomic(png, buf.getvalue())
 
 
 def write_outputs(out_dir: Path, rows: list[dict], *, title: str) -> list[dict]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "rows.jsonl", "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n")
+    # each file whole or not at all (a full disk or a Ctrl-C leaves the previous run's file, not half of one)
+    write_text_atomic(out_dir / "rows.jsonl", "".join(
+        json.dumps({k: v for k, v in r.items() if not k.startswith("_")}) + "\n" for r in rows))
     summary = summarize(rows)
     paired = paired_quality(rows)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if paired:  # each faster setting against itself without the speed-up, task by task
-        (out_dir / "paired.json").write_text(json.dumps(paired, indent=2) + "\n")
-    (out_dir / "summary.md").write_text(markdown(summary, title=title) + paired_section(paired))
+        write_text_atomic(out_dir / "paired.json", json.dumps(paired, indent=2) + "\n")
+    write_text_atomic(out_dir / "summary.md", markdown(summary, title=title) + paired_section(paired))
     pareto_plot(summary, out_dir / "pareto.png")
     return summary

@@ -3,22 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-
-def _atomic_write_bytes(target: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from codila_cli.atomic import write_bytes_atomic
 
 
 def save_checkpoint(model: Any, directory: Path, *, dream: bool, specials: dict[str, int],
@@ -50,5 +38,5 @@ def save_checkpoint(model: Any, directory: Path, *, dream: bool, specials: dict[
         if cfg.get("tie_word_embeddings") and k == "lm_head.weight":
             continue
         state[k] = v.detach().to("cpu", tdtype if v.is_floating_point() else v.dtype).contiguous()
-    _atomic_write_bytes(directory / "model.safetensors", save(state, metadata={"format": "pt"}))
+    write_bytes_atomic(directory / "model.safetensors", save(state, metadata={"format": "pt"}))
     (directory / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
