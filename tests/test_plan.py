@@ -193,6 +193,8 @@ def test_defines_bad_input_is_a_usage_error(tiny, tmp_path, monkeypatch, flags, 
     (tmp_path / "c.txt").write_text(GOOD)
     r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), *flags, "x"])
     assert r.exit_code == 2 and r.stderr.startswith("Error:") and message in r.stderr, r.stderr
+    hint = r.stderr.splitlines()[1]
+    assert hint.startswith("Hint: ") and "codila gen" not in hint  # the hint is about plan, not another command
 
 
 @pytest.mark.parametrize("flags", [["--commit", "abc"], ["--commit", "1.5"], ["--attention", "x"],
@@ -206,7 +208,12 @@ def test_bad_contract_file_is_usage_error(tiny, tmp_path):
     f = tmp_path / "c.txt"
     f.write_text("@unit 1 role=boss budget=1 def= use=\n@end\n")
     r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), "--contract", str(f), "x"])
-    assert r.exit_code == 2 and "role 'boss'" in r.stderr
+    assert r.exit_code == 2 and r.stdout == ""
+    err, hint = r.stderr.splitlines()
+    assert err.startswith(f"Error: {f}: contract line 1: role 'boss'") and hint.startswith("Hint: one line per unit")
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(tiny["dlm"]), "--contract", str(tmp_path / "nope.txt"), "x"])
+    assert r.exit_code == 2
+    assert r.stderr.splitlines()[0] == f"Error: cannot read contract {tmp_path / 'nope.txt'}: No such file or directory"
 
 
 def test_plan_training_examples_use_the_decoding_layout(tiny_models):

@@ -93,7 +93,7 @@ def test_cuda_out_of_memory_becomes_a_clear_error(capsys):
     import typer
 
     with pytest.raises(typer.Exit) as exc:
-        boundary(boom)
+        boundary(boom, command="gen")
     err = capsys.readouterr().err
     assert exc.value.exit_code == EXIT_RUNTIME
     assert err.startswith("Error: the GPU ran out of memory") and "Hint: lower --max-new-tokens" in err

@@ -95,8 +95,8 @@ def _fail(exc: CodilaError, *, quiet: bool = False) -> NoReturn:
     raise typer.Exit(exc.exit_code)
 
 
-def boundary(fn: Callable[[], T], *, quiet: bool = False) -> T:
-    """Run a command body; map every failure to an ``Error:`` line and a documented exit code."""
+def boundary(fn: Callable[[], T], *, command: str, quiet: bool = False) -> T:
+    """Run ``codila <command>``'s body; map every failure to an ``Error:`` line and a documented exit code."""
     debug = os.environ.get("CODILA_DEBUG") == "1"
     try:
         return fn()
@@ -109,7 +109,7 @@ def boundary(fn: Callable[[], T], *, quiet: bool = False) -> T:
     except ValueError as exc:  # configuration dataclasses validate with ValueError
         if debug:
             raise
-        _fail(UsageError(str(exc), hint="see `codila gen --help` for the allowed values"), quiet=quiet)
+        _fail(UsageError(str(exc), hint=f"see `codila {command} --help` for the allowed values"), quiet=quiet)
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -386,7 +386,7 @@ def gen(
             raise StrictSyntaxError("the generated code does not parse (--strict)",
                                     hint="try another --seed, a smaller --block-size or --tokens-per-step")
 
-    boundary(body, quiet=quiet)
+    boundary(body, command="gen", quiet=quiet)
 
 
 def _view_block(decoder: str, cfg: Any) -> int | None:
@@ -486,7 +486,7 @@ def config_show(json_out: Annotated[bool, typer.Option("--json", help="One JSON 
         for r in rows:
             sys.stdout.write(f"{r['key']:<26} {r['value']!s:<16} ({r['source']})\n")
 
-    boundary(body)
+    boundary(body, command="config show")
 
 
 @app.command()
@@ -512,7 +512,7 @@ def models(
                 size = f"{r['size_bytes'] / 2**20:.1f} MiB" if r["size_bytes"] else "-"
                 sys.stdout.write(f"{r['alias']:<15} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>9}  {r['repo']}\n")
 
-    boundary(body)
+    boundary(body, command="models")
 
 
 @app.command()
@@ -540,7 +540,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
                              "`codila doctor --json` lists every check\n")
             raise typer.Exit(EXIT_RUNTIME)
 
-    boundary(body)
+    boundary(body, command="doctor")
 
 
 @app.command("eval")
@@ -646,7 +646,7 @@ def eval_cmd(
         partial.unlink()  # only once the results are safely written
         sys.stdout.write(markdown(summary) + paired_section(paired_quality(rows)))
 
-    boundary(body, quiet=quiet)
+    boundary(body, command="eval", quiet=quiet)
 
 
 class InfillDecoder(str, Enum):
@@ -765,7 +765,7 @@ def infill(
                              f"middle tokens: {m['middle_tokens']}  expansions: {m['expansions']}  deletions: "
                              f"{m['deletions']}  tokens/step: {m['tokens_per_step']:.2f}  decode: {m['wall_seconds']:.2f}s\n")
 
-    boundary(body, quiet=quiet)
+    boundary(body, command="infill", quiet=quiet)
 
 
 @app.command()
@@ -796,7 +796,7 @@ def plan(
     def body() -> None:
         import json
 
-        from codila_cli.contract import parse_contract
+        from codila_cli.contract import ContractError, parse_contract
         from codila_cli.decoding.config import PlanConfig, SamplingConfig
         from codila_cli.models.registry import bundled_available
         from codila_cli.runtime import load_models, plan as run_plan
@@ -821,8 +821,12 @@ def plan(
         if contract_file is not None:
             try:
                 user_contract = parse_contract(contract_file.read_text(encoding="utf-8"))
+            except ContractError as exc:
+                raise ContractError(f"{contract_file}: {exc.message}", hint="one line per unit, "
+                                    "`@unit N role=R budget=B def=a,b use=c`, then `@end` (docs/plan.md)") from None
             except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"cannot read contract {contract_file}: {exc}",
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+                raise UsageError(f"cannot read contract {contract_file}: {why}",
                                  hint="check the path and its permissions") from None
         name = dlm or next((n for n in ("bundled-plan", "bundled-dlm") if bundled_available(n)), None)
         if name is None:
@@ -862,7 +866,7 @@ def plan(
             raise StrictSyntaxError("the assembled program does not parse (--strict)",
                                     hint="the program was still written to stdout; try another --seed")
 
-    boundary(body, quiet=quiet)
+    boundary(body, command="plan", quiet=quiet)
 
 
 class Stage(str, Enum):
@@ -964,7 +968,7 @@ def train(
                 out = fn(run_dir, steps=steps, on_log=log, **extra)
         sys.stdout.write(json.dumps(out, default=str) + "\n")
 
-    boundary(body, quiet=quiet)
+    boundary(body, command="train", quiet=quiet)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
