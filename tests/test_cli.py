@@ -296,3 +296,40 @@ def test_stderr_report_lines_are_not_wrapped_into_a_pipe(tiny):
     lines = r.stderr.splitlines()
     assert [line.split(":")[0] for line in lines] == ["syntax", "seed", "dlm forwards"], r.stderr
     assert max(len(line) for line in lines) > 80  # long enough that a wrap would show
+
+
+@pytest.fixture(scope="module")
+def chat_dlm(tiny, tmp_path_factory):
+    """The tiny DLM with a chat template in its tokenizer_config.json (how Dream-Coder-Instruct ships)."""
+    import shutil
+
+    d = tmp_path_factory.mktemp("chat") / "dlm"
+    shutil.copytree(tiny["dlm"], d)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_system_message_with_and_without_a_chat_template(tiny, chat_dlm):
+    """Chat models get --system as the system message (mode chat, prompt tokens include it, stdout is the
+    extracted code, never the prompt); raw models read it as plain text, and a warning says so."""
+    base = ("--decoder", "dream", "-K", "4", "--max-new-tokens", "8", "--seed", "0", "--json")
+    plain = json.loads(gen("--dlm", str(chat_dlm), *base, "def f(").stdout)
+    r = gen("--dlm", str(chat_dlm), *base, "--system", "You write Python.", "def f(")
+    assert r.exit_code == 0 and "Warning" not in r.stderr, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["mode"] == "chat" and plain["mode"] == "chat"
+    assert doc["metrics"]["prompt_tokens"] > plain["metrics"]["prompt_tokens"]
+    from codila_cli.syntax import extract_code
+
+    assert doc["text"] == extract_code(doc["completion"])  # stdout: the code, not the prompt
+    r = gen("--dlm", str(tiny["dlm"]), *base, "--system", "You write Python.", "def f(")
+    raw = json.loads(r.stdout)
+    assert r.exit_code == 0 and raw["mode"] == "raw"
+    assert r.stderr.startswith("Warning: ") and "no chat template" in r.stderr
+    assert raw["text"].rstrip("\n") == ("def f(" + raw["completion"]).rstrip("\n")  # not the system text
+    no_system = json.loads(gen("--dlm", str(tiny["dlm"]), *base, "def f(").stdout)
+    assert raw["metrics"]["prompt_tokens"] > no_system["metrics"]["prompt_tokens"]  # but the model read it
+    assert "Warning" not in gen("--dlm", str(tiny["dlm"]), *base, "-q", "--system", "x", "def f(").stderr

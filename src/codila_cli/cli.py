@@ -345,6 +345,9 @@ def gen(
                              dtype=dtype_name, compile=compile_model)
         err = _stderr(color)
         live = _stderr_is_tty() and not (json_out or quiet)
+        if system and not quiet and not getattr(models.dlm.tokenizer, "chat_template", None):
+            sys.stderr.write(f"Warning: {dlm_name} has no chat template, so --system is not a system message: "
+                             "the model reads it as plain text before the prompt (stdout does not repeat it)\n")
         if num_samples > 1:
             _gen_many(models, text, chosen=chosen, cfg=cfg, seed=seed, system=system, n=num_samples, live=live,
                       json_out=json_out, strict=strict, quiet=quiet, verbose=verbose, err=err)

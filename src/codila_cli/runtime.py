@@ -146,9 +146,10 @@ class GenerationResult:
     events: list = field(default_factory=list, repr=False)
 
     def to_json(self, *, models: dict) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "command": "gen", "text": self.text, "models": models,
-                "seed": self.seed, "decoder": self.decoder, "mode": self.mode, "settings": self.settings,
-                "syntax": self.syntax.to_dict(), "metrics": self.metrics}
+        return {"schema_version": SCHEMA_VERSION, "command": "gen", "text": self.text, "completion": self.completion,
+                "models": models, "seed": self.seed, "decoder": self.decoder, "mode": self.mode,
+                "settings": self.settings, "syntax": self.syntax.to_dict(),
+                "metrics": {**self.metrics, "prompt_tokens": self.prompt_tokens}}
 
 
 def _prepare(models: Models, prompt: str, config: Any, system: str | None) -> tuple[list[int], str]:
