@@ -135,6 +135,38 @@ def test_text_outside_the_region_is_identical(lines, data, middle, crlf):
     assert new.startswith(before) and new.endswith(after) and new == before + filled + after
 
 
+def test_fit_indent_follows_a_tab_indented_file():
+    """Models write spaces; in a tab-indented file the middle's levels become tabs (mixing them in no
+    longer parses), and a stray tab from the model becomes spaces in a space-indented file."""
+    from codila_cli.infill_files import uses_tabs
+
+    assert fit_indent("    if x:\n        y = 1\n    w\n", "\t") == "\tif x:\n\t\ty = 1\n\tw\n"
+    assert fit_indent("if x:\n  y = 1\n", "\t") == "\tif x:\n\t\ty = 1\n"  # a 2-space level is one tab
+    assert fit_indent("if x:\n\ty = 1\n", "    ") == "    if x:\n        y = 1\n"
+    assert fit_indent("if x:\n    y = 1\n", "", tabs=True) == "if x:\n\ty = 1\n"  # top level of a tab file
+    assert uses_tabs("def f():\n\treturn 1\n") and not uses_tabs("def f():\n    return 1\n")
+    assert not uses_tabs("x = 1\n")
+    src = "class A:\n\tdef f(self):\n\t\t# codila: fill\n\t\treturn 1\n"
+    middle = fit_indent("if self.x:\n    self.y = 2\n", "\t\t")
+    compile(src.replace("\t\t# codila: fill\n", middle), "<t>", "exec")  # parses (spaces would not)
+
+
+def test_infill_writes_tabs_into_a_tab_indented_file(tmp_path, tiny, monkeypatch):
+    from codila_cli.decoding import dreamon
+    from codila_cli.decoding.dreamon import InfillResult
+    from codila_cli.runtime import load_models
+
+    tok = load_models(dlm=str(tiny["dlm"]), ar=None, device="cpu", dtype="float32").dlm.tokenizer
+    ids = tok.encode("for k in ks:\n    total += k\n", add_special_tokens=False)
+    monkeypatch.setattr(dreamon, "decode_dreamon", lambda *a, **k: InfillResult(ids, 1, 0, 1, 0.0, 0, 0, False))
+    p = tmp_path / "t.py"
+    p.write_text("def f(ks):\n\ttotal = 0\n\t# codila: fill\n\treturn total\n")
+    r = runner.invoke(app, ["infill", str(p), "--dlm", str(tiny["dlm"]), "--seed", "0"])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == "def f(ks):\n\ttotal = 0\n\tfor k in ks:\n\t\ttotal += k\n\treturn total\n"
+    assert "syntax: valid" in r.stderr
+
+
 def test_fit_indent_keeps_relative_indentation():
     assert fit_indent("if x:\n    y = 1\n", "        ") == "        if x:\n            y = 1\n"
     assert fit_indent("\n\n", "    ") == ""

@@ -138,17 +138,36 @@ def split(src: Source, region: Region) -> tuple[str, str]:
     return prefix, suffix
 
 
-def fit_indent(middle: str, indent: str) -> str:
+def uses_tabs(text: str) -> bool:
+    """Whether a file indents with tabs: more indented lines start with a tab than with a space."""
+    firsts = [line[0] for line in text.splitlines() if line[:1] in (" ", "\t") and line.strip()]
+    return firsts.count("\t") > firsts.count(" ")
+
+
+def fit_indent(middle: str, indent: str, *, tabs: bool | None = None) -> str:
     """Shift the middle so its least-indented line sits at ``indent``; keep relative indentation.
 
-    The result ends with a newline unless it is empty.
+    ``tabs`` (default: whether ``indent`` starts with a tab) is the file's style: the middle's relative
+    indentation is then written with one tab per level, a level being the smallest relative indentation
+    the middle uses (models write spaces; a tab-indented file mixing in spaces no longer parses), and
+    with spaces (4 per tab) otherwise. The result ends with a newline unless it is empty.
     """
     lines = [line.rstrip() for line in middle.replace("\r\n", "\n").strip("\n").split("\n")]
     body = [line for line in lines if line.strip()]
     if not body:
         return ""
+    tabs = indent.startswith("\t") if tabs is None else tabs
     least = min((_indent_of(line) for line in body), key=len)
-    out = [(indent + line[len(least) :]) if line.strip() else "" for line in lines]
+    rel = [line[len(least) :] if line.strip() else "" for line in lines]
+    widths = [len(_indent_of(r).expandtabs(4)) for r in rel]
+    unit = min((w for w in widths if w), default=4)
+    out = []
+    for r, w in zip(rel, widths):
+        if not r:
+            out.append("")
+            continue
+        lead = "\t" * (w // unit) + " " * (w % unit) if tabs else " " * w
+        out.append(indent + lead + r.lstrip(" \t"))
     return "\n".join(out) + "\n"
 
 

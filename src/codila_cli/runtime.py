@@ -363,14 +363,15 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
 def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | None = None,
            instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
     """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when config.tau)."""
-    from codila_cli.infill_files import fit_indent, patch, split
+    from codila_cli.infill_files import fit_indent, patch, split, uses_tabs
     from codila_cli.syntax import check_python
 
     prefix, suffix = split(src, region)
     view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
     res, cut, seed = infill_tokens(models, view_prefix, suffix, config=config, seed=seed, on_step=on_step)
     tok = models.dlm.tokenizer
-    middle = fit_indent(tok.decode(res.middle, skip_special_tokens=True), region.indent)
+    middle = fit_indent(tok.decode(res.middle, skip_special_tokens=True), region.indent,
+                        tabs=region.indent.startswith("\t") or uses_tabs(src.text))
     new_text = patch(src, region, middle)
     metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "steps": res.steps,
                "middle_tokens": len(res.middle), "expansions": res.expansions, "deletions": res.deletions,
