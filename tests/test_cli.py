@@ -333,3 +333,35 @@ def test_system_message_with_and_without_a_chat_template(tiny, chat_dlm):
     no_system = json.loads(gen("--dlm", str(tiny["dlm"]), *base, "def f(").stdout)
     assert raw["metrics"]["prompt_tokens"] > no_system["metrics"]["prompt_tokens"]  # but the model read it
     assert "Warning" not in gen("--dlm", str(tiny["dlm"]), *base, "-q", "--system", "x", "def f(").stderr
+
+
+def test_unfinished_code_is_explained(tiny):
+    """Invalid code from a canvas that ran out before the model's end token gets a line saying so
+    (`metrics.ended` false); the JSON says whether the model ended."""
+    args = ("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--max-new-tokens", "8", "--seed", "0", "def f(")
+    doc = json.loads(gen(*args, "--json").stdout)
+    assert doc["metrics"]["ended"] is False and not doc["syntax"]["valid"]  # a random tiny model never ends
+    r = gen(*args)
+    assert r.stderr.splitlines()[1] == ("the model had not finished when the canvas was full (--max-new-tokens 8); "
+                                        "a larger canvas may complete the code")
+    r = gen(*args, "-n", "2", "--temperature", "1")
+    assert "0 of 2 samples parse; the model had not finished 2 of them" in r.stderr
+    assert len(gen(*args, "-q").stderr) == 0
+
+
+def test_ended_is_true_when_the_model_writes_its_end_token(tiny_models, monkeypatch):
+    from codila_cli.decoding.config import DreamConfig
+    from codila_cli.runtime import generate
+
+    eos = tiny_models.dlm.specials.eos
+    real = tiny_models.dlm.logits
+
+    def ending(x, **kw):  # every slot's argmax is the end token
+        z = real(x, **kw).clone()
+        z[..., eos] = 1e4
+        return z
+
+    monkeypatch.setattr(tiny_models.dlm, "logits", ending)
+    res = generate(tiny_models, "def f(", decoder="dream", config=DreamConfig(max_new_tokens=8, tokens_per_step=2),
+                   seed=0)
+    assert res.metrics["ended"] is True and res.completion == ""

@@ -379,6 +379,10 @@ def gen(
         sys.stdout.flush()
         if not quiet:
             err.print(_syntax_line(result.syntax), style="green" if result.syntax.valid else "yellow", markup=False, soft_wrap=True)
+            if not result.syntax.valid and not result.metrics["ended"]:
+                err.print(f"the model had not finished when the canvas was full (--max-new-tokens "
+                          f"{cfg.max_new_tokens}); a larger canvas may complete the code", style="yellow",
+                          markup=False, soft_wrap=True)
         if verbose and not quiet:
             m = result.metrics
             err.print(f"seed: {result.seed}  decoder: {chosen}  prompt tokens: {result.prompt_tokens}", markup=False, soft_wrap=True)
@@ -444,7 +448,11 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
     sys.stdout.flush()
     valid = sum(r.syntax.valid for r in out.results)
     if not quiet:
-        err.print(f"{valid} of {n} samples parse", style="green" if valid == n else "yellow", markup=False, soft_wrap=True)
+        unfinished = sum(not r.syntax.valid and not r.metrics["ended"] for r in out.results)
+        note = (f"; the model had not finished {unfinished} of them when the canvas was full (--max-new-tokens "
+                f"{cfg.max_new_tokens})" if unfinished else "")
+        err.print(f"{valid} of {n} samples parse{note}", style="green" if valid == n else "yellow", markup=False,
+                  soft_wrap=True)
     if verbose and not quiet:
         b = out.summary()
         err.print(f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {chosen}  batched dlm forwards: {b['batched_dlm_forwards']}"

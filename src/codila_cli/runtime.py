@@ -216,6 +216,8 @@ def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *,
     metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
                             settings=asdict(config), metrics={**metrics.to_dict(), "stopped_early": res.stopped_early,
+                                                              # the model wrote its end token (else the canvas ran out)
+                                                              "ended": any(t in set(dlm.specials.stop_ids) for t in res.canvas),
                                                               "load_seconds": round(models.load_seconds, 3)},
                             syntax=check_python(text), prompt_tokens=len(ids), events=recorder.events)
 
