@@ -317,6 +317,8 @@ def gen(
             if opt("cache") == "none":  # a recommended cache window is for when a cache is on
                 recommended.pop("cache_blocks", None)
         alg_name = opt("alg")
+        # the helper writes CoDiLA's tokens, so it samples at --temperature unless told otherwise
+        ar_temperature = opt("temperature") if given("ar_temperature") is None else given("ar_temperature")
         # every flag is validated, whichever decoder runs (a bad --block-size is an error even with dream)
         configs: dict[str, Any] = {
             "dream": DreamConfig(max_new_tokens=opt("max_new_tokens"), steps=opt("steps"),
@@ -327,10 +329,7 @@ def gen(
                                          cache=opt("cache")),
             "codila": CodilaConfig(max_new_tokens=opt("max_new_tokens"), block_size=opt("block_size"), tau=opt("tau"),
                                    candidate_blocks=opt("candidate_blocks"), parallel_blocks=opt("parallel_blocks"),
-                                   conditioning=opt("conditioning"),
-                                   # the helper writes the tokens: it samples at --temperature unless told
-                                   ar_temperature=given("ar_temperature") if given("ar_temperature") is not None
-                                   else opt("temperature"),
+                                   conditioning=opt("conditioning"), ar_temperature=ar_temperature,
                                    ar_context=opt("ar_context"),
                                    ar_repetition_penalty=opt("ar_repetition_penalty"), ar_verify=ar_verify, verify_penalty=verify_penalty,
                                    alg=alg_name if alg_name != "origin" else "entropy", sampling=sampling,
