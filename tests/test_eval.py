@@ -341,3 +341,24 @@ def test_eval_results_survive_a_failed_write(tiny, tmp_path, monkeypatch):
     (partial,) = out.glob("rows.rank0.partial.jsonl")
     assert len(partial.read_text().splitlines()) == 2  # both rows of the failed run
     assert (out / "rows.jsonl").read_bytes() == before  # the earlier run's file, whole
+
+
+def test_eval_without_a_setting_runs_what_gen_runs(tiny, tmp_path):
+    """No --setting: the CoDiLA setting `codila gen` would use with this helper (its recommendation,
+    spelled out in the label), not the library defaults; without a helper, dream K = 1."""
+    import shutil
+
+    ar = tmp_path / "ar"
+    shutil.copytree(tiny["ar"], ar)
+    cfg = json.loads((ar / "config.json").read_text())
+    cfg["codila_decoding"] = {"candidate_blocks": 1, "ar_context": 8, "ar_repetition_penalty": 1.2, "cache_blocks": 3}
+    (ar / "config.json").write_text(json.dumps(cfg))
+    base = ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--max-new-tokens", "8",
+            "--timeout", "3"]
+    r = CliRunner().invoke(app, [*base, "--ar", str(ar), "-o", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.stderr
+    (row,) = [json.loads(x) for x in (tmp_path / "a" / "rows.jsonl").read_text().splitlines()]
+    assert row["setting"] == "codila:B=4,W=1,ctx=8,rp=1.2"
+    r = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "b")])
+    (row,) = [json.loads(x) for x in (tmp_path / "b" / "rows.jsonl").read_text().splitlines()]
+    assert r.exit_code == 0 and row["setting"] == "dream:K=1"

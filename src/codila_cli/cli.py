@@ -557,7 +557,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
 def eval_cmd(
     benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, he-infill-single or he-infill-multi.")] = "heldout",
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).")] = Path("codila-eval"),
-    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5.")] = None,
+    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. [default: what codila gen runs, e.g. codila:B=4,W=1,ctx=96,rp=1.3 on the bundled pair]")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
     limit: Annotated[int | None, typer.Option(help="First N tasks only.")] = None,
     tasks: Annotated[list[str] | None, typer.Option("--task", help="Task id, repeatable.")] = None,
@@ -585,8 +585,8 @@ def eval_cmd(
         from codila_cli.eval.runner import (markdown, paired_quality, paired_section, run_eval, too_long,
                                             write_outputs)
         from codila_cli.eval.sandbox import SandboxLimits
-        from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting
-        from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, load_models
+        from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting, recommended_label
+        from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, load_models, recommended_decoding
 
         if not 1 <= batch_size <= 64:
             raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
@@ -594,7 +594,9 @@ def eval_cmd(
         labels = list(settings or []) + ((INFILL_GRID if infill_bench else PAPER_GRID) if sweep else [])
         if infill_bench:
             labels = labels or ["dreamon:K=1"]
-        labels = labels or ["codila:B=4" if (ar or (dlm is None and default_ar())) else "dream:K=1"]
+        if not labels:  # what `codila gen` runs by default: CoDiLA with the helper's recommendation, else dream
+            helper = ar or (default_ar() if dlm is None else None)
+            labels = [recommended_label(recommended_decoding(helper)) if helper else "dream:K=1"]
         try:
             parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
         except ValueError as exc:

@@ -33,6 +33,18 @@ KEYS: dict[str, tuple[str, ...]] = {  # the keys each decoder takes, in the orde
 }
 
 
+_SHORT = {"block_size": "B", "candidate_blocks": "W", "ar_context": "ctx", "ar_repetition_penalty": "rp"}
+
+
+def recommended_label(recommended: dict) -> str:
+    """The setting `codila gen` runs by default with a helper that recommends ``recommended``
+    (runtime.recommended_decoding), spelled out: {"candidate_blocks": 1, "ar_context": 96, …} ->
+    "codila:B=4,W=1,ctx=96,rp=1.3". ``cache_blocks`` is left out (gen runs without a cache by default)."""
+    parts = [f"B={recommended.get('block_size', 4)}"]
+    parts += [f"{short}={recommended[k]}" for k, short in _SHORT.items() if k in recommended and k != "block_size"]
+    return "codila:" + ",".join(parts)
+
+
 def parse_setting(text: str, *, max_new_tokens: int, sampling: SamplingConfig | None = None) -> Setting:
     """``DECODER[:key=value,…]`` -> Setting. An unknown decoder or key, a key given twice or a value of the
     wrong type is a ValueError naming the setting (a misspelt key must not run the default silently
