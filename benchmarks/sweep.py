@@ -32,9 +32,10 @@ def main() -> None:
     ap.add_argument("--settings", nargs="*", default=PAPER_GRID)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=1, help="completion tasks decoded together")
+    ap.add_argument("--no-stop", action="store_true", help="no stop lines (as codila eval --no-stop)")
     args = ap.parse_args()
     models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
-    tasks = select(load_tasks(args.benchmark, data=args.data_dir), limit=args.limit, ids=None)
+    tasks = select(load_tasks(args.benchmark, data=args.data_dir, stop=not args.no_stop), limit=args.limit, ids=None)
     settings = [parse_setting(s, max_new_tokens=args.max_new_tokens) for s in args.settings]
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "rows.jsonl", "w") as fh:

@@ -362,3 +362,28 @@ def test_eval_without_a_setting_runs_what_gen_runs(tiny, tmp_path):
     r = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "b")])
     (row,) = [json.loads(x) for x in (tmp_path / "b" / "rows.jsonl").read_text().splitlines()]
     assert r.exit_code == 0 and row["setting"] == "dream:K=1"
+
+
+def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypatch):
+    """HumanEval and the held-out prompts stop at the next top-level line, MBPP at its own list; the
+    decoder gets them (unless the setting has its own), and --no-stop turns them off."""
+    from codila_cli import runtime
+    from codila_cli.decoding.stops import HUMANEVAL, MBPP
+
+    assert {t.stop for t in load_tasks("humaneval")} == {HUMANEVAL}
+    assert {t.stop for t in load_tasks("heldout")} == {HUMANEVAL}
+    assert {t.stop for t in load_tasks("mbpp", data=DATA)} == {MBPP}
+    assert {t.stop for t in load_tasks("humaneval", stop=False)} == {()}
+    seen = []
+    real = runtime.generate
+
+    def spy(models, prompt, *, config, **kw):
+        seen.append(config.stop)
+        return real(models, prompt, config=config, **kw)
+
+    monkeypatch.setattr(runtime, "generate", spy)
+    base = ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--max-new-tokens", "8",
+            "--timeout", "3", "--setting", "dream:K=4"]
+    assert CliRunner().invoke(app, [*base, "-o", str(tmp_path / "a")]).exit_code == 0
+    assert CliRunner().invoke(app, [*base, "--no-stop", "-o", str(tmp_path / "b")]).exit_code == 0
+    assert seen == [HUMANEVAL, ()]

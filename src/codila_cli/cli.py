@@ -240,6 +240,7 @@ def gen(
     cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: none]")] = None,
     cache_blocks: Annotated[int | None, typer.Option(envvar=_env("cache_blocks"), help="codila --cache: the cache window in blocks of B slots. [default: the helper's recommendation, else the candidate window]")] = None,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="End the output before the first generated line that starts with this text, e.g. --stop 'def ' --stop 'if __name__' (repeatable); decoding ends there too.")] = None,
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
@@ -303,6 +304,7 @@ def gen(
             raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
         sampling = SamplingConfig(temperature=opt("temperature"), top_p=opt("top_p"), top_k=opt("top_k"))
         early = not no_early_stop
+        stops = tuple(stop or ())
         dlm_name = dlm or user.get("models", "dlm") or default_dlm()
         ar_name = ar or user.get("models", "ar") or (default_ar() if dlm_name == "bundled-dlm" else None)
         chosen = opt("decoder")
@@ -323,17 +325,17 @@ def gen(
         configs: dict[str, Any] = {
             "dream": DreamConfig(max_new_tokens=opt("max_new_tokens"), steps=opt("steps"),
                                  tokens_per_step=opt("tokens_per_step"), alg=alg_name, alg_temp=alg_temp,
-                                 sampling=sampling, early_stop=early),
+                                 sampling=sampling, early_stop=early, stop=stops),
             "threshold": ThresholdConfig(max_new_tokens=opt("max_new_tokens"), block_length=opt("block_length"),
                                          threshold=opt("threshold"), sampling=sampling, early_stop=early,
-                                         cache=opt("cache")),
+                                         cache=opt("cache"), stop=stops),
             "codila": CodilaConfig(max_new_tokens=opt("max_new_tokens"), block_size=opt("block_size"), tau=opt("tau"),
                                    candidate_blocks=opt("candidate_blocks"), parallel_blocks=opt("parallel_blocks"),
                                    conditioning=opt("conditioning"), ar_temperature=ar_temperature,
                                    ar_context=opt("ar_context"),
                                    ar_repetition_penalty=opt("ar_repetition_penalty"), ar_verify=ar_verify, verify_penalty=verify_penalty,
                                    alg=alg_name if alg_name != "origin" else "entropy", sampling=sampling,
-                                   early_stop=early, cache=opt("cache") if chosen == "codila" else "none",
+                                   early_stop=early, stop=stops, cache=opt("cache") if chosen == "codila" else "none",
                                    cache_blocks=opt("cache_blocks") if chosen == "codila" else None),
         }
         cfg = configs[chosen]
@@ -356,7 +358,7 @@ def gen(
             from codila_cli.ui.stream import StdoutStreamer
 
             streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
-                                      out=sys.stdout)
+                                      out=sys.stdout, stop=stops)
         if streamer is not None:
             result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system, on_step=streamer)
         elif live:
@@ -569,6 +571,7 @@ def eval_cmd(
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).")] = 0,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Completion tasks decoded together per DLM forward (1–64).")] = 1,
+    no_stop: Annotated[bool, typer.Option("--no-stop", help="Keep the whole completion: no stop lines (by default a completion ends before its next top-level line, as in the Codex paper's HumanEval protocol).")] = False,
     device: Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")] = "auto",
     dtype: Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")] = False,
@@ -602,7 +605,7 @@ def eval_cmd(
         except ValueError as exc:
             raise UsageError(str(exc), hint="a setting is DECODER:key=value,…, e.g. codila:B=4,tau=0.5 "
                              "(docs/evaluation.md, Settings)") from None
-        chosen = select(load_tasks(benchmark, data=data_dir), limit=limit, ids=tasks)
+        chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)
         dlm_name = dlm or (default_infill_dlm() if infill_bench else default_dlm())
         ar_name = ar or (default_ar() if dlm is None else None)
         if any(p.decoder == "codila" or getattr(p.config, "tau", None) is not None and p.decoder == "dreamon"

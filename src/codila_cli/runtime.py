@@ -206,19 +206,27 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
 def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
             seed: int, recorder: Any, wall: float) -> GenerationResult:
+    from codila_cli.decoding.stops import ends_line, stop_offset
     from codila_cli.syntax import check_python, extract_code
 
     dlm = models.dlm
     completion = decode_text(dlm.tokenizer, dlm.specials, res.canvas)
+    stops = getattr(config, "stop", ())
+    cut = stop_offset(completion, stops, at_line_start=ends_line(dlm.tokenizer, ids)) if stops else None
+    if cut is not None:  # a --stop line: the output ends before it
+        stop_line = next(p for p in stops if completion.startswith(p, cut))
+        completion = completion[:cut]
+    else:
+        stop_line = None
     text = extract_code(completion) if mode == "chat" else prompt + completion
     if text and not text.endswith("\n"):
         text += "\n"
     metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
+    ended = cut is not None or any(t in set(dlm.specials.stop_ids) for t in res.canvas)  # else the canvas ran out
+    extra = {"stopped_early": res.stopped_early, "ended": ended, "stop_line": stop_line,
+             "load_seconds": round(models.load_seconds, 3)}
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
-                            settings=asdict(config), metrics={**metrics.to_dict(), "stopped_early": res.stopped_early,
-                                                              # the model wrote its end token (else the canvas ran out)
-                                                              "ended": any(t in set(dlm.specials.stop_ids) for t in res.canvas),
-                                                              "load_seconds": round(models.load_seconds, 3)},
+                            settings=asdict(config), metrics={**metrics.to_dict(), **extra},
                             syntax=check_python(text), prompt_tokens=len(ids), events=recorder.events)
 
 

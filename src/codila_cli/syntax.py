@@ -78,6 +78,9 @@ def check_python(code: str, *, limit: int = 20) -> SyntaxReport:
         compile(code, "<codila>", "exec", dont_inherit=True)
     except SyntaxError as exc:  # IndentationError and TabError are SyntaxErrors
         line, col, msg = exc.lineno or 1, exc.offset or 1, exc.msg
+        end = re.match(r"unterminated triple-quoted string literal \(detected at line (\d+)\)", msg)
+        if end:  # the rest is string text that tree-sitter read as code: its "errors" there are noise
+            issues = [i for i in issues if not line < i.line <= int(end.group(1))]
         same = [k for k, i in enumerate(issues) if i.line == line]
         if not same:
             issues.append(SyntaxIssue(line, col, f"python: {msg}", msg))

@@ -9,6 +9,7 @@ import torch
 
 from codila_cli.decoding.events import OnStep, Source, StepEvent
 from codila_cli.decoding.marginals import first_stop
+from codila_cli.decoding.stops import ends_line, stop_offset
 
 
 @dataclass
@@ -40,15 +41,20 @@ class Canvas:
     stopped_early: bool = False
     dlm0: int = 0  # forward counters at start, so events and results count this run only
     ar0: int = 0
+    stop_lines: tuple[str, ...] = ()  # decoding/stops.py: a generated line starting with one ends the output
+    at_line_start: bool = True  # the prompt ends a line (only read with stop_lines)
+    _checked: int = 0  # length of the committed prefix last checked for a stop line
 
     @classmethod
-    def start(cls, *, prompt_ids: list[int], length: int, dlm, ar=None, on_step: OnStep, fill_id: int | None = None) -> "Canvas":
+    def start(cls, *, prompt_ids: list[int], length: int, dlm, ar=None, on_step: OnStep, fill_id: int | None = None,
+              stop_lines: tuple[str, ...] = ()) -> "Canvas":
         sp = dlm.specials
         device = getattr(dlm, "device", torch.device("cpu"))
         x = torch.tensor([list(prompt_ids) + [sp.mask] * length], dtype=torch.long, device=device)
         return cls(x=x, prompt_len=len(prompt_ids), mask_id=sp.mask, stop_ids=sp.stop_ids,
                    fill_id=sp.eos if fill_id is None else fill_id, on_step=on_step, dlm=dlm, ar=ar,
-                   dlm0=dlm.forwards, ar0=ar.forwards if ar is not None else 0)
+                   dlm0=dlm.forwards, ar0=ar.forwards if ar is not None else 0, stop_lines=tuple(stop_lines),
+                   at_line_start=ends_line(dlm.tokenizer, list(prompt_ids)) if stop_lines else True)
 
     @property
     def dlm_forwards(self) -> int:
@@ -84,21 +90,32 @@ class Canvas:
             elapsed=time.perf_counter() - self.t0, canvas=tuple(self.gen.tolist())))
 
     def done(self, *, early_stop: bool) -> bool:
-        """True when nothing is masked, or (early stop) a stop token closes a fully committed prefix;
-        then the remaining masked tail is filled with end-of-text and reported as a "fill" event."""
+        """True when nothing is masked, or (early stop) a stop token or a stop line (``stop_lines``) is in
+        the fully committed prefix; then the remaining masked tail is filled with end-of-text and
+        reported as a "fill" event."""
         masked = self.masked()
         if not bool(masked.any()):
             return True
         if not early_stop:
             return False
-        stop = first_stop(self.gen, mask_id=self.mask_id, stop_ids=self.stop_ids)
-        if stop is None:
+        if first_stop(self.gen, mask_id=self.mask_id, stop_ids=self.stop_ids) is None and not self._stop_line(masked):
             return False
         tail = masked.nonzero().flatten()
         self.gen[tail] = self.fill_id
         self._emit(tail, torch.full_like(tail, self.fill_id), "fill", None)
         self.stopped_early = True
         return True
+
+    def _stop_line(self, masked: torch.Tensor) -> bool:
+        """Whether the committed prefix's text holds a stop line (decoded only when the prefix grew)."""
+        if not self.stop_lines:
+            return False
+        n = int(masked.nonzero()[0])  # masked.any() holds here
+        if n == self._checked:
+            return False
+        self._checked = n
+        text = self.dlm.tokenizer.decode(self.gen[:n].tolist(), skip_special_tokens=True)
+        return stop_offset(text, self.stop_lines, at_line_start=self.at_line_start) is not None
 
     def result(self) -> DecodeResult:
         return DecodeResult(canvas=self.gen.tolist(), dlm_forwards=self.dlm_forwards, ar_forwards=self.ar_forwards,

@@ -82,7 +82,8 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
 
 def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, generator: torch.Generator | None = None,
                   on_step: OnStep = no_op) -> DecodeResult:
-    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, ar=writer.ar, on_step=on_step)
+    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, ar=writer.ar, on_step=on_step,
+                     stop_lines=config.stop)
     B, W, L, P = config.block_size, config.candidate_blocks, config.max_new_tokens, c.prompt_len
     cache, window = None, None
     if config.cache != "none":

@@ -14,6 +14,14 @@ def _check_positive(name: str, value: int | None, *, limit: int = MAX_CANVAS) ->
         raise ValueError(f"{name} must be between 1 and {limit}, got {value}")
 
 
+def _check_stop(stop: tuple[str, ...]) -> None:
+    if not isinstance(stop, tuple):
+        raise ValueError(f"stop must be a tuple of line prefixes, got {type(stop).__name__}")
+    for prefix in stop:
+        if not prefix or "\n" in prefix or "\r" in prefix:
+            raise ValueError(f"stop: each prefix is the non-empty start of one line, got {prefix!r}")
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How a token is drawn from a marginal: ``--temperature``, ``--top-p``, ``--top-k``."""
@@ -48,9 +56,11 @@ class DreamConfig:
     eps: float = 1e-3
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = True
+    stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
+        _check_stop(self.stop)
         _check_positive("steps", self.steps)
         _check_positive("tokens-per-step", self.tokens_per_step)
         if self.steps is not None and self.tokens_per_step is not None:
@@ -72,10 +82,12 @@ class ThresholdConfig:
     threshold: float = 0.9
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = True
+    stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
     cache: str = "none"
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
+        _check_stop(self.stop)
         _check_positive("block-length", self.block_length)
         if self.cache not in CACHES:
             raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
@@ -110,11 +122,13 @@ class CodilaConfig:
     alg: str = "entropy"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = True
+    stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
     cache: str = "none"
     cache_blocks: int | None = None
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
+        _check_stop(self.stop)
         _check_positive("block-size", self.block_size, limit=256)
         _check_positive("cache-blocks", self.cache_blocks, limit=4096)
         if self.cache_blocks is not None and self.cache == "none":

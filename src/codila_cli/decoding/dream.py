@@ -27,7 +27,8 @@ from codila_cli.decoding.marginals import sample_scored
 
 def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: torch.Generator | None = None,
                  on_step: OnStep = no_op) -> DecodeResult:
-    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step)
+    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step,
+                     stop_lines=config.stop)
     L, K = config.max_new_tokens, config.tokens_per_step
     steps = config.steps if config.steps is not None else (-(-L // K) if K else L)
     grid = torch.linspace(1, config.eps, steps + 1, dtype=torch.float32)

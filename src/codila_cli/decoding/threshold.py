@@ -17,7 +17,8 @@ from codila_cli.decoding.marginals import sample_scored
 
 def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
                      on_step: OnStep = no_op) -> DecodeResult:
-    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step)
+    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step,
+                     stop_lines=config.stop)
     L, B, P = config.max_new_tokens, config.block_length, c.prompt_len
     cache = None
     if config.cache != "none":

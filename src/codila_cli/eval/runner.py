@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from codila_cli.atomic import write_bytes_atomic, write_text_atomic
 from codila_cli.eval.benchmarks import Task
@@ -37,8 +38,16 @@ def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: Sa
                    "tokens_per_second": decided / res.seconds if res.seconds else 0.0,
                    "wall_seconds": res.seconds, "order_spearman": None}
         return _row(task, setting, completion, metrics, limits)
-    r = generate(models, task.prompt, decoder=setting.decoder, config=setting.config, seed=seed)
+    r = generate(models, task.prompt, decoder=setting.decoder, config=_with_stop(setting, task.stop), seed=seed)
     return _row(task, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
+
+
+def _with_stop(setting: Setting, stop: tuple[str, ...]) -> Any:
+    """The setting's decoder config with the task's stop lines (the setting's own, if it has any, win)."""
+    from dataclasses import replace
+
+    cfg = setting.config
+    return replace(cfg, stop=stop) if stop and hasattr(cfg, "stop") and not cfg.stop else cfg
 
 
 def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
@@ -57,8 +66,10 @@ def _decode_rows(models, tasks: list[Task], setting: Setting, *, seed: int, limi
 
     if len(tasks) <= 1 or any(t.kind == "infill" for t in tasks):
         return [evaluate_task(models, t, setting, seed=seed, limits=limits) for t in tasks]
-    out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder, config=setting.config,
-                        seeds=[seed] * len(tasks))
+    if len({t.stop for t in tasks}) > 1:  # one config per batch (a benchmark's tasks share their stop lines)
+        return [row for t in tasks for row in _decode_rows(models, [t], setting, seed=seed, limits=limits)]
+    out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder,
+                        config=_with_stop(setting, tasks[0].stop), seeds=[seed] * len(tasks))
     return [_row(t, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
             for t, r in zip(tasks, out.results)]
 

@@ -3,7 +3,8 @@
 No decoder in codila ever remasks a committed token, so the longest fully committed prefix of the
 canvas is final. After each step the newly final **complete lines** are written and flushed (a line
 cannot change once its newline is final, even with tokenizers that clean up spaces), and nothing after
-a stop token is ever written. At the end
+a stop token or a stop line (``stop``, decoding/stops.py: a line is only written once it is complete, so
+whether it starts with a stop prefix is known) is ever written. At the end
 :meth:`finish` writes whatever remains so that the streamed bytes equal the non-streamed output.
 """
 
@@ -15,8 +16,13 @@ from codila_cli.decoding.events import StepEvent
 
 
 class StdoutStreamer:
-    def __init__(self, *, tokenizer: Any, specials: Any, prompt: str, out: TextIO) -> None:
+    def __init__(self, *, tokenizer: Any, specials: Any, prompt: str, out: TextIO, stop: tuple[str, ...] = ()) -> None:
+        from codila_cli.decoding.stops import ends_line
+
         self.tok, self.sp, self.out = tokenizer, specials, out
+        self.stop = stop
+        # as runtime decides it: from the prompt's last token
+        self.at_line_start = ends_line(tokenizer, tokenizer.encode(prompt, add_special_tokens=False)) if stop else True
         self.written = ""
         self.prompt = prompt  # its lines go out with the first step: nothing is written before decoding
         # starts, so a prompt refused by generate (too long for the context) leaves stdout empty
@@ -34,7 +40,13 @@ class StdoutStreamer:
             if t == self.sp.mask or t in stops:
                 break
             ids.append(t)
-        text = self.prompt + self.tok.decode(ids, skip_special_tokens=True)
+        completion = self.tok.decode(ids, skip_special_tokens=True)
+        if self.stop:
+            from codila_cli.decoding.stops import stop_offset
+
+            cut = stop_offset(completion, self.stop, at_line_start=self.at_line_start)
+            completion = completion if cut is None else completion[:cut]
+        text = self.prompt + completion
         text = text[: text.rfind("\n") + 1]  # whole lines only
         if text.startswith(self.written) and len(text) > len(self.written):
             self._emit(text[len(self.written) :])
