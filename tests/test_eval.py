@@ -387,3 +387,14 @@ def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypa
     assert CliRunner().invoke(app, [*base, "-o", str(tmp_path / "a")]).exit_code == 0
     assert CliRunner().invoke(app, [*base, "--no-stop", "-o", str(tmp_path / "b")]).exit_code == 0
     assert seen == [HUMANEVAL, ()]
+    # a chat model writes a whole program in a fence: its top-level `def` must not end the answer
+    import shutil
+
+    chat = tmp_path / "chat"
+    shutil.copytree(tiny["dlm"], chat)
+    cfg = json.loads((chat / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    (chat / "tokenizer_config.json").write_text(json.dumps(cfg))
+    base[base.index("--dlm") + 1] = str(chat)
+    assert CliRunner().invoke(app, [*base, "-o", str(tmp_path / "c")]).exit_code == 0
+    assert seen == [HUMANEVAL, (), ()]

@@ -38,16 +38,20 @@ def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: Sa
                    "tokens_per_second": decided / res.seconds if res.seconds else 0.0,
                    "wall_seconds": res.seconds, "order_spearman": None}
         return _row(task, setting, completion, metrics, limits)
-    r = generate(models, task.prompt, decoder=setting.decoder, config=_with_stop(setting, task.stop), seed=seed)
+    r = generate(models, task.prompt, decoder=setting.decoder, config=_with_stop(models, setting, task.stop), seed=seed)
     return _row(task, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
 
 
-def _with_stop(setting: Setting, stop: tuple[str, ...]) -> Any:
-    """The setting's decoder config with the task's stop lines (the setting's own, if it has any, win)."""
+def _with_stop(models, setting: Setting, stop: tuple[str, ...]) -> Any:
+    """The setting's decoder config with the task's stop lines (the setting's own, if it has any, win).
+    Only for raw completion: a chat model answers with a whole program in a fence, whose top-level
+    ``def`` must not end it."""
     from dataclasses import replace
 
     cfg = setting.config
-    return replace(cfg, stop=stop) if stop and hasattr(cfg, "stop") and not cfg.stop else cfg
+    if not stop or not hasattr(cfg, "stop") or cfg.stop or getattr(models.dlm.tokenizer, "chat_template", None):
+        return cfg
+    return replace(cfg, stop=stop)
 
 
 def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
@@ -69,7 +73,7 @@ def _decode_rows(models, tasks: list[Task], setting: Setting, *, seed: int, limi
     if len({t.stop for t in tasks}) > 1:  # one config per batch (a benchmark's tasks share their stop lines)
         return [row for t in tasks for row in _decode_rows(models, [t], setting, seed=seed, limits=limits)]
     out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder,
-                        config=_with_stop(setting, tasks[0].stop), seeds=[seed] * len(tasks))
+                        config=_with_stop(models, setting, tasks[0].stop), seeds=[seed] * len(tasks))
     return [_row(t, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
             for t, r in zip(tasks, out.results)]
 
