@@ -398,3 +398,16 @@ def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypa
     base[base.index("--dlm") + 1] = str(chat)
     assert CliRunner().invoke(app, [*base, "-o", str(tmp_path / "c")]).exit_code == 0
     assert seen == [HUMANEVAL, (), ()]
+
+
+@pytest.mark.parametrize(("bench", "setting", "hint"), [("he-infill-single", "codila:B=4", "dreamon:K=1"),
+                                                        ("humaneval", "dreamon:K=1", "he-infill-single")])
+def test_a_setting_for_the_other_kind_of_benchmark_is_refused_before_loading(tiny, tmp_path, monkeypatch,
+                                                                            bench, setting, hint):
+    from codila_cli import runtime
+
+    monkeypatch.setattr(runtime, "load_models", lambda **kw: pytest.fail("models loaded"))
+    r = CliRunner().invoke(app, ["eval", "-b", bench, "--data-dir", str(DATA), "--setting", setting, "--limit", "1",
+                                 "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "ev")])
+    err, h = r.stderr.splitlines()
+    assert r.exit_code == 2 and err == f"Error: setting '{setting}' does not fit {bench}" and hint in h

@@ -605,6 +605,11 @@ def eval_cmd(
         except ValueError as exc:
             raise UsageError(str(exc), hint="a setting is DECODER:key=value,…, e.g. codila:B=4,tau=0.5 "
                              "(docs/evaluation.md, Settings)") from None
+        wrong = [p.label for p in parsed if (p.decoder == "dreamon") != infill_bench]
+        if wrong:
+            raise UsageError(f"setting {wrong[0]!r} does not fit {benchmark}", hint=(
+                "infill benchmarks take dreamon:… settings (e.g. dreamon:K=1, dreamon:tau=0.5)" if infill_bench
+                else "dreamon:… settings are for the he-infill-single / he-infill-multi benchmarks"))
         chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)
         dlm_name = dlm or (default_infill_dlm() if infill_bench else default_dlm())
         ar_name = ar or (default_ar() if dlm is None else None)
