@@ -14,10 +14,13 @@ from pathlib import Path
 from rich.console import Console
 
 from codila_cli.decoding.config import CodilaConfig, InfillConfig, PlanConfig
-from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, generate, infill, load_models, plan
+from codila_cli.runtime import (default_ar, default_dlm, default_infill_dlm, generate, infill, load_models, plan,
+                              recommended_decoding)
 from codila_cli.ui.live import InfillView, LiveView, PlanView
 
-GEN_PROMPT = 'def is_palindrome(text):\n    """Return True if text reads the same backwards."""\n'
+# held-out prompt 10: one on which the bundled pair writes readable code at gen's settings (most of its
+# outputs are weaker, docs/results.md); the picture shows the view, not the model's typical quality
+GEN_PROMPT = 'def __init__(self, token, chat_id):\n    """Creates a new message in the given `chat_id`."""\n'
 INFILL_SOURCE = '''import os
 
 
@@ -64,9 +67,10 @@ def main() -> None:
     if args.command in ("gen", "all"):
         models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
         mask = models.dlm.specials.mask
-        cfg = CodilaConfig(max_new_tokens=96, block_size=4)
-        view = LiveView(tokenizer=models.dlm.tokenizer, mask_id=mask, console=null, block_size=4,
-                        title="codila codila", min_interval=0.0)
+        rec = {k: v for k, v in recommended_decoding(args.ar or default_ar()).items() if k != "cache_blocks"}
+        cfg = CodilaConfig(max_new_tokens=96, **{"block_size": 4, **rec})  # what `codila gen` runs
+        view = LiveView(tokenizer=models.dlm.tokenizer, mask_id=mask, console=null, block_size=cfg.block_size,
+                        title="codila gen · codila", min_interval=0.0)
         hook, frame = capture(view, args.at, mask)
         generate(models, GEN_PROMPT, decoder="codila", config=cfg, seed=0, on_step=hook)
         save(frame.get("frame", view.render()), args.out_dir / "live-view.svg", "codila gen — live view")
@@ -79,7 +83,7 @@ def main() -> None:
         region = find_region(src, line=None, lines_range=None)
         before, after = split(src, region)
         view = InfillView(prefix=before, suffix=after, tokenizer=models.dlm.tokenizer, mask_id=mask, console=null,
-                          title="codila infill dreamon", min_interval=0.0)
+                          title="codila infill · dreamon", min_interval=0.0)
         hook, frame = capture(view, args.at, mask)
         infill(models, src, region, config=InfillConfig(initial_masks=8, max_middle_tokens=48), seed=0, on_step=hook)
         save(frame.get("frame", view.render()), args.out_dir / "live-view-infill.svg", "codila infill — live view")

@@ -365,7 +365,7 @@ def gen(
             from codila_cli.ui.live import LiveView
 
             with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
-                          block_size=_view_block(chosen, cfg), title=f"codila {chosen}") as view:
+                          block_size=_view_block(chosen, cfg), title=f"codila gen · {chosen}") as view:
                 result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system, on_step=view)
         else:
             result = generate(models, text, decoder=chosen, config=cfg, seed=seed, system=system)
@@ -431,7 +431,7 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
         from codila_cli.ui.live import LiveView
 
         with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
-                      block_size=_view_block(chosen, cfg), title=f"codila {chosen} · sample 1 of {n}") as view:
+                      block_size=_view_block(chosen, cfg), title=f"codila gen · {chosen} · sample 1 of {n}") as view:
             out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
                                 on_step=view)
     else:
@@ -742,7 +742,7 @@ def infill(
             before, after = split(src, region)
             with InfillView(prefix=before, suffix=after, tokenizer=models.dlm.tokenizer,
                             mask_id=models.dlm.specials.mask, console=_stderr(Color.auto),
-                            title=f"codila infill {decoder.value}") as view:
+                            title=f"codila infill · {decoder.value}") as view:
                 out = run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction, on_step=view)
         else:
             out = run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction)
