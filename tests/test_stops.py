@@ -29,13 +29,14 @@ def test_stop_offset_cuts_before_the_first_matching_line():
     assert stop_offset("anything\n#", (), at_line_start=True) is None
 
 
+CHARS = {3: "a", 4: "\n", 5: "def", 6: " g", 7: "b", 8: ":", 9: " "}
+
+
 class CharTokenizer:
     """Decodes ids with a fixed table (enough for Canvas.done's stop-line check)."""
 
-    TABLE = {3: "a", 4: "\n", 5: "def", 6: " g", 7: "b", 8: ":", 9: " "}
-
     def decode(self, ids, skip_special_tokens=True):
-        return "".join(self.TABLE.get(i, "") for i in ids)
+        return "".join(CHARS.get(i, "") for i in ids)
 
 
 TEXT = [3, 4, 7, 4, 5, 6, 8, 4, 9, 3, 4, 7, 7, 7, 7, 7]  # "a\nb\ndef g:\n a\nbbbbb"

@@ -273,7 +273,7 @@ def gen(
     def body() -> None:
         from codila_cli.config import load_config
         from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
-        from codila_cli.runtime import default_ar, default_dlm, generate, load_models, recommended_decoding
+        from codila_cli.runtime import default_ar, default_dlm, generate, is_chat, load_models, recommended_decoding
 
         _quiet_libraries(verbose)
         user = load_config()
@@ -346,7 +346,7 @@ def gen(
                              dtype=dtype_name, compile=compile_model)
         err = _stderr(color)
         live = _stderr_is_tty() and not (json_out or quiet)
-        if system and not quiet and not getattr(models.dlm.tokenizer, "chat_template", None):
+        if system and not quiet and not is_chat(models.dlm.tokenizer):
             sys.stderr.write(f"Warning: {dlm_name} has no chat template, so --system is not a system message: "
                              "the model reads it as plain text before the prompt (stdout does not repeat it)\n")
         if num_samples > 1:
@@ -354,7 +354,7 @@ def gen(
                       json_out=json_out, strict=strict, quiet=quiet, verbose=verbose, err=err)
             return
         streamer = None
-        if stream and not json_out and not live and not getattr(models.dlm.tokenizer, "chat_template", None):
+        if stream and not json_out and not live and not is_chat(models.dlm.tokenizer):
             from codila_cli.ui.stream import StdoutStreamer
 
             streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
@@ -597,9 +597,9 @@ def eval_cmd(
         labels = list(settings or []) + ((INFILL_GRID if infill_bench else PAPER_GRID) if sweep else [])
         if infill_bench:
             labels = labels or ["dreamon:K=1"]
+        ar_name = ar or (default_ar() if dlm is None else None)
         if not labels:  # what `codila gen` runs by default: CoDiLA with the helper's recommendation, else dream
-            helper = ar or (default_ar() if dlm is None else None)
-            labels = [recommended_label(recommended_decoding(helper)) if helper else "dream:K=1"]
+            labels = [recommended_label(recommended_decoding(ar_name)) if ar_name else "dream:K=1"]
         try:
             parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
         except ValueError as exc:
@@ -612,7 +612,6 @@ def eval_cmd(
                 else "dreamon:… settings are for the he-infill-single / he-infill-multi benchmarks"))
         chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)
         dlm_name = dlm or (default_infill_dlm() if infill_bench else default_dlm())
-        ar_name = ar or (default_ar() if dlm is None else None)
         if any(p.decoder == "codila" or getattr(p.config, "tau", None) is not None and p.decoder == "dreamon"
                for p in parsed) and not ar_name:
             raise UsageError("codila settings need an AR helper", hint="pass --ar")

@@ -144,19 +144,19 @@ def uses_tabs(text: str) -> bool:
     return firsts.count("\t") > firsts.count(" ")
 
 
-def fit_indent(middle: str, indent: str, *, tabs: bool | None = None) -> str:
+def fit_indent(middle: str, indent: str, *, tabs: bool = False) -> str:
     """Shift the middle so its least-indented line sits at ``indent``; keep relative indentation.
 
-    ``tabs`` (default: whether ``indent`` starts with a tab) is the file's style: the middle's relative
-    indentation is then written with one tab per level, a level being the smallest relative indentation
-    the middle uses (models write spaces; a tab-indented file mixing in spaces no longer parses), and
-    with spaces (4 per tab) otherwise. The result ends with a newline unless it is empty.
+    ``tabs``: the file indents with tabs (an ``indent`` starting with a tab says so too). Then the
+    middle's relative indentation is written with one tab per level, a level being the smallest relative
+    indentation the middle uses (models write spaces; a tab-indented file mixing in spaces no longer
+    parses); otherwise with spaces (4 per tab). The result ends with a newline unless it is empty.
     """
     lines = [line.rstrip() for line in middle.replace("\r\n", "\n").strip("\n").split("\n")]
     body = [line for line in lines if line.strip()]
     if not body:
         return ""
-    tabs = indent.startswith("\t") if tabs is None else tabs
+    tabs = tabs or indent.startswith("\t")
     least = min((_indent_of(line) for line in body), key=len)
     rel = [line[len(least) :] if line.strip() else "" for line in lines]
     widths = [len(_indent_of(r).expandtabs(4)) for r in rel]

@@ -111,9 +111,15 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     return models
 
 
+def is_chat(tokenizer: Any) -> bool:
+    """A chat model (its tokenizer has a chat template): prompts go through the template and the code is
+    extracted from the answer; otherwise raw completion."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def encode_prompt(tokenizer: Any, specials: Any, prompt: str, *, system: str | None = None) -> tuple[list[int], str]:
     """(ids, mode). mode "chat" when the tokenizer has a chat template, else "raw" (bos + text)."""
-    if getattr(tokenizer, "chat_template", None):
+    if is_chat(tokenizer):
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
@@ -222,7 +228,8 @@ def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *,
     if text and not text.endswith("\n"):
         text += "\n"
     metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
-    ended = cut is not None or any(t in set(dlm.specials.stop_ids) for t in res.canvas)  # else the canvas ran out
+    stop_ids = set(dlm.specials.stop_ids)
+    ended = cut is not None or any(t in stop_ids for t in res.canvas)  # else the canvas ran out
     extra = {"stopped_early": res.stopped_early, "ended": ended, "stop_line": stop_line,
              "load_seconds": round(models.load_seconds, 3)}
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
@@ -380,8 +387,7 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
     view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
     res, cut, seed = infill_tokens(models, view_prefix, suffix, config=config, seed=seed, on_step=on_step)
     tok = models.dlm.tokenizer
-    middle = fit_indent(tok.decode(res.middle, skip_special_tokens=True), region.indent,
-                        tabs=region.indent.startswith("\t") or uses_tabs(src.text))
+    middle = fit_indent(tok.decode(res.middle, skip_special_tokens=True), region.indent, tabs=uses_tabs(src.text))
     new_text = patch(src, region, middle)
     metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "steps": res.steps,
                "middle_tokens": len(res.middle), "expansions": res.expansions, "deletions": res.deletions,

@@ -48,8 +48,10 @@ def _with_stop(models, setting: Setting, stop: tuple[str, ...]) -> Any:
     ``def`` must not end it."""
     from dataclasses import replace
 
+    from codila_cli.runtime import is_chat
+
     cfg = setting.config
-    if not stop or not hasattr(cfg, "stop") or cfg.stop or getattr(models.dlm.tokenizer, "chat_template", None):
+    if not stop or not hasattr(cfg, "stop") or cfg.stop or is_chat(models.dlm.tokenizer):
         return cfg
     return replace(cfg, stop=stop)
 
@@ -68,10 +70,9 @@ def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, li
 def _decode_rows(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
     from codila_cli.runtime import generate_many
 
-    if len(tasks) <= 1 or any(t.kind == "infill" for t in tasks):
+    # one config serves a batch, so its tasks must share their stop lines (a benchmark's tasks do)
+    if len(tasks) <= 1 or any(t.kind == "infill" for t in tasks) or len({t.stop for t in tasks}) > 1:
         return [evaluate_task(models, t, setting, seed=seed, limits=limits) for t in tasks]
-    if len({t.stop for t in tasks}) > 1:  # one config per batch (a benchmark's tasks share their stop lines)
-        return [row for t in tasks for row in _decode_rows(models, [t], setting, seed=seed, limits=limits)]
     out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder,
                         config=_with_stop(models, setting, tasks[0].stop), seeds=[seed] * len(tasks))
     return [_row(t, setting, r.completion if r.mode == "raw" else r.text, r.metrics, limits)
