@@ -385,6 +385,54 @@ def test_first_forward_after_refresh_equals_uncached(tiny_models, mode):
     assert not torch.allclose(cache.logits(y, 16, 24), first, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_cache_projects_only_the_rows_asked_for(tiny_models, mode):
+    """``rows`` narrows the vocabulary projection, not the recomputed block: the rows' logits are the
+    same as the whole block's, sliced; rows outside the block are refused."""
+    from codila_cli.models.dream import BlockCache
+
+    dlm = tiny_models.dlm
+    x = torch.randint(10, 300, (1, 48))
+    cache = BlockCache(dlm, mode)
+    whole = cache.refresh(x, 16, 32)
+    assert torch.equal(cache.refresh(x, 16, 32, rows=(20, 24)), whole[:, 4:8])
+    block = cache.logits(x, 16, 32)
+    assert torch.allclose(cache.logits(x, 16, 32, rows=(20, 24)), block[:, 4:8], atol=1e-6)
+    with pytest.raises(ValueError, match="inside the block"):
+        cache.logits(x, 16, 32, rows=(12, 20))
+
+
+def test_static_codila_with_cache_projects_one_block(tiny_models, monkeypatch):
+    """W = 1 with a 3-block dual window: every DLM forward projects the 4 rows of the block being
+    written, never the whole window; the text is what projecting the whole window gives."""
+    from dataclasses import replace
+
+    from codila_cli.models import dream
+    from codila_cli.runtime import generate
+
+    cfg = CodilaConfig(max_new_tokens=24, block_size=4, candidate_blocks=1, early_stop=False, cache="dual",
+                       cache_blocks=3)
+    widths = []
+    for name in ("refresh", "logits"):
+        real = getattr(dream.BlockCache, name)
+
+        def spy(self, x, a, b, *, rows=None, real=real):
+            widths.append(rows[1] - rows[0] if rows else b - a)
+            return real(self, x, a, b, rows=rows)
+        monkeypatch.setattr(dream.BlockCache, name, spy)
+    narrow = generate(tiny_models, "def f(", decoder="codila", config=cfg, seed=0)
+    assert widths == [4] * 6
+    monkeypatch.undo()
+    for name in ("refresh", "logits"):  # the whole window projected, its candidate rows read
+        real = getattr(dream.BlockCache, name)
+
+        def whole(self, x, a, b, *, rows=None, real=real):
+            return real(self, x, a, b)[:, rows[0] - a : rows[1] - a]
+        monkeypatch.setattr(dream.BlockCache, name, whole)
+    wide = generate(tiny_models, "def f(", decoder="codila", config=replace(cfg), seed=0)
+    assert narrow.text == wide.text and narrow.metrics["dlm_forwards"] == wide.metrics["dlm_forwards"] == 6
+
+
 @pytest.mark.parametrize("decoder,cfg", [
     ("threshold", ThresholdConfig(max_new_tokens=24, block_length=8, threshold=0.3, early_stop=False)),
     ("codila", CodilaConfig(max_new_tokens=24, block_size=4, early_stop=False)),
@@ -412,7 +460,7 @@ def test_codila_cache_refreshes_once_per_window(tiny_models, mode, monkeypatch):
 
     refreshes = []
     real = BlockCache.refresh
-    monkeypatch.setattr(BlockCache, "refresh", lambda self, x, a, b: refreshes.append((a, b)) or real(self, x, a, b))
+    monkeypatch.setattr(BlockCache, "refresh", lambda self, x, a, b, **kw: refreshes.append((a, b)) or real(self, x, a, b, **kw))
     cfg = CodilaConfig(max_new_tokens=24, block_size=4, candidate_blocks=2, early_stop=False, cache=mode)
     r = generate(tiny_models, "def f(", decoder="codila", config=cfg, seed=0)
     assert r.metrics["tokens"] == 24 and r.metrics["dlm_forwards"] == 6
@@ -523,7 +571,7 @@ def test_codila_cache_blocks_sets_the_window(tiny_models, monkeypatch):
 
     refreshes = []
     real = BlockCache.refresh
-    monkeypatch.setattr(BlockCache, "refresh", lambda self, x, a, b: refreshes.append((a, b)) or real(self, x, a, b))
+    monkeypatch.setattr(BlockCache, "refresh", lambda self, x, a, b, **kw: refreshes.append((a, b)) or real(self, x, a, b, **kw))
     cfg = CodilaConfig(max_new_tokens=24, block_size=4, candidate_blocks=1, early_stop=False, cache="dual",
                        cache_blocks=3)
     r = generate(tiny_models, "def f(", decoder="codila", config=cfg, seed=0)

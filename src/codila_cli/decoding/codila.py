@@ -23,7 +23,8 @@ Static mode computes π and H only over the candidate window (nothing outside it
 ``cache_blocks``·B slots from the first candidate when that is set. The window
 then stays put until all its slots are committed; each step in it recomputes only the window (dual) or
 the window and what follows (prefix), and block choice and fallback look only inside it. So a canvas of
-L slots costs about L / (W·B) full forwards instead of one per block.
+L slots costs about L / (W·B) full forwards instead of one per block. In static mode only the
+candidates' rows are projected onto the vocabulary (the window's other slots are recomputed, not read).
 """
 
 from __future__ import annotations
@@ -99,16 +100,17 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
         lo, hi = (cands[0][0], cands[-1][1]) if cache is not None or static else (0, L)
         if cache is None:
             logits = dlm.logits(c.x, rows=(P + lo, P + hi))[0]  # [hi - lo, V], row j predicts slot lo + j
-        elif window is None or not bool(masked_all[window[0] : window[1]].any()):
-            if config.cache_blocks is not None:  # a window of its own size, from the first candidate on
-                hi = min(L, lo + config.cache_blocks * B)
-                cands = [(s, e) for s, e in cands if e <= hi]
-            window = (lo, hi)
-            logits = cache.refresh(c.x, P + lo, P + hi)[0]
-        else:  # the window stays put until it is full: stale K/V outside it, exact inside
-            lo, hi = window
-            cands = [(s, e) for s, e in cands if lo <= s and e <= hi]
-            logits = cache.logits(c.x, P + lo, P + hi)[0]
+        else:
+            fresh = window is None or not bool(masked_all[window[0] : window[1]].any())
+            if fresh:
+                if config.cache_blocks is not None:  # a window of its own size, from the first candidate on
+                    hi = min(L, lo + config.cache_blocks * B)
+                window = (lo, hi)
+            cands = [(s, e) for s, e in cands if window[0] <= s and e <= window[1]]
+            # the rows projected onto the vocabulary: the candidates in static mode, else the whole window
+            lo, hi = (cands[0][0], cands[-1][1]) if static else window
+            step = cache.refresh if fresh else cache.logits  # else: stale K/V outside the window, exact inside
+            logits = step(c.x, P + window[0], P + window[1], rows=(P + lo, P + hi))[0]
         probs = torch.softmax(logits, dim=-1)  # raw marginals π for the AR and the block choice
         view = _View(c, lo)
         masked = masked_all[lo:hi]

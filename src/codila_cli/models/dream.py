@@ -143,8 +143,10 @@ class BlockCache:
         self.full_forwards = 0
         self._kept: tuple | None = None  # ((lo, hi, n), per-layer K/V outside the slice): one gather per window
 
-    def refresh(self, x: Any, start: int, end: int) -> Any:
-        """One full forward: keeps every layer's K/V; shifted logits [B, end − start, V] of tokens [start, end)."""
+    def refresh(self, x: Any, start: int, end: int, *, rows: tuple[int, int] | None = None) -> Any:
+        """One full forward: keeps every layer's K/V; shifted logits [B, end − start, V] of tokens [start, end)
+        (of tokens ``rows`` = [a, b) instead, when given: the vocabulary projection of a small model costs
+        as much as its layers over a few rows, so a caller projects only the rows it reads)."""
         import torch
 
         from codila_cli.models.native import new_cache
@@ -155,14 +157,16 @@ class BlockCache:
         cache = new_cache(dlm.model)
         with torch.inference_mode():
             out = dlm.model(input_ids=x, attention_mask={"full_attention": None}, cache=cache, use_cache=True,
-                            logits_to_keep=shift_index(start, end).to(x.device))
+                            logits_to_keep=shift_index(*(rows or (start, end))).to(x.device))
         self.keys = [layer.keys for layer in out.cache.layers]
         self.values = [layer.values for layer in out.cache.layers]
         self._kept = None
         return dlm.emittable(out.logits)
 
-    def logits(self, x: Any, start: int, end: int) -> Any:
-        """Shifted logits [B, end − start, V] for sequence positions [start, end), from the cache."""
+    def logits(self, x: Any, start: int, end: int, *, rows: tuple[int, int] | None = None) -> Any:
+        """Shifted logits [B, end − start, V] for sequence positions [start, end), from the cache; with
+        ``rows`` = [a, b) inside [start, end), the block [start, end) is still recomputed, but only those
+        tokens' logits are projected: [B, b − a, V]."""
         import torch
 
         from codila_cli.models.native import new_cache
@@ -180,8 +184,11 @@ class BlockCache:
             cache.update(k, v, i)  # shared, never written: an update concatenates into new tensors
         pos = torch.arange(lo, hi, device=x.device).unsqueeze(0)
         dlm.forwards += 1
-        rows = (shift_index(start, end) - lo).to(x.device)  # the slice's raw row j predicts token lo + j + 1
+        a, b = rows or (start, end)
+        if not start <= a <= b <= end:
+            raise ValueError(f"rows [{a}, {b}) must lie inside the block [{start}, {end})")
+        keep = (shift_index(a, b) - lo).to(x.device)  # the slice's raw row j predicts token lo + j + 1
         with torch.inference_mode():
             out = dlm.model(input_ids=x[:, lo:hi], attention_mask={"full_attention": None}, position_ids=pos,
-                            cache=cache, use_cache=True, logits_to_keep=rows)
+                            cache=cache, use_cache=True, logits_to_keep=keep)
         return dlm.emittable(out.logits)
