@@ -131,11 +131,13 @@ def test_engine_choice(tiny, monkeypatch):
         engine_for(bundled, cfg)
 
 
-def test_bundled_gen_never_imports_transformers():
+def test_bundled_gen_never_imports_transformers_or_dynamo():
+    """A short gen on the bundled pair imports neither transformers nor torch._dynamo (about 1 s each;
+    building a model on the meta device used to pull in the latter: docs/results.md §2, session 10)."""
     code = ("import sys\nfrom typer.testing import CliRunner\nfrom codila_cli.cli import app\n"
             "r = CliRunner().invoke(app, ['gen', '--max-new-tokens', '8', '--seed', '0', 'def f(x):'])\n"
             "assert r.exit_code == 0, r.stderr\n"
-            "print('transformers' in sys.modules)\n")
+            "print('transformers' in sys.modules, 'torch._dynamo' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"

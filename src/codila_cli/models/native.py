@@ -214,7 +214,10 @@ class Layer(nn.Module):
 class Body(nn.Module):
     def __init__(self, cfg: NativeConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # given its weight, Embedding skips its random init: on the meta device that init (normal_) runs
+        # a Python reference kernel that imports torch._dynamo, about 1 s of a short `codila gen`
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
+                                         _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(Layer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -322,7 +325,10 @@ def drop_last(cache: Any, n: int) -> Any:
 
 def rope_inv_freq(cfg: NativeConfig) -> torch.Tensor:
     """RoPE inverse frequencies [head_dim / 2] in fp32, as transformers' default rotary embedding."""
-    return 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+    # on the CPU even while a meta-device model is built: meta arithmetic runs Python reference kernels
+    # that import torch._dynamo (about 1 s)
+    steps = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64, device="cpu").float()
+    return 1.0 / (cfg.rope_theta ** (steps / cfg.head_dim))
 
 
 def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any) -> NativeLM:
