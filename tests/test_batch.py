@@ -40,6 +40,26 @@ def test_batch_of_n_equals_n_single_runs(tiny_models, case):
     assert batch.summary()["row_dlm_forwards"] == sum(s.metrics["dlm_forwards"] for s in singles)
 
 
+def test_rows_one_after_another_equal_the_batch(tiny_models, monkeypatch):
+    """batched=False (what gen -n does on a CPU) decodes the rows in turn: the same texts and per-row
+    counts as the batch, the hardware's forwards are the rows' sum, and on_step sees row 0 only."""
+    from codila_cli.runtime import batching_pays, generate_many
+
+    cfg = CASES["codila"]
+    prompts, seeds = ["def f(x):", "def f(x):", "def g(y):"], [3, 4, 5]
+    batch = generate_many(tiny_models, prompts, decoder="codila", config=cfg, seeds=seeds)
+    events = []
+    turn = generate_many(tiny_models, prompts, decoder="codila", config=cfg, seeds=seeds, batched=False,
+                         on_step=events.append)
+    assert [r.text for r in turn.results] == [r.text for r in batch.results]
+    assert [r.metrics["dlm_forwards"] for r in turn.results] == [r.metrics["dlm_forwards"] for r in batch.results]
+    assert turn.batched_forwards == sum(r.metrics["dlm_forwards"] for r in turn.results) > batch.batched_forwards
+    assert turn.summary()["batched"] is False and batch.summary()["batched"] is True
+    steps = [e.step for e in events]
+    assert steps and steps == sorted(steps)  # one run's events: a second row would start again at step 0
+    assert batching_pays(tiny_models) is False  # the tiny models run on the CPU
+
+
 def test_rows_that_finish_leave_the_batch(tiny_models):
     """Rows of different canvas lengths: the batch shrinks as rows finish; counts stay per row."""
     from codila_cli.decoding.batch import run_batched

@@ -205,7 +205,13 @@ def test_version():
     assert r.exit_code == 0 and r.stdout.startswith("codila ")
 
 
-def test_num_samples_json_one_batch_consecutive_seeds(tiny):
+@pytest.mark.parametrize("gpu", [False, True])
+def test_num_samples_json_consecutive_seeds(tiny, monkeypatch, gpu):
+    """-n N batches where batching pays (a GPU: one forward per step serves every row) and decodes the
+    samples one after another on a CPU, where a batch is slower; the samples are the same either way."""
+    import codila_cli.runtime as rt
+
+    monkeypatch.setattr(rt, "batching_pays", lambda models: gpu)
     r = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "-n", "3", "--temperature", "1",
             "--ar-temperature", "1", "--max-new-tokens", "16", "--seed", "40", "--json", "def f(")
     assert r.exit_code == 0, r.stderr
@@ -213,8 +219,9 @@ def test_num_samples_json_one_batch_consecutive_seeds(tiny):
     assert doc["command"] == "gen" and [s["seed"] for s in doc["samples"]] == [40, 41, 42]
     assert all(s["text"].startswith("def f(") for s in doc["samples"])
     b = doc["batch"]
-    assert b["rows"] == 3 and b["row_dlm_forwards"] == sum(s["metrics"]["dlm_forwards"] for s in doc["samples"])
-    assert b["batched_dlm_forwards"] == max(s["metrics"]["dlm_forwards"] for s in doc["samples"])
+    rows = [s["metrics"]["dlm_forwards"] for s in doc["samples"]]
+    assert b["rows"] == 3 and b["row_dlm_forwards"] == sum(rows) and b["batched"] is gpu
+    assert b["batched_dlm_forwards"] == (max(rows) if gpu else sum(rows))
     # sample 2 is exactly what a single run with its seed gives
     one = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "--temperature", "1",
               "--ar-temperature", "1", "--max-new-tokens", "16", "--seed", "41", "--json", "def f(")

@@ -244,7 +244,7 @@ def gen(
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
-    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples together in one batch (seeds seed, seed+1, …); 1–64.")] = 1,
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.")] = 1,
     device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
     dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA; on CPU fp32, but bf16 for checkpoints of 2 GiB or more stored in bf16), float32, bfloat16, float16. [default: auto]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
@@ -415,11 +415,12 @@ def _all_greedy(cfg: Any) -> bool:
 
 def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None, system: str | None, n: int,
               live: bool, json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any) -> None:
-    """``gen --num-samples N``: one batched decode; samples on stdout in order, each after a comment line."""
+    """``gen --num-samples N``: one batched decode (on a GPU; on a CPU one sample after another, which is
+    faster there: runtime.batching_pays); samples on stdout in order, each after a comment line."""
     import json
     import secrets
 
-    from codila_cli.runtime import SCHEMA_VERSION, generate_many
+    from codila_cli.runtime import SCHEMA_VERSION, batching_pays, generate_many
 
     if not quiet and _all_greedy(cfg):
         sys.stderr.write("Warning: with these settings every sample is the same (nothing is sampled); set "
@@ -427,15 +428,17 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
                          + " to get different samples\n")
     base = secrets.randbelow(2**31 - 64) if seed is None else seed
     seeds = [base + i for i in range(n)]
+    batched = batching_pays(models)
     if live:
         from codila_cli.ui.live import LiveView
 
         with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
                       block_size=_view_block(chosen, cfg), title=f"codila gen · {chosen} · sample 1 of {n}") as view:
             out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
-                                on_step=view)
+                                on_step=view, batched=batched)
     else:
-        out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system)
+        out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
+                            batched=batched)
     if json_out:
         doc = {"schema_version": SCHEMA_VERSION, "command": "gen", "models": models.describe(),
                "samples": [r.to_json(models=models.describe()) for r in out.results], "batch": out.summary()}
@@ -456,8 +459,9 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
                   soft_wrap=True)
     if verbose and not quiet:
         b = out.summary()
-        err.print(f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {chosen}  batched dlm forwards: {b['batched_dlm_forwards']}"
-                  f"  row forwards: {b['row_dlm_forwards']}  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
+        how = f"batched dlm forwards: {b['batched_dlm_forwards']}" if out.batched else "one sample after another"
+        err.print(f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {chosen}  {how}  row forwards: {b['row_dlm_forwards']}"
+                  f"  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
                   f"  decode: {b['wall_seconds']:.2f}s  {_peak_memory()}", markup=False, soft_wrap=True)
     if strict and valid < n:
         raise StrictSyntaxError(f"{n - valid} of {n} samples do not parse (--strict)",

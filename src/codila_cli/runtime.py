@@ -263,22 +263,32 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
 @dataclass
 class BatchOutcome:
     results: list[GenerationResult]
-    batched_forwards: int  # DLM forwards the hardware ran (shared by the rows)
+    batched_forwards: int  # DLM forwards the hardware ran (shared by the rows when batched)
     wall_seconds: float
+    batched: bool = True  # False: the rows were decoded one after another (batching_pays)
 
     def summary(self) -> dict:
         tokens = sum(r.metrics.get("tokens", 0) for r in self.results)
-        return {"rows": len(self.results), "batched_dlm_forwards": self.batched_forwards,
+        return {"rows": len(self.results), "batched": self.batched, "batched_dlm_forwards": self.batched_forwards,
                 "row_dlm_forwards": sum(r.metrics.get("dlm_forwards", 0) for r in self.results),
                 "tokens": tokens, "wall_seconds": round(self.wall_seconds, 4),
                 "tokens_per_second": round(tokens / self.wall_seconds, 2) if self.wall_seconds > 0 else 0.0}
 
 
+def batching_pays(models: Models) -> bool:
+    """Whether decoding rows together beats decoding them one after another on the models' device: on
+    a GPU one forward serves N rows for about the price of one; on a CPU a forward of N rows costs about
+    N forwards, and the batch runs as long as its longest row (gen -n 2–4 on the bundled pair: 0.74–0.92×
+    the speed of one after another, docs/results.md §2, session 10)."""
+    return getattr(models.dlm.device, "type", str(models.dlm.device)) != "cpu"
+
+
 def generate_many(models: Models, prompts: list[str], *, decoder: str, config: Any, seeds: list[int],
-                  system: str | None = None, on_step: OnStep = no_op) -> BatchOutcome:
+                  system: str | None = None, on_step: OnStep = no_op, batched: bool = True) -> BatchOutcome:
     """Decode several prompts (or one prompt several times) together: one DLM forward per step serves
     every row (decoding/batch.py). Row i uses ``seeds[i]`` and gives exactly what ``generate`` gives with
-    that seed. ``on_step`` receives row 0's events (the live view follows one row)."""
+    that seed. ``on_step`` receives row 0's events (the live view follows one row). ``batched`` False
+    decodes the rows one after another instead (the same results; see :func:`batching_pays`)."""
     import torch
 
     from codila_cli.decoding.batch import RowAR, run_batched
@@ -286,6 +296,12 @@ def generate_many(models: Models, prompts: list[str], *, decoder: str, config: A
 
     if len(prompts) != len(seeds) or not prompts:
         raise ValueError("generate_many needs one seed per prompt and at least one prompt")
+    if not batched:
+        t0 = time.perf_counter()
+        results = [generate(models, p, decoder=decoder, config=config, seed=s, system=system,
+                            on_step=on_step if i == 0 else no_op) for i, (p, s) in enumerate(zip(prompts, seeds))]
+        return BatchOutcome(results, sum(r.metrics["dlm_forwards"] for r in results), time.perf_counter() - t0,
+                            batched=False)
     prepared = [_prepare(models, p, config, system) for p in prompts]
     dlm = models.dlm
     recorders = [MetricsRecorder() for _ in prompts]
