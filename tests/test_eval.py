@@ -201,6 +201,10 @@ def test_batched_eval_gives_one_row_per_task_in_order(tiny, tmp_path):
     for r in rows("three"):
         assert r["tokens_per_step"] == (4.0 if r["setting"] == "dream:K=4" else r["tokens_per_step"])
         assert r["dlm_forwards"] >= 1 and isinstance(r["valid"], bool)
+    # asked for, the batch runs on the CPU too, with a warning that it is slower there (not with -q)
+    loud = CliRunner().invoke(app, [*common[:-1], "--batch-size", "3", "-o", str(tmp_path / "loud")])
+    assert loud.exit_code == 0 and loud.stderr.count("Warning: --batch-size 3 on the CPU") == 1
+    assert "batch-size" not in three.stderr
 
 
 def test_eval_runs_task_major_and_returns_rows_setting_major(tiny):

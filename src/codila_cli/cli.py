@@ -641,6 +641,11 @@ def eval_cmd(
                              f"{max_new_tokens} ({', '.join(long[:3])}{', …' if len(long) > 3 else ''}); "
                              f"{'it counts' if one else 'they count'} as failed (status too-long). Lower "
                              f"--max-new-tokens to include {'it' if one else 'them'}.\n")
+        from codila_cli.runtime import batching_pays
+
+        if batch_size > 1 and not batching_pays(models) and not quiet and shard.main:
+            sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there than one task "
+                             "at a time (same completions; docs/decoders.md, \"Batching\")\n")
         done = [0]
         total = -(-len(chosen) // shard.world) * len(parsed)
         show = not quiet and shard.main and _stderr_is_tty()
