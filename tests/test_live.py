@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -140,3 +142,27 @@ def test_control_tokens_render_as_one_dim_glyph():
     text = view.tokens_text((5, 0, 0), {0: "dlm", 1: "dlm", 2: "dlm"}, None)
     assert text.plain == "def∅∅"
     assert all(span.style == "bright_black" for span in text.spans if text.plain[span.start:span.end] == "∅")
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_num_samples_view_follows_each_sample_in_turn_on_a_cpu(tiny, monkeypatch, gpu):
+    """gen -n 3 on a terminal: one after another (a CPU), each sample gets a view of its own, titled
+    with its number; batched (a GPU), one view follows sample 1. stdout is the same either way."""
+    import codila_cli.cli as cli
+    import codila_cli.runtime as rt
+    import codila_cli.ui.live as live
+
+    args = ["gen", "--dlm", str(tiny["dlm"]), "-n", "3", "--temperature", "1", "--max-new-tokens", "8", "--seed", "3",
+            "-K", "2", "def f("]
+    off = CliRunner().invoke(app, args)
+    titles: list[str] = []
+    with monkeypatch.context() as m:
+        m.setattr(cli, "_stderr_is_tty", lambda: True)
+        m.setattr(rt, "batching_pays", lambda models: gpu)
+        real = live.LiveView.__enter__
+        m.setattr(live.LiveView, "__enter__", lambda self: (titles.append(self.title), real(self))[1])
+        on = CliRunner().invoke(app, args)
+    assert off.exit_code == on.exit_code == 0, on.stderr
+    want = ["sample 1 of 3"] if gpu else ["sample 1 of 3", "sample 2 of 3", "sample 3 of 3"]
+    assert [t.rsplit(" · ", 1)[-1] for t in titles] == want
+    assert on.stdout == off.stdout

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
@@ -430,12 +431,25 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
     seeds = [base + i for i in range(n)]
     batched = batching_pays(models)
     if live:
+        from codila_cli.runtime import BatchOutcome, generate
         from codila_cli.ui.live import LiveView
 
-        with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
-                      block_size=_view_block(chosen, cfg), title=f"codila gen · {chosen} · sample 1 of {n}") as view:
-            out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
-                                on_step=view, batched=batched)
+        def view(i: int) -> LiveView:
+            return LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
+                            block_size=_view_block(chosen, cfg), title=f"codila gen · {chosen} · sample {i + 1} of {n}")
+
+        if batched:  # the view follows sample 1 of the batch
+            with view(0) as v:
+                out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
+                                    on_step=v)
+        else:  # one sample after another (generate_many(batched=False)), each in a view of its own
+            t0 = time.perf_counter()
+            results = []
+            for i, s in enumerate(seeds):
+                with view(i) as v:
+                    results.append(generate(models, text, decoder=chosen, config=cfg, seed=s, system=system, on_step=v))
+            out = BatchOutcome(results, sum(r.metrics["dlm_forwards"] for r in results), time.perf_counter() - t0,
+                               batched=False)
     else:
         out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
                             batched=batched)
