@@ -144,9 +144,8 @@ class BlockCache:
         self._kept: tuple | None = None  # ((lo, hi, n), per-layer K/V outside the slice): one gather per window
 
     def refresh(self, x: Any, start: int, end: int, *, rows: tuple[int, int] | None = None) -> Any:
-        """One full forward: keeps every layer's K/V; shifted logits [B, end − start, V] of tokens [start, end)
-        (of tokens ``rows`` = [a, b) instead, when given: the vocabulary projection of a small model costs
-        as much as its layers over a few rows, so a caller projects only the rows it reads)."""
+        """One full forward: keeps every layer's K/V; shifted logits [B, end − start, V] of tokens [start, end),
+        or of tokens ``rows`` = [a, b) when given (a caller projects only the rows it reads)."""
         import torch
 
         from codila_cli.models.native import new_cache
