@@ -141,20 +141,28 @@ def test_dreamon_layout_infills_with_both_decoders(tmp_path, monkeypatch):
 
 
 def test_auto_dtype_on_cpu_keeps_large_bf16_checkpoints_in_bf16_per_model(shaped, tmp_path, monkeypatch):
-    """`--dtype auto` on a CPU: bf16 for large checkpoints stored in bf16 (the real 7B files), fp32 for
-    small ones (the bundled pair, stored in bf16 too); chosen per model, and a bf16 DLM decodes with an
-    fp32 helper."""
+    """`--dtype auto` on a CPU: bf16 for large checkpoints stored in bf16 (the real 7B files); a small
+    one stored in bf16 (the bundled pair) is fp32, except a DLM on a CPU with AMX; chosen per model, and
+    a bf16 DLM decodes with an fp32 helper."""
     import shutil
 
     from codila_cli.eval.settings import parse_setting
     from codila_cli.models import loading
     from codila_cli.runtime import generate, load_models
 
-    assert load_models(dlm=str(shaped["dlm"]), ar=None, device="cpu", dtype="auto").dlm.model \
-        .get_input_embeddings().weight.dtype == torch.float32  # a few MB: small, fp32
-    bundled = load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="auto")
-    assert bundled.dlm.model.get_input_embeddings().weight.dtype == torch.float32  # stored bf16, but small
-    assert bundled.ar.embedding.dtype == torch.float32
+    def dtypes(m):
+        return m.dlm.model.get_input_embeddings().weight.dtype, m.ar.embedding.dtype if m.ar else None
+
+    monkeypatch.setattr(loading, "cpu_multiplies_bf16", lambda: False)
+    assert dtypes(load_models(dlm=str(shaped["dlm"]), ar=None, device="cpu", dtype="auto")) == (torch.float32, None)
+    assert dtypes(load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="auto")) == \
+        (torch.float32, torch.float32)  # stored bf16, but small
+    monkeypatch.setattr(loading, "cpu_multiplies_bf16", lambda: True)  # AMX: the DLM in bf16, the helper not
+    assert dtypes(load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="auto")) == \
+        (torch.bfloat16, torch.float32)
+    assert dtypes(load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="float32")) == \
+        (torch.float32, torch.float32)  # an explicit dtype is what it says
+    monkeypatch.setattr(loading, "cpu_multiplies_bf16", lambda: False)
     monkeypatch.setattr(loading, "BF16_ON_CPU_FROM", 1)  # every shaped checkpoint counts as large
     m = load_models(dlm=str(shaped["dlm"]), ar=str(shaped["ar"]), device="cpu", dtype="auto")
     assert m.dlm.model.get_input_embeddings().weight.dtype == torch.bfloat16

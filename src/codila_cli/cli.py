@@ -247,7 +247,7 @@ def gen(
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.")] = 1,
     device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
-    dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA; on CPU fp32, but bf16 for checkpoints of 2 GiB or more stored in bf16), float32, bfloat16, float16. [default: auto]")] = None,
+    dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA; on a CPU fp32, but bf16 for checkpoints stored in bf16 that are 2 GiB or more, or diffusion models on a CPU with AMX), float32, bfloat16, float16. [default: auto]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).")] = True,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse.")] = False,

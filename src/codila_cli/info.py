@@ -139,7 +139,7 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
             add(f"model {role}", f"{name}: {path}")
             from codila_cli.models.loading import weights_plan
 
-            dev, dt, gib = weights_plan(path, name=name, device=device, dtype=setting)
+            dev, dt, gib = weights_plan(path, name=name, role=role, device=device, dtype=setting)
             add(f"weights {role}", f"{gib:.2f} GiB in {str(dt).removeprefix('torch.')} on {dev.type} "
                                    f"(--dtype {setting})")
             needed[dev.type] = needed.get(dev.type, 0.0) + gib

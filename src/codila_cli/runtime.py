@@ -86,16 +86,16 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     ar_path = resolve_local_dir(ar_spec) if ar_spec else None
     t0 = time.perf_counter()
     from codila_cli.models.dream import load_dlm
-    from codila_cli.models.loading import choose_device, choose_dtype, large_bf16_checkpoint
+    from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
 
     dev = choose_device(device)
-    dt = choose_dtype(dtype, dev, large_bf16=large_bf16_checkpoint(dlm_path, name=dlm))  # "auto" is per model
+    dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(dlm_path, name=dlm, role="dlm"))  # "auto" is per model
     models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt))
     if ar_spec is not None and ar_path is not None:
         from codila_cli.models.ar import load_ar
         from codila_cli.models.tokens import VocabBridge
 
-        ar_dt = choose_dtype(dtype, dev, large_bf16=large_bf16_checkpoint(ar_path, name=ar))
+        ar_dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(ar_path, name=ar, role="ar"))
         models.ar = load_ar(ar_path, name=ar, device=dev, dtype=ar_dt)
         models.bridge = VocabBridge(
             dlm_tokenizer=models.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,

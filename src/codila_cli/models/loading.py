@@ -55,17 +55,15 @@ def choose_device(device: str) -> Any:
 BF16_ON_CPU_FROM = 2 * 2**30  # weight files at least this large run in their stored bf16 on a CPU under auto
 
 
-def choose_dtype(dtype: str, device: Any, *, large_bf16: bool = False) -> Any:
-    """The compute dtype. ``auto``: bf16 on CUDA. On a CPU, fp32, except for a large checkpoint stored in
-    bf16 (``large_bf16``, see :func:`large_bf16_checkpoint`: the real 7B files), which stays bf16: in
-    fp32 a 7B DLM needs about 30 GB, and on this project's CPU bf16 ran a 245 M-parameter DLM 2.6× faster.
-    Small models stay fp32 (the bundled pair: exact, and bf16 kernels are slower on their small matrices)."""
+def choose_dtype(dtype: str, device: Any, *, bf16_on_cpu: bool = False) -> Any:
+    """The compute dtype. ``auto``: bf16 on CUDA; on a CPU bf16 when ``bf16_on_cpu`` (see
+    :func:`bf16_on_cpu`), else fp32."""
     import torch
 
     if dtype not in DTYPES:
         raise UsageError(f"invalid --dtype '{dtype}'", hint=f"use one of {', '.join(DTYPES)}")
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" or large_bf16 else torch.float32
+        return torch.bfloat16 if device.type == "cuda" or bf16_on_cpu else torch.float32
     return getattr(torch, dtype)
 
 
@@ -76,20 +74,43 @@ def _stored(path: Path, *, name: str) -> tuple[str, int]:
     return stored, sum(f.stat().st_size for f in _weight_files(path, name=name))
 
 
-def large_bf16_checkpoint(path: Path, *, name: str) -> bool:
-    """True when the weights are stored in bf16 and their files hold at least BF16_ON_CPU_FROM bytes."""
+def cpu_multiplies_bf16() -> bool:
+    """Whether this CPU has Intel AMX tiles (native bf16 matrix products). Without them bf16 matmuls run
+    slower than fp32 on a CPU; with them the bundled DLM's forward ran 1.57× faster in bf16."""
+    import torch
+
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except RuntimeError:
+        return False
+
+
+def bf16_on_cpu(path: Path, *, name: str, role: str) -> bool:
+    """Whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU. Only a checkpoint stored in bf16
+    (its weights are exact there), and then:
+
+    * a large one (weight files of BF16_ON_CPU_FROM bytes or more: the real 7B files), any role: in fp32 a
+      7B DLM needs about 30 GB, and on this project's CPU bf16 ran a 245 M-parameter DLM 2.6× faster;
+    * a diffusion model (``role`` "dlm") of any size on a CPU with AMX: its forward over the whole
+      sequence is a few large matrix products, which bf16 tiles run faster (the bundled DLM 1.57×, gen
+      1.34×, with the valid share unchanged on 711 tasks: docs/results.md §2, session 10).
+
+    A small helper stays fp32: its steps of a few tokens ran 4× slower in bf16 even with AMX."""
     stored, size = _stored(path, name=name)
-    return stored == "bfloat16" and size >= BF16_ON_CPU_FROM
+    if stored != "bfloat16":
+        return False
+    return size >= BF16_ON_CPU_FROM or (role == "dlm" and cpu_multiplies_bf16())
 
 
-def weights_plan(path: Path, *, name: str, device: str, dtype: str) -> tuple[Any, Any, float]:
+def weights_plan(path: Path, *, name: str, role: str, device: str, dtype: str) -> tuple[Any, Any, float]:
     """(device, dtype, GiB of weights in memory) that ``load_models`` would use for this checkpoint
     (for ``codila doctor``: what ``auto`` resolves to, and whether it will fit)."""
     import torch
 
     stored, size = _stored(path, name=name)
     dev = choose_device(device)
-    dt = choose_dtype(dtype, dev, large_bf16=stored == "bfloat16" and size >= BF16_ON_CPU_FROM)
+    dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(path, name=name, role=role))
     stored_bytes = getattr(torch, stored).itemsize if stored in ("float32", "bfloat16", "float16") else None
     return dev, dt, size * (dt.itemsize / stored_bytes if stored_bytes else 1.0) / 2**30
 
