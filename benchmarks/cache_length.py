@@ -19,18 +19,12 @@ import time
 from pathlib import Path
 
 from codila_cli.eval.heldout import load_heldout
+from codila_cli.eval.runner import reference_label
 from codila_cli.eval.settings import parse_setting
 from codila_cli.runtime import context_overflow, default_ar, default_dlm, generate, load_models
 
 R = "codila:B=4,W=1,ctx=96,rp=1.3"  # what `codila gen` runs on the bundled pair
 SETTINGS = [R, f"{R},cache=prefix,cb=4", f"{R},cache=dual,cb=4", "threshold:0.9", "threshold:0.9,cache=dual"]
-
-
-def uncached(label: str) -> str:
-    """The same setting without its cache: ``cache=…`` and ``cb=…`` dropped (the base of a gain)."""
-    head, _, rest = label.partition(":")
-    keep = [part for part in rest.split(",") if part and not part.startswith(("cache=", "cb="))]
-    return f"{head}:{','.join(keep)}" if keep else head
 
 
 def main() -> None:
@@ -64,8 +58,8 @@ def main() -> None:
             tps = [r["tokens"] / r["seconds"] for r in runs[label]]
             row = {"length": L, "setting": label, "prompts": len(fits), "skipped": len(prompts) - len(fits),
                    "tokens_per_second": statistics.median(tps), "dlm_forwards": runs[label][0]["dlm_forwards"]}
-            base_label = uncached(label)
-            if base_label != label and base_label in runs:
+            base_label = reference_label(label)  # the same setting without cache= / cb=
+            if base_label in runs:
                 base = [r["tokens"] / r["seconds"] for r in runs[base_label]]
                 paired = [a / b for a, b in zip(tps, base)]
                 row.update(gain=statistics.median(tps) / statistics.median(base), paired_gain=statistics.median(paired),

@@ -405,8 +405,6 @@ def test_cache_projects_only_the_rows_asked_for(tiny_models, mode):
 def test_static_codila_with_cache_projects_one_block(tiny_models, monkeypatch):
     """W = 1 with a 3-block dual window: every DLM forward projects the 4 rows of the block being
     written, never the whole window; the text is what projecting the whole window gives."""
-    from dataclasses import replace
-
     from codila_cli.models import dream
     from codila_cli.runtime import generate
 
@@ -429,7 +427,7 @@ def test_static_codila_with_cache_projects_one_block(tiny_models, monkeypatch):
         def whole(self, x, a, b, *, rows=None, real=real):
             return real(self, x, a, b)[:, rows[0] - a : rows[1] - a]
         monkeypatch.setattr(dream.BlockCache, name, whole)
-    wide = generate(tiny_models, "def f(", decoder="codila", config=replace(cfg), seed=0)
+    wide = generate(tiny_models, "def f(", decoder="codila", config=cfg, seed=0)
     assert narrow.text == wide.text and narrow.metrics["dlm_forwards"] == wide.metrics["dlm_forwards"] == 6
 
 

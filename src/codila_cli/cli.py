@@ -448,8 +448,7 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
             for i, s in enumerate(seeds):
                 with view(i) as v:
                     results.append(generate(models, text, decoder=chosen, config=cfg, seed=s, system=system, on_step=v))
-            out = BatchOutcome(results, sum(r.metrics["dlm_forwards"] for r in results), time.perf_counter() - t0,
-                               batched=False)
+            out = BatchOutcome.one_after_another(results, time.perf_counter() - t0)
     else:
         out = generate_many(models, [text] * n, decoder=chosen, config=cfg, seeds=seeds, system=system,
                             batched=batched)

@@ -267,6 +267,11 @@ class BatchOutcome:
     wall_seconds: float
     batched: bool = True  # False: the rows were decoded one after another (batching_pays)
 
+    @classmethod
+    def one_after_another(cls, results: list[GenerationResult], wall_seconds: float) -> "BatchOutcome":
+        """Rows decoded in turn: the hardware ran every row's forwards."""
+        return cls(results, sum(r.metrics["dlm_forwards"] for r in results), wall_seconds, batched=False)
+
     def summary(self) -> dict:
         tokens = sum(r.metrics.get("tokens", 0) for r in self.results)
         return {"rows": len(self.results), "batched": self.batched, "batched_dlm_forwards": self.batched_forwards,
@@ -300,8 +305,7 @@ def generate_many(models: Models, prompts: list[str], *, decoder: str, config: A
         t0 = time.perf_counter()
         results = [generate(models, p, decoder=decoder, config=config, seed=s, system=system,
                             on_step=on_step if i == 0 else no_op) for i, (p, s) in enumerate(zip(prompts, seeds))]
-        return BatchOutcome(results, sum(r.metrics["dlm_forwards"] for r in results), time.perf_counter() - t0,
-                            batched=False)
+        return BatchOutcome.one_after_another(results, time.perf_counter() - t0)
     prepared = [_prepare(models, p, config, system) for p in prompts]
     dlm = models.dlm
     recorders = [MetricsRecorder() for _ in prompts]

@@ -94,13 +94,14 @@ def bf16_on_cpu(path: Path, *, name: str, role: str) -> bool:
       7B DLM needs about 30 GB, and on this project's CPU bf16 ran a 245 M-parameter DLM 2.6× faster;
     * a diffusion model (``role`` "dlm") of any size on a CPU with AMX: its forward over the whole
       sequence is a few large matrix products, which bf16 tiles run faster (the bundled DLM 1.57×, gen
-      1.34×, with the valid share unchanged on 711 tasks: docs/results.md §2, session 10).
+      1.29×, with the valid share unchanged on 711 tasks: docs/results.md §2, session 10).
 
     A small helper stays fp32: its steps of a few tokens ran 4× slower in bf16 even with AMX."""
-    stored, size = _stored(path, name=name)
-    if stored != "bfloat16":
-        return False
-    return size >= BF16_ON_CPU_FROM or (role == "dlm" and cpu_multiplies_bf16())
+    return _bf16_on_cpu(*_stored(path, name=name), role=role)
+
+
+def _bf16_on_cpu(stored: str, size: int, *, role: str) -> bool:
+    return stored == "bfloat16" and (size >= BF16_ON_CPU_FROM or (role == "dlm" and cpu_multiplies_bf16()))
 
 
 def weights_plan(path: Path, *, name: str, role: str, device: str, dtype: str) -> tuple[Any, Any, float]:
@@ -110,7 +111,7 @@ def weights_plan(path: Path, *, name: str, role: str, device: str, dtype: str) -
 
     stored, size = _stored(path, name=name)
     dev = choose_device(device)
-    dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(path, name=name, role=role))
+    dt = choose_dtype(dtype, dev, bf16_on_cpu=_bf16_on_cpu(stored, size, role=role))
     stored_bytes = getattr(torch, stored).itemsize if stored in ("float32", "bfloat16", "float16") else None
     return dev, dt, size * (dt.itemsize / stored_bytes if stored_bytes else 1.0) / 2**30
 
