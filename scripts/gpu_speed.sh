@@ -46,11 +46,11 @@ print(f"codila gen end to end ({engine}): {time.perf_counter() - t:.1f} s, rc {r
 print("\n".join(r.stderr.strip().splitlines()[-2:]))
 PY
 done
-R="codila:B=4,W=1,ctx=96,rp=1.3"  # the setting `codila gen` runs on the bundled pair
+R="codila:B=4,W=1,ctx=96,rp=1.3"  # the bundled helper's recommendation; gen adds its cache=prefix,cb=8
 for engine in $ENGINES; do
     CODILA_ENGINE="$engine" python3 benchmarks/perf.py --out "$DEST/$engine" --dlm "$SHAPED/dlm" --ar "$SHAPED/ar" \
         --device "$DEVICE" --dtype "$DTYPE" --prompts "$PROMPTS" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
         $([ "$COMPILE" = 1 ] || echo --no-compile) --no-startup --batch 4 \
         --settings dream:K=1 threshold:0.9 threshold:0.9,cache=dual codila:B=4,W=1 "$R" \
-        "$R,cache=prefix,cb=4" "$R,cache=dual,cb=4" 2>&1 | tail -n 20
+        "$R,cache=prefix,cb=8" "$R,cache=dual,cb=4" 2>&1 | tail -n 20
 done

@@ -13,12 +13,22 @@ CASES = {
     "threshold": ThresholdConfig(max_new_tokens=16, block_length=8, threshold=0.5, sampling=SAMPLED),
     "codila": CodilaConfig(max_new_tokens=16, block_size=4, ar_temperature=1.0, sampling=SAMPLED),
     "codila-dynamic": CodilaConfig(max_new_tokens=16, block_size=4, tau=2.0, sampling=SAMPLED),
+    # the bundled helper recommends a prefix cache: its refreshes are batched, its cached calls run per row
+    "codila-prefix": CodilaConfig(max_new_tokens=16, block_size=4, candidate_blocks=1, cache="prefix",
+                                  cache_blocks=2, ar_temperature=1.0, sampling=SAMPLED),
 }
+
+
+def _on_gpu(models):
+    """``models`` as batching_pays would see them on a GPU (only the DLM's device is read)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(dlm=SimpleNamespace(device=torch.device("cuda")))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_batch_of_n_equals_n_single_runs(tiny_models, case):
-    from codila_cli.runtime import generate, generate_many
+    from codila_cli.runtime import batching_pays, generate, generate_many
 
     decoder = case.split("-")[0]
     cfg = CASES[case]
@@ -35,8 +45,12 @@ def test_batch_of_n_equals_n_single_runs(tiny_models, case):
         assert b.seed == s.seed
         for key in ("tokens", "dlm_forwards", "ar_forwards", "steps"):
             assert b.metrics[key] == s.metrics[key], key
-    # the hardware ran one forward per step of the longest row, not one per row and step
-    assert batch.batched_forwards == max(s.metrics["dlm_forwards"] for s in singles)
+    if cfg.__dict__.get("cache", "none") != "none":  # every cached call runs per row: nothing is shared
+        assert batch.batched_forwards == sum(s.metrics["dlm_forwards"] for s in singles)
+        assert not batching_pays(_on_gpu(tiny_models), cfg)
+    else:  # the hardware ran one forward per step of the longest row, not one per row and step
+        assert batch.batched_forwards == max(s.metrics["dlm_forwards"] for s in singles)
+        assert batching_pays(_on_gpu(tiny_models), cfg)
     assert batch.summary()["row_dlm_forwards"] == sum(s.metrics["dlm_forwards"] for s in singles)
 
 

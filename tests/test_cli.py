@@ -84,6 +84,21 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
     assert settings()["candidate_blocks"] == 3
     monkeypatch.delenv("CODILA_CONFIG")
     assert settings("--decoder", "dream")["max_new_tokens"] == 8  # another decoder: nothing to recommend
+    # a recommended cache is on unless a flag, the environment or the config file says otherwise
+    cfg["codila_decoding"].update(cache="prefix")
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert recommended_decoding(str(ar))["cache"] == "prefix"
+    assert (settings()["cache"], settings()["cache_blocks"]) == ("prefix", 3)
+    assert (settings("--cache", "none")["cache"], settings("--cache", "none")["cache_blocks"]) == ("none", None)
+    assert settings("--cache", "dual")["cache"] == "dual"
+    assert settings("--decoder", "threshold")["cache"] == "none"  # the recommendation is CoDiLA's
+    monkeypatch.setenv("CODILA_CACHE", "none")
+    assert settings()["cache"] == "none"
+    monkeypatch.delenv("CODILA_CACHE")
+    for bad in ("fast", 1, None):  # not a cache mode: ignored, as other values of the wrong type
+        cfg["codila_decoding"].update(cache=bad)
+        (ar / "config.json").write_text(json.dumps(cfg))
+        assert "cache" not in recommended_decoding(str(ar)) and settings()["cache"] == "none"
 
 
 def test_stdout_is_payload_only(tiny):
@@ -211,7 +226,7 @@ def test_num_samples_json_consecutive_seeds(tiny, monkeypatch, gpu):
     samples one after another on a CPU, where a batch is slower; the samples are the same either way."""
     import codila_cli.runtime as rt
 
-    monkeypatch.setattr(rt, "batching_pays", lambda models: gpu)
+    monkeypatch.setattr(rt, "batching_pays", lambda models, config=None: gpu)
     r = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "-n", "3", "--temperature", "1",
             "--ar-temperature", "1", "--max-new-tokens", "16", "--seed", "40", "--json", "def f(")
     assert r.exit_code == 0, r.stderr

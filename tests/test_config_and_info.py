@@ -92,9 +92,8 @@ def test_config_show_names_what_gen_will_use(tmp_path, monkeypatch):
     rec = recommended_decoding("bundled-ar")
     assert rec, "the bundled helper carries codila_decoding in its config.json"
     rows = {r["key"]: r for r in json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)["settings"]}
-    for key, value in rec.items():
-        if key != "cache_blocks":  # only when a cache is on
-            assert rows[f"gen.{key}"] == {"key": f"gen.{key}", "value": value, "source": "recommended by bundled-ar"}
+    for key, value in rec.items():  # the cache window too: the helper also recommends a cache
+        assert rows[f"gen.{key}"] == {"key": f"gen.{key}", "value": value, "source": "recommended by bundled-ar"}
     assert rows["gen.ar_temperature"]["value"] == 0.3 and rows["gen.ar_temperature"]["source"] == "follows gen.temperature"
     assert rows["models.dlm"]["value"] == "bundled-dlm" and rows["models.ar"]["value"] == "bundled-ar"
     # the same values are what gen runs with
@@ -107,7 +106,15 @@ def test_config_show_names_what_gen_will_use(tmp_path, monkeypatch):
     monkeypatch.setattr(runtime, "generate", capture)
     runner.invoke(app, ["gen", "-q", "def f("])
     assert seen["ar_temperature"] == 0.3
-    assert all(seen[k] == v for k, v in rec.items() if k != "cache_blocks")
+    assert all(seen[k] == v for k, v in rec.items())
+    # the cache turned off in the file: the recommended window is not shown (nor used)
+    write_config(tmp_path, monkeypatch, '[gen]\ncache = "none"\n')
+    rows = {r["key"]: r for r in json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)["settings"]}
+    assert rows["gen.cache"]["value"] == "none" and rows["gen.cache"]["source"].startswith("file")
+    assert rows["gen.cache_blocks"] == {"key": "gen.cache_blocks", "value": None, "source": "default"}
+    seen.clear()
+    runner.invoke(app, ["gen", "-q", "def f("])
+    assert seen["cache"] == "none" and seen["cache_blocks"] is None
     monkeypatch.setenv("CODILA_MODEL", "dream-coder")  # a non-bundled DLM has no default helper
     rows = {r["key"]: r for r in json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)["settings"]}
     assert rows["models.ar"]["value"] is None and rows["gen.ar_context"]["source"] == "default"

@@ -366,6 +366,12 @@ def test_eval_without_a_setting_runs_what_gen_runs(tiny, tmp_path):
     r = CliRunner().invoke(app, [*base, "-o", str(tmp_path / "b")])
     (row,) = [json.loads(x) for x in (tmp_path / "b" / "rows.jsonl").read_text().splitlines()]
     assert r.exit_code == 0 and row["setting"] == "dream:K=1"
+    cfg["codila_decoding"]["cache"] = "prefix"  # a recommended cache and its window join the label
+    (ar / "config.json").write_text(json.dumps(cfg))
+    r = CliRunner().invoke(app, [*base, "--ar", str(ar), "-o", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.stderr
+    (row,) = [json.loads(x) for x in (tmp_path / "c" / "rows.jsonl").read_text().splitlines()]
+    assert row["setting"] == "codila:B=4,W=1,ctx=8,rp=1.2,cache=prefix,cb=3"
 
 
 def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypatch):

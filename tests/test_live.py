@@ -158,7 +158,7 @@ def test_num_samples_view_follows_each_sample_in_turn_on_a_cpu(tiny, monkeypatch
     titles: list[str] = []
     with monkeypatch.context() as m:
         m.setattr(cli, "_stderr_is_tty", lambda: True)
-        m.setattr(rt, "batching_pays", lambda models: gpu)
+        m.setattr(rt, "batching_pays", lambda models, config=None: gpu)
         real = live.LiveView.__enter__
         m.setattr(live.LiveView, "__enter__", lambda self: (titles.append(self.title), real(self))[1])
         on = CliRunner().invoke(app, args)

@@ -382,3 +382,11 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     assert "codila_decoding" not in json.loads((run / "align" / "final" / "config.json").read_text())  # source untouched
     with pytest.raises(ValueError, match="recommendable"):
         stage_export(run, target=tmp_path / "bad", ar_decoding={"tau": 1})
+    for bad in ({"cache": "fast"}, {"ar_context": -1}):
+        with pytest.raises(ValueError, match="recommendable"):
+            stage_export(run, target=tmp_path / "bad", ar_decoding=bad)
+    stage_export(run, target=tmp_path / "out2", ar_decoding={"cache": "dual", "cache_blocks": 4})
+    assert recommended_decoding(str(tmp_path / "out2" / "ar")) == {"cache": "dual", "cache_blocks": 4}
+    from codila_cli.train.stages import _export_value
+
+    assert [_export_value(v) for v in ("4", "1.3", "dual")] == [4, 1.3, "dual"]

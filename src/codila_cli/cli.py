@@ -238,7 +238,7 @@ def gen(
     ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: the helper's recommendation, else 0]")] = None,
     ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help="codila: penalty (CTRL) on ids already in the text for the AR's choices, 1 = off. [default: the helper's recommendation, else 1]")] = None,
     ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
-    cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: none]")] = None,
+    cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: codila: the helper's recommendation, else none; threshold: none]")] = None,
     cache_blocks: Annotated[int | None, typer.Option(envvar=_env("cache_blocks"), help="codila --cache: the cache window in blocks of B slots. [default: the helper's recommendation, else the candidate window]")] = None,
     verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
     stop: Annotated[list[str] | None, typer.Option("--stop", help="End the output before the first generated line that starts with this text, e.g. --stop 'def ' --stop 'if __name__' (repeatable); decoding ends there too.")] = None,
@@ -429,7 +429,7 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
                          + " to get different samples\n")
     base = secrets.randbelow(2**31 - 64) if seed is None else seed
     seeds = [base + i for i in range(n)]
-    batched = batching_pays(models)
+    batched = batching_pays(models, cfg)
     if live:
         from codila_cli.runtime import BatchOutcome, generate
         from codila_cli.ui.live import LiveView
@@ -576,7 +576,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="One JSON objec
 def eval_cmd(
     benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, he-infill-single or he-infill-multi.")] = "heldout",
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).")] = Path("codila-eval"),
-    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. [default: what codila gen runs, e.g. codila:B=4,W=1,ctx=96,rp=1.3 on the bundled pair]")] = None,
+    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. [default: what codila gen runs, e.g. codila:B=4,W=1,ctx=96,rp=1.3,cache=prefix,cb=8 on the bundled pair]")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
     limit: Annotated[int | None, typer.Option(help="First N tasks only.")] = None,
     tasks: Annotated[list[str] | None, typer.Option("--task", help="Task id, repeatable.")] = None,

@@ -67,7 +67,7 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     dlm = (explicit("models", "dlm") or (None,))[0]
     ar = (explicit("models", "ar") or (None,))[0] or (default_ar() if dlm in (None, "bundled-dlm") else None)
     recommended = recommended_decoding(ar) if ar else {}
-    cache = (explicit("gen", "cache") or (GEN_DEFAULTS["cache"],))[0]
+    cache = (explicit("gen", "cache") or (recommended.get("cache", GEN_DEFAULTS["cache"]),))[0]
     rows = []
     for section, keys in SCHEMA.items():
         for key in keys:

@@ -48,20 +48,28 @@ def default_ar() -> str | None:
 
 
 RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "ar_context": int,
-                                  "ar_repetition_penalty": float, "cache_blocks": int}
+                                  "ar_repetition_penalty": float, "cache": str, "cache_blocks": int}
 
 
 def recommendable(key: str, value: object) -> bool:
-    """A setting a helper checkpoint may recommend, with a value of its type (an int counts as a float)."""
+    """A setting a helper checkpoint may recommend, with a value of its type (an int counts as a float;
+    ``cache`` is one of decoding.config.CACHES) and in range (no negative number)."""
+    from codila_cli.decoding.config import CACHES
+
     kind = RECOMMENDABLE.get(key)
-    return type(value) is int if kind is int else kind is float and type(value) in (int, float)
+    if kind is str:
+        return value in CACHES
+    ok = type(value) is int if kind is int else kind is float and type(value) in (int, float)
+    return ok and value >= 0
 
 
 def recommended_decoding(ar: str) -> dict[str, int | float]:
     """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
     a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in
     RECOMMENDABLE with values of their type count (an int is accepted for a float); flags, environment
-    variables and the user's config file override them. ``cache_blocks`` applies only when a cache is on."""
+    variables and the user's config file override them. ``cache`` (none / prefix / dual) is recommended
+    where it was measured to keep quality on that pair (the bundled one: docs/results.md §2, session 11);
+    ``cache_blocks`` applies only when a cache is on."""
     import json
 
     from codila_cli.errors import CodilaError
@@ -280,11 +288,14 @@ class BatchOutcome:
                 "tokens_per_second": round(tokens / self.wall_seconds, 2) if self.wall_seconds > 0 else 0.0}
 
 
-def batching_pays(models: Models) -> bool:
+def batching_pays(models: Models, config: Any = None) -> bool:
     """Whether decoding rows together beats decoding them one after another on the models' device: on
     a GPU one forward serves N rows for about the price of one; on a CPU a forward of N rows costs about
     N forwards, and the batch runs as long as its longest row (gen -n 2–4 on the bundled pair: 0.74–0.92×
-    the speed of one after another, docs/results.md §2, session 10)."""
+    the speed of one after another, docs/results.md §2, session 10). A decoder ``config`` with a KV cache
+    on never batches: every cached call runs per row (decoding/batch.py), so a batch shares nothing."""
+    if getattr(config, "cache", "none") != "none":
+        return False
     return getattr(models.dlm.device, "type", str(models.dlm.device)) != "cpu"
 
 

@@ -463,8 +463,16 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     return last
 
 
+def _export_value(text: str) -> int | float | str:
+    """``KEY=VALUE`` of `stages export`: an int, a float (with a dot), else the text (cache=dual)."""
+    try:
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        return text
+
+
 def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None,
-                 tasks: Path | None = None, ar_decoding: dict[str, int | float] | None = None) -> dict:
+                 tasks: Path | None = None, ar_decoding: dict[str, int | float | str] | None = None) -> dict:
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
     there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
     defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
@@ -478,7 +486,7 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = tasks or run / "tasks" / "final"
     for key, value in (ar_decoding or {}).items():
-        if not recommendable(key, value) or value < 0:
+        if not recommendable(key, value):
             raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
@@ -537,8 +545,7 @@ if __name__ == "__main__":
     elif stage == "export":
         print(stage_export(run_dir, dlm=Path(args[0]) if args else None, ar=Path(args[1]) if len(args) > 1 else None,
                            tasks=Path(args[2]) if len(args) > 2 else None,
-                           ar_decoding={k: (float(v) if "." in v else int(v))
-                                        for k, v in (a.split("=", 1) for a in args[3:])} or None))
+                           ar_decoding={k: _export_value(v) for k, v in (a.split("=", 1) for a in args[3:])} or None))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
               "tasks": stage_tasks}[stage]
