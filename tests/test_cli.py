@@ -99,6 +99,9 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
         cfg["codila_decoding"].update(cache=bad)
         (ar / "config.json").write_text(json.dumps(cfg))
         assert "cache" not in recommended_decoding(str(ar)) and settings()["cache"] == "none"
+    cfg["codila_decoding"].update(cache="prefix", cache_blocks=-2)  # out of range: ignored too
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert recommended_decoding(str(ar))["cache"] == "prefix" and "cache_blocks" not in recommended_decoding(str(ar))
 
 
 def test_stdout_is_payload_only(tiny):

@@ -63,7 +63,7 @@ def recommendable(key: str, value: object) -> bool:
     return ok and value >= 0
 
 
-def recommended_decoding(ar: str) -> dict[str, int | float]:
+def recommended_decoding(ar: str) -> dict[str, int | float | str]:
     """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
     a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in
     RECOMMENDABLE with values of their type count (an int is accepted for a float); flags, environment
