@@ -245,7 +245,7 @@ def gen(
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
-    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.")] = 1,
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU or with a KV cache, where that is faster; 1–64.")] = 1,
     device: Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")] = None,
     dtype: Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help="auto (bf16 on CUDA; on a CPU fp32, but bf16 for checkpoints stored in bf16 that are 2 GiB or more, or diffusion models on a CPU with AMX), float32, bfloat16, float16. [default: auto]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the code.")] = False,
@@ -416,8 +416,9 @@ def _all_greedy(cfg: Any) -> bool:
 
 def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None, system: str | None, n: int,
               live: bool, json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any) -> None:
-    """``gen --num-samples N``: one batched decode (on a GPU; on a CPU one sample after another, which is
-    faster there: runtime.batching_pays); samples on stdout in order, each after a comment line."""
+    """``gen --num-samples N``: one batched decode (on a GPU without a KV cache; otherwise one sample after
+    another, which is faster there: runtime.batching_pays); samples on stdout in order, each after a
+    comment line."""
     import json
     import secrets
 
