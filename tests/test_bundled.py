@@ -60,6 +60,8 @@ def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     assert (settings["cache"], settings["cache_blocks"]) == ("prefix", rec["cache_blocks"])
     settings = json.loads(CliRunner().invoke(app, [*args, "--cache", "none"]).stdout)["settings"]
     assert (settings["cache"], settings["cache_blocks"]) == ("none", None)
+    r = CliRunner().invoke(app, ["gen", "-v", "--seed", "0", "--max-new-tokens", "8", "def fib(n):"])
+    assert r.exit_code == 0 and "rp=1.3 cache=prefix cb=8  dlm: bundled-dlm" in r.stderr  # -v says a cache ran
     settings = json.loads(CliRunner().invoke(app, [*args, "--candidate-blocks", "10"]).stdout)["settings"]
     assert settings["candidate_blocks"] == 10
 

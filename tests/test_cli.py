@@ -110,6 +110,7 @@ def test_stdout_is_payload_only(tiny):
     assert "\x1b[" not in r.stdout
     assert r.stdout.startswith("def f(") and "syntax:" not in r.stdout and "seed:" not in r.stdout
     assert "syntax:" in r.stderr and "seed: 1" in r.stderr
+    assert "settings: K=4  dlm: " in r.stderr and "(cpu, float32)" in r.stderr  # what ran, where, in what dtype
 
 
 def test_quiet_leaves_only_payload(tiny):
@@ -320,7 +321,7 @@ def test_stderr_report_lines_are_not_wrapped_into_a_pipe(tiny):
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
     assert [line.split(":")[0].split(" (")[0] for line in lines] == [
-        "syntax", "the model had not finished when the canvas was full", "seed", "dlm forwards"], r.stderr
+        "syntax", "the model had not finished when the canvas was full", "seed", "settings", "dlm forwards"], r.stderr
     assert max(len(line) for line in lines) > 80  # long enough that a wrap would show
 
 

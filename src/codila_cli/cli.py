@@ -388,6 +388,7 @@ def gen(
         if verbose and not quiet:
             m = result.metrics
             err.print(f"seed: {result.seed}  decoder: {chosen}  prompt tokens: {result.prompt_tokens}", markup=False, soft_wrap=True)
+            err.print(_settings_line(chosen, cfg, models), markup=False, soft_wrap=True)
             err.print(f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
                       f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
                       f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {_peak_memory()}", markup=False, soft_wrap=True)
@@ -412,6 +413,23 @@ def _all_greedy(cfg: Any) -> bool:
     if isinstance(cfg, CodilaConfig) and not cfg.ar_verify:
         return cfg.ar_temperature == 0 and (cfg.tau is None or cfg.sampling.temperature == 0)
     return cfg.sampling.temperature == 0 and getattr(cfg, "alg_temp", None) in (None, 0)
+
+
+def _settings_line(chosen: str, cfg: Any, models: Any) -> str:
+    """``-v``: the decoder's main settings (a recommended cache included) and where each model runs, in
+    what dtype; `--json`'s ``settings`` has every value."""
+    if chosen == "codila":
+        parts = [f"B={cfg.block_size}", f"W={cfg.candidate_blocks}"] + ([f"tau={cfg.tau:g}"] if cfg.tau is not None else [])
+        parts += [f"ctx={cfg.ar_context}", f"rp={cfg.ar_repetition_penalty:g}"]
+    elif chosen == "threshold":
+        parts = [f"threshold={cfg.threshold:g}", f"block={cfg.block_length}"]
+    else:
+        parts = [f"K={cfg.tokens_per_step}" if cfg.tokens_per_step else f"steps={cfg.steps or cfg.max_new_tokens}"]
+    if hasattr(cfg, "cache"):
+        parts.append(f"cache={cfg.cache}" + (f" cb={cfg.cache_blocks}" if getattr(cfg, "cache_blocks", None) else ""))
+    where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')})"
+             for role, m in (("dlm", models.dlm), ("ar", models.ar)) if m is not None]
+    return "settings: " + " ".join(parts) + "  " + "  ".join(where)
 
 
 def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None, system: str | None, n: int,
@@ -477,6 +495,7 @@ def _gen_many(models: Any, text: str, *, chosen: str, cfg: Any, seed: int | None
         err.print(f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {chosen}  {how}  row forwards: {b['row_dlm_forwards']}"
                   f"  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
                   f"  decode: {b['wall_seconds']:.2f}s  {_peak_memory()}", markup=False, soft_wrap=True)
+        err.print(_settings_line(chosen, cfg, models), markup=False, soft_wrap=True)
     if strict and valid < n:
         raise StrictSyntaxError(f"{n - valid} of {n} samples do not parse (--strict)",
                                 hint="try other seeds, a smaller --block-size or --tokens-per-step")
