@@ -13,7 +13,7 @@ CASES = {
     "threshold": ThresholdConfig(max_new_tokens=16, block_length=8, threshold=0.5, sampling=SAMPLED),
     "codila": CodilaConfig(max_new_tokens=16, block_size=4, ar_temperature=1.0, sampling=SAMPLED),
     "codila-dynamic": CodilaConfig(max_new_tokens=16, block_size=4, tau=2.0, sampling=SAMPLED),
-    # the bundled helper recommends a prefix cache: its refreshes are batched, its cached calls run per row
+    # the bundled helper recommends a prefix cache: its calls cannot share forwards, so no batch
     "codila-prefix": CodilaConfig(max_new_tokens=16, block_size=4, candidate_blocks=1, cache="prefix",
                                   cache_blocks=2, ar_temperature=1.0, sampling=SAMPLED),
 }
@@ -45,10 +45,12 @@ def test_batch_of_n_equals_n_single_runs(tiny_models, case):
         assert b.seed == s.seed
         for key in ("tokens", "dlm_forwards", "ar_forwards", "steps"):
             assert b.metrics[key] == s.metrics[key], key
-    if cfg.__dict__.get("cache", "none") != "none":  # every cached call runs per row: nothing is shared
+    if cfg.__dict__.get("cache", "none") != "none":  # every cached call runs per row: nothing is shared,
+        assert not batch.batched  # so the rows ran one after another and the hardware ran all their forwards
         assert batch.batched_forwards == sum(s.metrics["dlm_forwards"] for s in singles)
         assert not batching_pays(_on_gpu(tiny_models), cfg)
     else:  # the hardware ran one forward per step of the longest row, not one per row and step
+        assert batch.batched
         assert batch.batched_forwards == max(s.metrics["dlm_forwards"] for s in singles)
         assert batching_pays(_on_gpu(tiny_models), cfg)
     assert batch.summary()["row_dlm_forwards"] == sum(s.metrics["dlm_forwards"] for s in singles)

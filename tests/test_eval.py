@@ -229,8 +229,8 @@ def test_eval_runs_task_major_and_returns_rows_setting_major(tiny):
 def test_a_cached_setting_is_never_batched(tiny_models, monkeypatch):
     """A batch shares no forward of a setting with a KV cache (every cached call runs per row), so
     --batch-size decodes such a setting's tasks one after another: the same rows as batch size 1, and
-    generate_many is not called for it."""
-    from codila_cli import runtime
+    nothing is batched for it."""
+    from codila_cli.decoding import batch
     from codila_cli.eval.runner import run_eval
 
     tasks = select(load_tasks("humaneval"), limit=3, ids=None)
@@ -240,7 +240,7 @@ def test_a_cached_setting_is_never_batched(tiny_models, monkeypatch):
     def no_batch(*a, **kw):
         raise AssertionError("a cached setting was batched")
 
-    monkeypatch.setattr(runtime, "generate_many", no_batch)
+    monkeypatch.setattr(batch, "run_batched", no_batch)
     three = run_eval(tiny_models, tasks, settings, limits=FAST, batch_size=3)
     assert [r["completion"] for r in three] == [r["completion"] for r in one]
     assert [r["dlm_forwards"] for r in three] == [r["dlm_forwards"] for r in one]

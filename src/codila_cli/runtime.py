@@ -294,17 +294,22 @@ def batching_pays(models: Models, config: Any = None) -> bool:
     N forwards, and the batch runs as long as its longest row (gen -n 2–4 on the bundled pair: 0.74–0.92×
     the speed of one after another, docs/results.md §2, session 10). A decoder ``config`` with a KV cache
     on never batches: every cached call runs per row (decoding/batch.py), so a batch shares nothing."""
-    if getattr(config, "cache", "none") != "none":
-        return False
-    return getattr(models.dlm.device, "type", str(models.dlm.device)) != "cpu"
+    return shares_forwards(config) and getattr(models.dlm.device, "type", str(models.dlm.device)) != "cpu"
+
+
+def shares_forwards(config: Any) -> bool:
+    """Whether rows decoded with ``config`` can share DLM forwards in a batch: not with a KV cache, whose
+    every call runs per row (decoding/batch.py)."""
+    return getattr(config, "cache", "none") == "none"
 
 
 def generate_many(models: Models, prompts: list[str], *, decoder: str, config: Any, seeds: list[int],
                   system: str | None = None, on_step: OnStep = no_op, batched: bool = True) -> BatchOutcome:
     """Decode several prompts (or one prompt several times) together: one DLM forward per step serves
     every row (decoding/batch.py). Row i uses ``seeds[i]`` and gives exactly what ``generate`` gives with
-    that seed. ``on_step`` receives row 0's events (the live view follows one row). ``batched`` False
-    decodes the rows one after another instead (the same results; see :func:`batching_pays`)."""
+    that seed. ``on_step`` receives row 0's events (the live view follows one row). ``batched`` False, or
+    a config whose rows share no forward (:func:`shares_forwards`), decodes the rows one after another
+    instead (the same results; see :func:`batching_pays`)."""
     import torch
 
     from codila_cli.decoding.batch import RowAR, run_batched
@@ -312,7 +317,7 @@ def generate_many(models: Models, prompts: list[str], *, decoder: str, config: A
 
     if len(prompts) != len(seeds) or not prompts:
         raise ValueError("generate_many needs one seed per prompt and at least one prompt")
-    if not batched:
+    if not (batched and shares_forwards(config)):
         t0 = time.perf_counter()
         results = [generate(models, p, decoder=decoder, config=config, seed=s, system=system,
                             on_step=on_step if i == 0 else no_op) for i, (p, s) in enumerate(zip(prompts, seeds))]

@@ -14,8 +14,8 @@ Consequences, all tested (tests/test_batch.py):
   counts the shared forwards (``batched_forwards``), which is what the hardware paid for;
 * a row that finishes leaves the batch, the others go on with a smaller one;
 * calls that are not plain ``logits(x)`` (approximate KV caches, SDDC's pair masks) and the AR helper run
-  per row, unbatched: their shapes differ from row to row. They count in ``batched_forwards`` one each,
-  so with a cache, whose every call is such a call, a batch shares nothing (runtime.batching_pays).
+  per row, unbatched: their shapes differ from row to row. A decode with a KV cache would share no
+  forward at all, so runtime.generate_many decodes such rows one after another (runtime.shares_forwards).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ class Batcher:
         self.dlm = dlm
         self.active = rows
         self.rows_per_forward: list[int] = []  # rows served by each batched forward
-        self.views: list[RowDLM] = []  # the rows' views (their forwards not shared with other rows)
         self._cv = threading.Condition()
         self._pending: dict[int, torch.Tensor] = {}
         self._results: dict[int, torch.Tensor] = {}
@@ -42,8 +41,8 @@ class Batcher:
 
     @property
     def batched_forwards(self) -> int:
-        """DLM forwards the hardware ran: each shared forward once, plus every forward a row ran alone."""
-        return len(self.rows_per_forward) + sum(v.forwards - v.shared for v in self.views)
+        """DLM forwards the hardware ran (each shared by the rows then decoding)."""
+        return len(self.rows_per_forward)
 
     def request(self, row: int, x: torch.Tensor) -> torch.Tensor:
         """x [1, n_row] → shifted fp32 logits [1, n_row, V] from a forward shared with the other rows."""
@@ -90,17 +89,12 @@ class Batcher:
 
 class RowDLM:
     """One row's view of the shared DLM: plain ``logits(x)`` goes through the batcher; anything else is
-    the underlying denoiser's, unbatched. ``forwards`` counts this row's forwards only (a KV cache,
-    models/dream.py::BlockCache, runs the model itself and counts here too), ``shared`` those of them
-    that went through the batcher."""
+    the underlying denoiser's, unbatched. ``forwards`` counts this row's forwards only."""
 
     def __init__(self, batcher: Batcher, row: int) -> None:
         self._batcher, self._row = batcher, row
         self._dlm = batcher.dlm
         self.forwards = 0
-        self.shared = 0
-        with batcher._cv:
-            batcher.views.append(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._dlm, name)
@@ -109,7 +103,6 @@ class RowDLM:
         self.forwards += 1
         if kwargs and any(v is not None for v in kwargs.values()):
             return self._dlm.logits(x, rows=rows, **kwargs)
-        self.shared += 1
         out = self._batcher.request(self._row, x)  # the batch forward projects every row
         return out if rows is None else out[:, rows[0] : rows[1]]
 

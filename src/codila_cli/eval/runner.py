@@ -59,7 +59,8 @@ def _with_stop(models, setting: Setting, stop: tuple[str, ...]) -> Any:
 def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
     """Several completion tasks decoded together (runtime.generate_many: one DLM forward per step for
     the whole batch); each row equals its single run up to float rounding in left-padded rows. A
-    setting with a KV cache decodes its tasks one after another (a batch would share nothing)."""
+    setting with a KV cache decodes its tasks one after another (generate_many: a batch would share
+    nothing)."""
     for task in tasks:
         _check_fit(task, setting)
     long = [too_long(models, t, setting) for t in tasks]  # such a task counts as failed, undecoded
@@ -71,10 +72,8 @@ def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, li
 def _decode_rows(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
     from codila_cli.runtime import generate_many
 
-    # one config serves a batch, so its tasks must share their stop lines (a benchmark's tasks do); a
-    # setting with a KV cache shares no forward in a batch (decoding/batch.py): its tasks run in turn
-    if (len(tasks) <= 1 or any(t.kind == "infill" for t in tasks) or len({t.stop for t in tasks}) > 1
-            or getattr(setting.config, "cache", "none") != "none"):
+    # one config serves a batch, so its tasks must share their stop lines (a benchmark's tasks do)
+    if len(tasks) <= 1 or any(t.kind == "infill" for t in tasks) or len({t.stop for t in tasks}) > 1:
         return [evaluate_task(models, t, setting, seed=seed, limits=limits) for t in tasks]
     out = generate_many(models, [t.prompt for t in tasks], decoder=setting.decoder,
                         config=_with_stop(models, setting, tasks[0].stop), seeds=[seed] * len(tasks))
