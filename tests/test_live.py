@@ -110,7 +110,7 @@ def test_plan_view_has_a_row_for_the_contract_and_each_unit(monkeypatch):
 
 
 def test_infill_and_plan_show_the_live_view_on_a_terminal_only(tiny, tmp_path, monkeypatch):
-    import codila_cli.cli as cli
+    import codila_cli.ui.terminal as terminal
     import codila_cli.ui.live as live
 
     src = tmp_path / "a.py"
@@ -122,7 +122,7 @@ def test_infill_and_plan_show_the_live_view_on_a_terminal_only(tiny, tmp_path, m
         assert off.exit_code == 0, off.stderr
         seen: list[str] = []
         with monkeypatch.context() as m:
-            m.setattr(cli, "_stderr_is_tty", lambda: True)
+            m.setattr(terminal, "stderr_is_tty", lambda: True)
             cls = getattr(live, view_name)
             real = cls.__call__
             m.setattr(cls, "__call__", lambda self, e, real=real: (seen.append(type(self).__name__), real(self, e)))
@@ -148,7 +148,7 @@ def test_control_tokens_render_as_one_dim_glyph():
 def test_num_samples_view_follows_each_sample_in_turn_on_a_cpu(tiny, monkeypatch, gpu):
     """gen -n 3 on a terminal: one after another (a CPU), each sample gets a view of its own, titled
     with its number; batched (a GPU), one view follows sample 1. stdout is the same either way."""
-    import codila_cli.cli as cli
+    import codila_cli.ui.terminal as terminal
     import codila_cli.runtime as rt
     import codila_cli.ui.live as live
 
@@ -157,7 +157,7 @@ def test_num_samples_view_follows_each_sample_in_turn_on_a_cpu(tiny, monkeypatch
     off = CliRunner().invoke(app, args)
     titles: list[str] = []
     with monkeypatch.context() as m:
-        m.setattr(cli, "_stderr_is_tty", lambda: True)
+        m.setattr(terminal, "stderr_is_tty", lambda: True)
         m.setattr(rt, "batching_pays", lambda models, config=None: gpu)
         real = live.LiveView.__enter__
         m.setattr(live.LiveView, "__enter__", lambda self: (titles.append(self.title), real(self))[1])

@@ -68,7 +68,7 @@ def test_extract_and_check_never_raise(text):
 
 
 def test_stderr_syntax_line_gives_the_messages():
-    from codila_cli.cli import _syntax_line
+    from codila_cli.report import syntax_line as _syntax_line
 
     line = _syntax_line(check_python("x = [1, 2\ny = 3\n"))
     assert line == "syntax: 1 problem(s): line 1 col 5: '[' was never closed"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import keyword
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from codila_cli.errors import UsageError
 
@@ -105,3 +106,31 @@ def parse_contract(text: str) -> Contract:
 def single_unit(budget: int) -> Contract:
     """The fallback plan: one main unit that writes everything."""
     return Contract((Entry(1, "main", max(1, min(budget, MAX_BUDGET))),))
+
+
+def read_contract(path: Path) -> Contract:
+    """``codila plan --contract FILE``: the file's contract; errors name the file."""
+    try:
+        return parse_contract(path.read_text(encoding="utf-8"))
+    except ContractError as exc:
+        raise ContractError(f"{path}: {exc.message}", hint="one line per unit, "
+                            "`@unit N role=R budget=B def=a,b use=c`, then `@end` (docs/plan.md)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+        raise UsageError(f"cannot read contract {path}: {why}", hint="check the path and its permissions") from None
+
+
+def parse_commit(commit: str) -> float | None:
+    """``--commit``: 'single' is None (one token per canvas per iteration), else the threshold γ_u."""
+    if commit == "single":
+        return None
+    try:
+        return float(commit)
+    except ValueError:
+        raise UsageError(f"--commit {commit!r} is neither 'single' nor a number",
+                         hint="e.g. --commit single or --commit 4") from None
+
+
+def parse_defines(defines: str | None) -> tuple[str, ...]:
+    """``--defines a,b``: the unit names, in order (PlanConfig validates each)."""
+    return tuple(n.strip() for n in defines.split(",")) if defines is not None else ()

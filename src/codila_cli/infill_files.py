@@ -39,7 +39,10 @@ class Source:
 
 
 def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
+    """The file ``name`` (a symlink's target), or stdin for ``-`` (refused when stdin is a terminal)."""
     if name == "-":
+        if stdin_bytes is None and sys.stdin.isatty():
+            raise UsageError("FILE is `-` but stdin is a terminal", hint="pipe a file: cat a.py | codila infill - --line 3")
         raw = stdin_bytes if stdin_bytes is not None else sys.stdin.buffer.read()
         path = None
     else:

@@ -49,7 +49,7 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     """Every configurable key with the value `codila gen` uses when no flag is given and where it comes
     from: env > file > the configured AR helper's recommendation (runtime.recommended_decoding) >
     default; ``gen.ar_temperature`` otherwise follows ``gen.temperature``."""
-    from codila_cli.cli import GEN_DEFAULTS
+    from codila_cli.resolve import GEN_DEFAULTS
     from codila_cli.models.registry import bundled_available
     from codila_cli.runtime import default_ar, recommended_decoding
 

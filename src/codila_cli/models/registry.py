@@ -91,3 +91,13 @@ def resolve_spec(name: str, *, kind: Kind) -> ModelSpec:
         hint=(f"did you mean {', '.join(close)}? " if close else "")
         + "use an alias from `codila models`, an ORG/NAME repo id or a local directory",
     )
+
+
+def default_plan_dlm() -> str:
+    """``codila plan`` without --dlm: the bundled plan model, else the bundled DLM."""
+    from codila_cli.errors import ModelNotFoundError
+
+    name = next((n for n in ("bundled-plan", "bundled-dlm") if bundled_available(n)), None)
+    if name is None:
+        raise ModelNotFoundError("no plan model given and no bundled model is installed", hint="pass --dlm")
+    return name

@@ -214,3 +214,8 @@ class PlanView(LiveView):
                                  f"{self._committed / e.elapsed if e.elapsed > 0 else 0.0:.1f} tok/s", style="bold"),
                   LEGEND()]
         return Group(*parts)
+
+
+def view_block(decoder: str, cfg: Any) -> int | None:
+    """The block grid the live view draws: B for codila, the block length for threshold, none for dream."""
+    return {"codila": getattr(cfg, "block_size", None), "threshold": getattr(cfg, "block_length", None)}.get(decoder)

@@ -1,0 +1,162 @@
+"""The ``codila`` Typer app: the root callback, the one error boundary every command runs inside, and
+``main`` (the console script).
+
+Commands live one per module next to this one and never handle errors themselves: :func:`guarded`
+wraps each in :func:`boundary`, which turns every failure into one ``Error:`` line, a ``Hint:`` and a
+documented exit code (docs/exit-codes.md). stdout carries only the payload; torch and transformers are
+imported inside the commands, so ``codila --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from codila_cli import __version__
+from codila_cli.cli.eval import eval_cmd
+from codila_cli.cli.gen import gen
+from codila_cli.cli.infill import infill
+from codila_cli.cli.models import config_path, config_show, doctor, models
+from codila_cli.cli.plan import plan
+from codila_cli.cli.train import train
+from codila_cli.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, CodilaError, UsageError
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="codila",
+    help="Code generation with diffusion language models and CoDiLA local autoregression.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+    rich_markup_mode=None,  # plain help and parse errors: `codila --help` in about 0.15 s instead of 0.3 s
+)
+
+
+def _fail(exc: CodilaError, *, quiet: bool = False) -> NoReturn:
+    err = sys.stderr
+    err.write(f"Error: {exc.message}\n")
+    if exc.hint and not quiet:
+        err.write(f"Hint: {exc.hint}\n")
+    err.flush()
+    raise typer.Exit(exc.exit_code)
+
+
+def boundary(fn: Callable[[], T], *, command: str, quiet: bool = False) -> T:
+    """Run ``codila <command>``'s body; map every failure to an ``Error:`` line and a documented exit code."""
+    debug = os.environ.get("CODILA_DEBUG") == "1"
+    try:
+        return fn()
+    except typer.Exit:
+        raise
+    except CodilaError as exc:
+        if debug:
+            raise
+        _fail(exc, quiet=quiet)
+    except ValueError as exc:  # configuration dataclasses validate with ValueError
+        if debug:
+            raise
+        _fail(UsageError(str(exc), hint=f"see `codila {command} --help` for the allowed values"), quiet=quiet)
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except MemoryError:
+        _fail(CodilaError("out of memory", hint="lower --max-new-tokens or use a smaller model"), quiet=quiet)
+    except OSError as exc:  # the machine, not codila: a full disk, a permission, a vanished directory
+        if debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        _fail(CodilaError(f"{exc.strerror or exc}{where}",
+                          hint="check free disk space and permissions, then run the command again"), quiet=quiet)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence
+        if debug:
+            raise
+        name = type(exc).__name__
+        if "OutOfMemoryError" in name:
+            _fail(CodilaError(f"the GPU ran out of memory ({exc})",
+                              hint="lower --max-new-tokens, use --dtype bfloat16, or --device cpu"), quiet=quiet)
+        sys.stderr.write(f"Error: internal error: {name}: {exc}\n")
+        if not quiet:
+            sys.stderr.write("Hint: set CODILA_DEBUG=1 for the full traceback, and report it\n")
+        raise typer.Exit(EXIT_RUNTIME) from None
+
+
+def guarded(fn: Callable[..., Any], command: str) -> Callable[..., Any]:
+    """``fn`` run inside :func:`boundary` (its ``quiet`` option, if any, drops the Hint line); Typer
+    reads the options from ``fn``'s own signature through ``functools.wraps``."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return boundary(lambda: fn(*args, **kwargs), command=command, quiet=bool(kwargs.get("quiet", False)))
+
+    return run
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"codila {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    """codila: diffusion code generation. Results go to stdout; status and errors to stderr."""
+
+
+config_app = typer.Typer(help="Show where the configuration lives and what it resolves to.", no_args_is_help=True,
+                         rich_markup_mode=None)
+app.command("gen")(guarded(gen, "gen"))
+app.add_typer(config_app, name="config")
+config_app.command("path")(guarded(config_path, "config path"))
+config_app.command("show")(guarded(config_show, "config show"))
+app.command("models")(guarded(models, "models"))
+app.command("doctor")(guarded(doctor, "doctor"))
+app.command("eval")(guarded(eval_cmd, "eval"))
+app.command("infill")(guarded(infill, "infill"))
+app.command("plan")(guarded(plan, "plan"))
+app.command("train")(guarded(train, "train"))
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _parser_error(exc: Exception) -> int | None:
+    """The parser's own errors (unknown option, a value of the wrong type, a missing argument) carry an
+    exit code and a message: one Error line and a Hint, like codila's own usage errors. None: not one."""
+    message, exit_code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+    if not callable(message) or not isinstance(exit_code, int):
+        return None
+    ctx = getattr(exc, "ctx", None)
+    text = message()
+    if ctx is not None and text == ctx.get_help():  # a bare group (`codila`, `codila config`): its help
+        sys.stderr.write(text + "\n")
+    else:
+        where = ctx.command_path if ctx is not None else "codila"
+        sys.stderr.write(f"Error: {text}\nHint: see `{where} --help`\n")
+    return exit_code
+
+
+def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM ends a run like Ctrl-C: exit 130, nothing partial
+    try:
+        code = app(standalone_mode=False, prog_name="codila")
+    except KeyboardInterrupt:
+        sys.stderr.write("Interrupted.\n")
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        exit_code = _parser_error(exc)
+        if exit_code is None:
+            raise
+        sys.exit(exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

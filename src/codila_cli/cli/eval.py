@@ -1,0 +1,84 @@
+"""``codila eval``: a benchmark for decoder settings; JSONL rows, a Markdown summary and a Pareto plot."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from codila_cli.cli.options import Device, Dtype, Quiet, ar_option, dlm_option
+from codila_cli.errors import UsageError
+
+
+def eval_cmd(
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, he-infill-single or he-infill-multi.")] = "heldout",
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).")] = Path("codila-eval"),
+    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. [default: what codila gen runs, e.g. codila:B=4,W=1,ctx=96,rp=1.3,cache=prefix,cb=8 on the bundled pair]")] = None,
+    sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
+    limit: Annotated[int | None, typer.Option(help="First N tasks only.")] = None,
+    tasks: Annotated[list[str] | None, typer.Option("--task", help="Task id, repeatable.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data directory (mbpp/, human-eval-infilling/).")] = None,
+    dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm; bundled-infill for he-infill-*]") = None,
+    ar: ar_option("AR helper for codila settings. [default: bundled-ar with the bundled DLM]") = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Canvas length per task.")] = 128,
+    timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.")] = 10.0,
+    compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.")] = False,
+    seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).")] = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Completion tasks decoded together per DLM forward (1–64).")] = 1,
+    no_stop: Annotated[bool, typer.Option("--no-stop", help="Keep the whole completion: no stop lines (by default a completion ends before its next top-level line, as in the Codex paper's HumanEval protocol).")] = False,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    quiet: Quiet = False,
+) -> None:
+    """Run a benchmark for decoder settings; write JSONL rows, a Markdown summary and a Pareto plot.
+
+    Generated code runs only here, in a sandboxed subprocess (docs/evaluation.md).
+    """
+    from codila_cli.eval.benchmarks import load_tasks, select
+    from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
+    from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
+    from codila_cli.eval.sandbox import SandboxLimits
+    from codila_cli.eval.session import PartialRows, choose_settings, prepare_output, too_long_warning
+    from codila_cli.runtime import batching_pays, load_models
+    from codila_cli.ui.terminal import stderr_is_tty
+
+    if not 1 <= batch_size <= 64:
+        raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
+    run = choose_settings(benchmark=benchmark, labels=settings or [], sweep=sweep, dlm=dlm, ar=ar,
+                          max_new_tokens=max_new_tokens)
+    chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)
+    prepare_output(output)
+    limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(timeout)))
+    shard = init_from_env()
+    models = load_models(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model)
+    talk = not quiet and shard.main
+    warning = too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens)
+    if warning and talk:
+        sys.stderr.write(f"Warning: {warning}\n")
+    if batch_size > 1 and not batching_pays(models) and talk:
+        sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there than one task "
+                         "at a time (same completions; docs/decoders.md, \"Batching\")\n")
+    total = -(-len(chosen) // shard.world) * len(run.settings)
+    show = talk and stderr_is_tty()
+    partial = PartialRows(output, shard.rank)  # survives an interrupted run
+
+    def log(row: dict) -> None:
+        partial.write(row)
+        if show:
+            sys.stderr.write(f"\r{partial.count}/{total} {row['setting']} {row['task_id']}\x1b[K")
+
+    mine = run_eval(models, chosen, run.settings, seed=seed, limits=limits, on_row=log, rank=shard.rank,
+                    world=shard.world, batch_size=batch_size)
+    partial.close()
+    if show:
+        sys.stderr.write("\n")
+    rows = gather_rows(shard, mine)
+    finish()
+    if rows is None:  # not rank 0: rank 0 writes everything
+        partial.discard()
+        return
+    summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)")
+    partial.discard()  # only once the results are safely written
+    sys.stdout.write(markdown(summary) + paired_section(paired_quality(rows)))

@@ -1,0 +1,222 @@
+"""``codila gen``: a prompt in, code on stdout (or one JSON document), the syntax report on stderr."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from codila_cli.cli.options import (
+    Color,
+    ColorOption,
+    LayeredDevice,
+    LayeredDtype,
+    Quiet,
+    Verbose,
+    ar_option,
+    dlm_option,
+    json_option,
+)
+from codila_cli.errors import StrictSyntaxError, UsageError
+
+
+class Decoder(str, Enum):
+    auto = "auto"
+    dream = "dream"
+    threshold = "threshold"
+    codila = "codila"
+
+
+class Alg(str, Enum):
+    origin = "origin"
+    maskgit_plus = "maskgit_plus"
+    topk_margin = "topk_margin"
+    entropy = "entropy"
+
+
+def _env(key: str) -> str:
+    return "CODILA_" + key.upper()
+
+
+def gen(
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` reads stdin. Piped stdin goes before it.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.")] = None,
+    system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).")] = None,
+    dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm]") = None,
+    ar: ar_option("AR helper for CoDiLA: alias, repo id or directory. [default: bundled-ar with the bundled DLM]") = None,
+    decoder: Annotated[Decoder | None, typer.Option(envvar=_env("decoder"), show_default=False, help="auto = codila when an AR helper is configured, else dream. [default: auto]")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(envvar=_env("max_new_tokens"), help="Canvas length (generated tokens). [default: 128]")] = None,
+    steps: Annotated[int | None, typer.Option(envvar=_env("steps"), help="dream: Dream's step schedule. [default: max-new-tokens]")] = None,
+    tokens_per_step: Annotated[int | None, typer.Option("--tokens-per-step", "-K", envvar=_env("tokens_per_step"), help="dream: exactly K tokens per DLM forward.")] = None,
+    alg: Annotated[Alg | None, typer.Option(envvar=_env("alg"), show_default=False, help="dream/codila: confidence rule for which slots to reveal. [default: entropy]")] = None,
+    alg_temp: Annotated[float | None, typer.Option(help="dream: sample positions from softmax(conf/alg_temp).")] = None,
+    temperature: Annotated[float | None, typer.Option(envvar=_env("temperature"), help="Token sampling temperature, 0 = argmax. [default: 0]")] = None,
+    top_p: Annotated[float | None, typer.Option(envvar=_env("top_p"), help="Nucleus filter before sampling and confidence.")] = None,
+    top_k: Annotated[int | None, typer.Option(envvar=_env("top_k"), help="Top-k filter before sampling and confidence.")] = None,
+    block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help="threshold: block length. [default: 32]")] = None,
+    threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help="threshold: commit every slot with p >= this. [default: 0.9]")] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: the helper's recommendation, else 4]")] = None,
+    tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
+    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
+    parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help="codila: blocks written per DLM forward (static). [default: 1]")] = None,
+    conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K'. [default: soft]")] = None,
+    ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: --temperature]")] = None,
+    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: the helper's recommendation, else 0]")] = None,
+    ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help="codila: penalty (CTRL) on ids already in the text for the AR's choices, 1 = off. [default: the helper's recommendation, else 1]")] = None,
+    ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
+    cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: codila: the helper's recommendation, else none; threshold: none]")] = None,
+    cache_blocks: Annotated[int | None, typer.Option(envvar=_env("cache_blocks"), help="codila --cache: the cache window in blocks of B slots. [default: the helper's recommendation, else the candidate window]")] = None,
+    verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help="End the output before the first generated line that starts with this text, e.g. --stop 'def ' --stop 'if __name__' (repeatable); decoding ends there too.")] = None,
+    no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
+    compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU or with a KV cache, where that is faster; 1–64.")] = 1,
+    device: LayeredDevice = None,
+    dtype: LayeredDtype = None,
+    json_out: json_option("Print one JSON object instead of the code.") = False,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).")] = True,
+    strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse.")] = False,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
+    color: ColorOption = Color.auto,
+) -> None:
+    """Generate code from a prompt with a diffusion LM (plain, threshold, or CoDiLA decoding).
+
+    Settings come from flags, then CODILA_* environment variables, then config.toml, then defaults.
+
+    Examples:
+
+        codila gen "def fib(n):"
+
+        codila gen --decoder codila --block-size 4 --tau 0.5 "def is_prime(n):"
+
+        codila gen -n 4 --temperature 0.5 "def parse(line):"
+
+        cat spec.md | codila gen --json > out.json
+    """
+    from codila_cli.config import load_config
+    from codila_cli.prompts import read_prompt
+    from codila_cli.resolve import GEN_DEFAULTS, resolve_gen
+    from codila_cli.runtime import is_chat, load_models
+    from codila_cli.ui import terminal
+
+    layered = {k: v for k, v in locals().items() if k in GEN_DEFAULTS}
+    terminal.quiet_libraries(verbose)
+    user = load_config()
+    if not quiet:
+        for w in user.warnings:
+            sys.stderr.write(f"Warning: {w}\n")
+    if not 1 <= num_samples <= 64:
+        raise UsageError(f"--num-samples must be between 1 and 64, got {num_samples}",
+                         hint="ask for fewer samples, or run codila several times")
+    text = read_prompt(prompt, prompt_file)
+    if not text.strip():
+        raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
+    req = resolve_gen(layered, user=user, dlm=dlm, ar=ar, alg_temp=alg_temp, ar_verify=ar_verify,
+                      verify_penalty=verify_penalty, stop=tuple(stop or ()), early_stop=not no_early_stop)
+    models = load_models(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model)
+    err = terminal.stderr_console(color.value)
+    live = terminal.stderr_is_tty() and not (json_out or quiet)
+    if system and not quiet and not is_chat(models.dlm.tokenizer):
+        sys.stderr.write(f"Warning: {req.dlm} has no chat template, so --system is not a system message: "
+                         "the model reads it as plain text before the prompt (stdout does not repeat it)\n")
+    if num_samples > 1:
+        _many(models, text, req, seed=seed, system=system, n=num_samples, live=live, json_out=json_out,
+              strict=strict, quiet=quiet, verbose=verbose, err=err)
+        return
+    result = _one(models, text, req, seed=seed, system=system, live=live, stream=stream, json_out=json_out, err=err)
+    if json_out:
+        import json
+
+        sys.stdout.write(json.dumps(result.to_json(models=models.describe()), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    _report(result, req, models, quiet=quiet, verbose=verbose, err=err)
+    if strict and not result.syntax.valid:
+        raise StrictSyntaxError("the generated code does not parse (--strict)",
+                                hint="try another --seed, a smaller --block-size or --tokens-per-step")
+
+
+def _one(models: Any, text: str, req: Any, *, seed: int | None, system: str | None, live: bool, stream: bool,
+         json_out: bool, err: Any) -> Any:
+    """One decode: streamed to stdout (a pipe, base models), followed by a live view (a terminal), or
+    plain. Writes the text on stdout unless the caller prints JSON."""
+    from codila_cli.runtime import generate, is_chat
+
+    run = {"decoder": req.decoder, "config": req.config, "seed": seed, "system": system}
+    if stream and not json_out and not live and not is_chat(models.dlm.tokenizer):
+        from codila_cli.ui.stream import StdoutStreamer
+
+        streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
+                                  out=sys.stdout, stop=req.config.stop)
+        result = generate(models, text, **run, on_step=streamer)
+        streamer.finish(result.text)
+        return result
+    if live:
+        from codila_cli.ui.live import LiveView, view_block
+
+        with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
+                      block_size=view_block(req.decoder, req.config), title=f"codila gen · {req.decoder}") as view:
+            result = generate(models, text, **run, on_step=view)
+    else:
+        result = generate(models, text, **run)
+    if not json_out:
+        sys.stdout.write(result.text)
+    return result
+
+
+def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, err: Any) -> None:
+    from codila_cli.report import gen_verbose_lines, syntax_line, unfinished_note
+
+    if quiet:
+        return
+    err.print(syntax_line(result.syntax), style="green" if result.syntax.valid else "yellow", markup=False, soft_wrap=True)
+    if not result.syntax.valid and not result.metrics["ended"]:
+        err.print(unfinished_note(req.config.max_new_tokens), style="yellow", markup=False, soft_wrap=True)
+    if verbose:
+        for line in gen_verbose_lines(result, req.decoder, req.config, models):
+            err.print(line, markup=False, soft_wrap=True)
+
+
+def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | None, n: int, live: bool,
+          json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any) -> None:
+    """``gen --num-samples N``: samples on stdout in order, each after a comment line (or one JSON document)."""
+    import json
+
+    from codila_cli.report import samples_summary_line, samples_verbose_lines
+    from codila_cli.samples import all_greedy, sample_many, sample_seeds, samples_document
+
+    if not quiet and all_greedy(req.config):
+        sys.stderr.write("Warning: with these settings every sample is the same (nothing is sampled); set "
+                         "--temperature" + (" and --ar-temperature above 0" if req.decoder == "codila" else " above 0")
+                         + " to get different samples\n")
+    seeds = sample_seeds(seed, n)
+    view = None
+    if live:
+        from codila_cli.ui.live import LiveView, view_block
+
+        def view(i: int) -> LiveView:
+            return LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
+                            block_size=view_block(req.decoder, req.config),
+                            title=f"codila gen · {req.decoder} · sample {i + 1} of {n}")
+
+    out = sample_many(models, text, decoder=req.decoder, config=req.config, seeds=seeds, system=system, view=view)
+    if json_out:
+        sys.stdout.write(json.dumps(samples_document(out, models), ensure_ascii=False) + "\n")
+    else:
+        for i, r in enumerate(out.results):
+            sys.stdout.write(f"# codila sample {i + 1}/{n} (seed {r.seed})\n{r.text}")
+    sys.stdout.flush()
+    line, all_valid = samples_summary_line(out, n, req.config.max_new_tokens)
+    if not quiet:
+        err.print(line, style="green" if all_valid else "yellow", markup=False, soft_wrap=True)
+    if verbose and not quiet:
+        for text_line in samples_verbose_lines(out, seeds, req.decoder, req.config, models):
+            err.print(text_line, markup=False, soft_wrap=True)
+    if strict and not all_valid:
+        bad = sum(not r.syntax.valid for r in out.results)
+        raise StrictSyntaxError(f"{bad} of {n} samples do not parse (--strict)",
+                                hint="try other seeds, a smaller --block-size or --tokens-per-step")

@@ -1,0 +1,140 @@
+"""``codila infill``: fill code into a file; the model chooses how long the fill is (DreamOn)."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Annotated, Any
+
+import typer
+
+from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
+from codila_cli.errors import StrictSyntaxError, UsageError
+
+
+class InfillDecoder(str, Enum):
+    dreamon = "dreamon"
+    codila = "codila"
+
+
+def infill(
+    file: Annotated[str, typer.Argument(help="Python file to fill, or `-` for stdin.")],
+    line: Annotated[int | None, typer.Option("--line", "-l", help="Insert new code before line N (last+1 appends).")] = None,
+    lines: Annotated[str | None, typer.Option("--lines", help="Replace lines A-B (1-based, inclusive).")] = None,
+    instruction: Annotated[str | None, typer.Option("--instruction", "-i", help="What to write (given to the model as a comment above the prefix).")] = None,
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff instead of the file.")] = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite the file atomically (refused if it changed meanwhile).")] = False,
+    dlm: dlm_option("Infill DLM. [default: bundled-infill]", envvar="CODILA_INFILL_MODEL") = None,
+    ar: ar_option("AR helper for --decoder codila.") = None,
+    decoder: Annotated[InfillDecoder, typer.Option(help="dreamon, or codila (DreamOn marginals + AR blocks).")] = InfillDecoder.dreamon,
+    tau: Annotated[float, typer.Option(help="codila: mean-entropy threshold (nats).")] = 0.5,
+    block_size: Annotated[int, typer.Option("--block-size", "-B", help="codila: block size.")] = 4,
+    initial_masks: Annotated[int, typer.Option(help="Masks the middle starts with (n0).")] = 4,
+    max_middle_tokens: Annotated[int, typer.Option(help="Longest middle the model may write.")] = 64,
+    steps: Annotated[int | None, typer.Option(help="Cap on DLM forwards. [default: 4 x max-middle-tokens]")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus filter.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    json_out: json_option("One JSON object (the middle, the new text, syntax, metrics).") = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors.")] = False,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
+) -> None:
+    """Fill code into a file; the model chooses how long the fill is (DreamOn expand/delete).
+
+    Where: --line N inserts before line N, --lines A-B replaces them, else a `# codila: fill` line.
+    The patched file goes to stdout unless --diff or --in-place.
+    """
+    from codila_cli.decoding.config import InfillConfig, SamplingConfig
+    from codila_cli.infill_files import find_region, read_source, to_disk, unified_diff, write_in_place
+    from codila_cli.runtime import default_ar, default_infill_dlm, load_models
+    from codila_cli.ui import terminal
+
+    terminal.quiet_libraries(verbose)
+    if in_place and file == "-":
+        raise UsageError("--in-place needs a file, not stdin", hint="give the file path, or drop --in-place")
+    if in_place and json_out:
+        raise UsageError("--in-place and --json do not go together", hint="use --json alone to inspect the fill")
+    if diff and json_out:
+        raise UsageError("--diff and --json do not go together", hint="--json already holds the fill and its span")
+    src = read_source(file)
+    region = find_region(src, line=line, lines_range=lines)
+    codila = decoder == InfillDecoder.codila
+    cfg = InfillConfig(initial_masks=initial_masks, max_middle_tokens=max_middle_tokens, steps=steps,
+                       sampling=SamplingConfig(temperature=temperature, top_p=top_p), block_size=block_size,
+                       tau=tau if codila else None)
+    ar_name = (ar or (default_ar() if dlm is None else None)) if codila else None
+    if codila and not ar_name:
+        raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
+    models = load_models(dlm=dlm or default_infill_dlm(), ar=ar_name, device=device, dtype=dtype)
+    out = _run(models, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
+               live=terminal.stderr_is_tty() and not (json_out or quiet))
+    name = file if file != "-" else "stdin"
+    if strict and out.introduced_errors:
+        raise StrictSyntaxError("the fill introduces syntax errors (--strict); nothing was written",
+                                hint="try another --seed or a different region")
+    if in_place:
+        write_in_place(src, out.new_text)
+    if json_out:
+        import json
+
+        sys.stdout.write(json.dumps(_document(name, region, out, cfg, models), ensure_ascii=False) + "\n")
+    elif diff:
+        sys.stdout.write(unified_diff(src, out.new_text, name.lstrip("/")))
+    elif not in_place:
+        sys.stdout.buffer.write(to_disk(out.new_text, src.newline))
+    sys.stdout.flush()
+    if not quiet:
+        sys.stderr.write("".join(f"{s}\n" for s in _status(src, region, out, in_place=in_place, verbose=verbose)))
+
+
+def _run(models: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, instruction: str | None, title: str,
+         live: bool) -> Any:
+    """The fill, followed by the live view (the middle between the lines around it) on a terminal."""
+    from codila_cli.runtime import infill as run_infill
+
+    if not live:
+        return run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction)
+    from codila_cli.infill_files import split
+    from codila_cli.ui.live import InfillView
+    from codila_cli.ui.terminal import stderr_console
+
+    before, after = split(src, region)
+    with InfillView(prefix=before, suffix=after, tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask,
+                    console=stderr_console(), title=title) as view:
+        return run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction, on_step=view)
+
+
+def _document(name: str, region: Any, out: Any, cfg: Any, models: Any) -> dict:
+    return {"schema_version": 1, "command": "infill", "file": name,
+            "region": {"how": region.how, "start_line": region.start + 1, "end_line": region.end},
+            "middle": out.middle, "text": out.new_text, "seed": out.seed, "models": models.describe(),
+            "settings": {k: v for k, v in cfg.__dict__.items() if k != "sampling"},
+            "syntax": out.syntax_after.to_dict(), "syntax_before": out.syntax_before.to_dict(),
+            "introduced_errors": out.introduced_errors, "context": out.context_cut, "metrics": out.metrics}
+
+
+def _status(src: Any, region: Any, out: Any, *, in_place: bool, verbose: bool) -> list[str]:
+    """stderr after a fill: where and how much, a context warning, the syntax report, and -v's numbers."""
+    from codila_cli.report import syntax_line
+
+    where = f"lines {region.start + 1}-{region.end}" if region.end > region.start else f"before line {region.start + 1}"
+    lines = [f"filled {where} with {out.middle.count(chr(10))} line(s)" + (f"; wrote {src.path}" if in_place else "")]
+    cut = out.context_cut
+    if cut["prefix_kept"] < cut["prefix_tokens"] or cut["suffix_kept"] < cut["suffix_tokens"]:
+        lines.append(f"Warning: the file is longer than the model's context; the model saw the {cut['prefix_kept']} "
+                     f"prefix and {cut['suffix_kept']} suffix tokens nearest the fill (the output keeps the whole file)")
+    status = syntax_line(out.syntax_after)
+    if out.introduced_errors:
+        status += " (introduced by the fill)"
+    elif not out.syntax_before.valid:
+        status += " (the file had syntax errors before the fill)"
+    lines.append(status)
+    if verbose:
+        m = out.metrics
+        lines.append(f"seed: {out.seed}  dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  "
+                     f"middle tokens: {m['middle_tokens']}  expansions: {m['expansions']}  deletions: "
+                     f"{m['deletions']}  tokens/step: {m['tokens_per_step']:.2f}  decode: {m['wall_seconds']:.2f}s")
+    return lines

@@ -1,0 +1,77 @@
+"""``codila models``, ``codila doctor`` and ``codila config path|show``: what is installed, whether it
+runs here, and what the configuration resolves to (the data comes from codila_cli.info)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from codila_cli.cli.options import json_option
+from codila_cli.errors import EXIT_RUNTIME
+
+
+def models(
+    json_out: json_option() = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the names of available models.")] = False,
+) -> None:
+    """List model aliases, whether each is in the Hugging Face cache, and the bundled models."""
+    from codila_cli.info import list_models
+
+    rows = list_models()
+    if json_out:
+        sys.stdout.write(json.dumps({"schema_version": 1, "command": "models", "models": rows}) + "\n")
+    elif quiet:
+        sys.stdout.write("".join(f"{r['alias']}\n" for r in rows if r["cached"]))
+    else:
+        sys.stdout.write(f"{'alias':<15} {'kind':<7} {'available':<10} {'size':>9}  repository\n")
+        for r in rows:
+            size = f"{r['size_bytes'] / 2**20:.1f} MiB" if r["size_bytes"] else "-"
+            sys.stdout.write(f"{r['alias']:<15} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>9}  {r['repo']}\n")
+
+
+def doctor(json_out: json_option() = False) -> None:
+    """Check versions, device, cache, configured models (with the dtype `auto` picks and the memory their
+    weights take) and config file; exit 1 if something is missing or the weights do not fit."""
+    from codila_cli.config import load_config
+    from codila_cli.info import doctor as run_doctor
+
+    checks, problems = run_doctor(load_config())
+    if json_out:
+        sys.stdout.write(json.dumps({"schema_version": 1, "command": "doctor", "ok": not problems,
+                                     "checks": checks, "problems": problems}) + "\n")
+    else:
+        for c in checks:
+            sys.stdout.write(f"{'ok ' if c['ok'] else 'BAD'} {c['name']:<20} {c['value']}\n")
+    for p in problems:
+        sys.stderr.write(f"Error: {p}\n")
+    if problems:
+        sys.stderr.write("Hint: each Error line above says what is wrong and what to try; "
+                         "`codila doctor --json` lists every check\n")
+        raise typer.Exit(EXIT_RUNTIME)
+
+
+def config_path() -> None:
+    """Print the config file path ($CODILA_CONFIG or the platform config directory)."""
+    from codila_cli.config import config_path as path
+
+    sys.stdout.write(f"{path()}\n")
+
+
+def config_show(json_out: json_option() = False) -> None:
+    """Print every setting with its value and source (env > file > helper's recommendation > default)."""
+    from codila_cli.config import load_config
+    from codila_cli.info import effective_settings
+
+    user = load_config()
+    for w in user.warnings:
+        sys.stderr.write(f"Warning: {w}\n")
+    rows = effective_settings(user)
+    if json_out:
+        sys.stdout.write(json.dumps({"schema_version": 1, "command": "config show", "path": str(user.path),
+                                     "exists": user.exists, "settings": rows}) + "\n")
+        return
+    for r in rows:
+        sys.stdout.write(f"{r['key']:<26} {r['value']!s:<16} ({r['source']})\n")

@@ -1,0 +1,101 @@
+"""``codila plan``: a multi-unit program the SDDC way, contract first, then all units together."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, dlm_option, json_option
+from codila_cli.errors import StrictSyntaxError, UsageError
+
+
+def plan(
+    prompt: Annotated[str | None, typer.Argument(help="What the program should do; `-` reads stdin.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.")] = None,
+    contract_file: Annotated[Path | None, typer.Option("--contract", help="Use this contract instead of writing one.")] = None,
+    show_contract: Annotated[bool, typer.Option("--show-contract", help="Print the contract on stderr.")] = False,
+    defines: Annotated[str | None, typer.Option("--defines", help="Comma-separated names, one unit each, in order: the model writes the rest of the contract.")] = None,
+    contract_schedule: Annotated[str, typer.Option(help="default, end-after-entry, pad-scan or left-to-right.")] = "default",
+    attention: Annotated[str, typer.Option(help="coupled (canvases see each other) or isolated.")] = "coupled",
+    commit: Annotated[str, typer.Option(help="'single' (one token per canvas per iteration) or a threshold γ_u in (0, 1].")] = "single",
+    pad_scale: Annotated[float, typer.Option(help="Canvas length = ceil(pad_scale x budget).")] = 1.25,
+    min_unit_tokens: Annotated[int, typer.Option(help="No unit may end (end-of-text) before this many tokens.")] = 8,
+    max_units: Annotated[int, typer.Option(help="Entry slots in the contract template.")] = 4,
+    dlm: dlm_option("[default: bundled-plan, else bundled-dlm]", envvar="CODILA_PLAN_MODEL") = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    device: Device = "auto",
+    dtype: Dtype = "auto",
+    json_out: json_option("One JSON object with the contract, units and metrics.") = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse.")] = False,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
+) -> None:
+    """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
+    from codila_cli.contract import parse_commit, parse_defines, read_contract
+    from codila_cli.decoding.config import PlanConfig, SamplingConfig
+    from codila_cli.models.registry import default_plan_dlm
+    from codila_cli.prompts import read_prompt
+    from codila_cli.runtime import load_models
+    from codila_cli.ui import terminal
+
+    terminal.quiet_libraries(verbose)
+    text = read_prompt(prompt, prompt_file)
+    gamma = parse_commit(commit)
+    names = parse_defines(defines)
+    if contract_file is not None and names:
+        raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
+    cfg = PlanConfig(max_units=max_units, contract_schedule=contract_schedule, pad_scale=pad_scale,
+                     min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, defines=names,
+                     sampling=SamplingConfig(temperature=temperature))
+    user_contract = read_contract(contract_file) if contract_file is not None else None
+    models = load_models(dlm=dlm or default_plan_dlm(), ar=None, device=device, dtype=dtype)
+    out = _run(models, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))
+    if not quiet:
+        for w in out["warnings"]:
+            sys.stderr.write(f"Warning: {w}\n")
+    if show_contract and not quiet:
+        sys.stderr.write(out["contract"])
+    if json_out:
+        import json
+
+        doc = {"schema_version": 1, "command": "plan", **{k: v for k, v in out.items() if k != "syntax"},
+               "syntax": out["syntax"].to_dict(), "models": models.describe(),
+               "settings": {k: v for k, v in cfg.__dict__.items() if k != "sampling"}}
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(out["text"])
+    sys.stdout.flush()
+    if not quiet:
+        _status(out, verbose=verbose)
+    if strict and not out["syntax"].valid:
+        raise StrictSyntaxError("the assembled program does not parse (--strict)",
+                                hint="the program was still written to stdout; try another --seed")
+
+
+def _run(models: Any, text: str, cfg: Any, contract: Any, *, seed: int | None, live: bool) -> dict:
+    """The plan, followed on a terminal by the live view (one row per unit canvas under the contract)."""
+    from codila_cli.runtime import plan as run_plan
+
+    if not live:
+        return run_plan(models, text, config=cfg, contract=contract, seed=seed)
+    from codila_cli.ui.live import PlanView
+    from codila_cli.ui.terminal import stderr_console
+
+    with PlanView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=stderr_console(),
+                  title="codila plan") as view:
+        return run_plan(models, text, config=cfg, contract=contract, seed=seed, on_step=view)
+
+
+def _status(out: dict, *, verbose: bool) -> None:
+    from codila_cli.report import syntax_line
+
+    sys.stderr.write(syntax_line(out["syntax"]) + "\n")
+    if verbose:
+        m = out["metrics"]
+        sys.stderr.write(f"seed: {out['seed']}  iterations: {m['iterations']} (contract {m['contract_iterations']})  "
+                         f"misbound: {m['misbound']:.0%}  overrun: {m['overrun']:.0%}  all defined: {m['all_defined']}  "
+                         f"latency: {m['latency_seconds']:.2f}s\n")

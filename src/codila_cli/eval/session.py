@@ -1,0 +1,97 @@
+"""One ``codila eval`` run around the runner: which settings, which models, where the rows go, and the
+warnings worth giving before a long run starts. Nothing here prints; the command renders."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codila_cli.errors import UsageError
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    settings: list  # eval.settings.Setting
+    dlm: str
+    ar: str | None
+    infill: bool
+
+
+def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str | None, ar: str | None,
+                    max_new_tokens: int) -> EvalPlan:
+    """The settings to run (``--setting``s, the paper's grid with ``--sweep``, else what `codila gen` runs
+    by default) and the models; every setting must fit the benchmark (dreamon:… for he-infill-*)."""
+    from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting, recommended_label
+    from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, recommended_decoding
+
+    infill = benchmark.startswith("he-infill")
+    labels = list(labels) + ((INFILL_GRID if infill else PAPER_GRID) if sweep else [])
+    if infill:
+        labels = labels or ["dreamon:K=1"]
+    ar_name = ar or (default_ar() if dlm is None else None)
+    if not labels:  # what `codila gen` runs by default: CoDiLA with the helper's recommendation, else dream
+        labels = [recommended_label(recommended_decoding(ar_name)) if ar_name else "dream:K=1"]
+    try:
+        parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
+    except ValueError as exc:
+        raise UsageError(str(exc), hint="a setting is DECODER:key=value,…, e.g. codila:B=4,tau=0.5 "
+                         "(docs/evaluation.md, Settings)") from None
+    wrong = [p.label for p in parsed if (p.decoder == "dreamon") != infill]
+    if wrong:
+        raise UsageError(f"setting {wrong[0]!r} does not fit {benchmark}", hint=(
+            "infill benchmarks take dreamon:… settings (e.g. dreamon:K=1, dreamon:tau=0.5)" if infill
+            else "dreamon:… settings are for the he-infill-single / he-infill-multi benchmarks"))
+    if any(p.decoder == "codila" or getattr(p.config, "tau", None) is not None and p.decoder == "dreamon"
+           for p in parsed) and not ar_name:
+        raise UsageError("codila settings need an AR helper", hint="pass --ar")
+    return EvalPlan(parsed, dlm or (default_infill_dlm() if infill else default_dlm()), ar_name, infill)
+
+
+def prepare_output(output: Path) -> None:
+    """Create the output directory before the models load and the run starts, not after it."""
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"--output {output} exists and is not a directory",
+                         hint="give a directory (it is created if missing)")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --output {output}: {exc.strerror or exc}",
+                         hint="give a directory you can write to") from None
+
+
+def too_long_warning(models: Any, tasks: list, settings: list, *, max_new_tokens: int) -> str | None:
+    """A warning naming the tasks whose prompt and canvas do not fit the model's context, or None."""
+    from codila_cli.eval.runner import too_long
+
+    long = [t.task_id for t in tasks if any(too_long(models, t, p) for p in settings)]
+    if not long:
+        return None
+    one = len(long) == 1
+    return (f"{len(long)} of {len(tasks)} tasks {'does' if one else 'do'} not fit the model's context of "
+            f"{models.dlm.context_length} tokens with --max-new-tokens {max_new_tokens} "
+            f"({', '.join(long[:3])}{', …' if len(long) > 3 else ''}); {'it counts' if one else 'they count'} as "
+            f"failed (status too-long). Lower --max-new-tokens to include {'it' if one else 'them'}.")
+
+
+class PartialRows:
+    """``rows.rank<R>.partial.jsonl``: every finished row, flushed as it comes, so an interrupted run
+    keeps its work; :meth:`discard` removes it once the results are safely written."""
+
+    def __init__(self, output: Path, rank: int) -> None:
+        self.path = output / f"rows.rank{rank}.partial.jsonl"
+        self._fh = open(self.path, "w", encoding="utf-8")
+        self.count = 0
+
+    def write(self, row: dict) -> None:
+        self._fh.write(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}) + "\n")
+        self._fh.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def discard(self) -> None:
+        self.close()
+        self.path.unlink()

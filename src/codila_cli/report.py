@@ -1,0 +1,79 @@
+"""The status lines commands write on stderr, built as strings (the commands print them): the syntax
+report, ``-v``'s settings, forwards and timings, and the process's peak memory."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def syntax_line(report: Any) -> str:
+    """``syntax: valid``, or the number of problems and the first five, each with its line and column."""
+    if report.valid:
+        return "syntax: valid"
+    parts = [f"line {e.line} col {e.column}: {e.message or e.kind}" for e in report.errors[:5]]
+    more = f" (+{len(report.errors) - 5} more)" if len(report.errors) > 5 else ""
+    return f"syntax: {len(report.errors)} problem(s): " + "; ".join(parts) + more
+
+
+def peak_memory() -> str:
+    """The process's peak resident memory, and the GPU's peak allocation when torch runs on CUDA."""
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 1024**2)
+    out = f"peak RSS {rss:.0f} MiB"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        out += f", peak GPU {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB"
+    return out
+
+
+def settings_line(decoder: str, cfg: Any, models: Any) -> str:
+    """``-v``: the decoder's main settings (a recommended cache included) and where each model runs, in
+    what dtype; `--json`'s ``settings`` has every value."""
+    if decoder == "codila":
+        parts = [f"B={cfg.block_size}", f"W={cfg.candidate_blocks}"] + ([f"tau={cfg.tau:g}"] if cfg.tau is not None else [])
+        parts += [f"ctx={cfg.ar_context}", f"rp={cfg.ar_repetition_penalty:g}"]
+    elif decoder == "threshold":
+        parts = [f"threshold={cfg.threshold:g}", f"block={cfg.block_length}"]
+    else:
+        parts = [f"K={cfg.tokens_per_step}" if cfg.tokens_per_step else f"steps={cfg.steps or cfg.max_new_tokens}"]
+    if hasattr(cfg, "cache"):
+        parts.append(f"cache={cfg.cache}" + (f" cb={cfg.cache_blocks}" if getattr(cfg, "cache_blocks", None) else ""))
+    where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')})"
+             for role, m in (("dlm", models.dlm), ("ar", models.ar)) if m is not None]
+    return "settings: " + " ".join(parts) + "  " + "  ".join(where)
+
+
+def unfinished_note(max_new_tokens: int) -> str:
+    return (f"the model had not finished when the canvas was full (--max-new-tokens {max_new_tokens}); "
+            "a larger canvas may complete the code")
+
+
+def gen_verbose_lines(result: Any, decoder: str, cfg: Any, models: Any) -> list[str]:
+    """``gen -v`` for one sample: seed and prompt size, settings, forwards, speed and memory."""
+    m = result.metrics
+    return [f"seed: {result.seed}  decoder: {decoder}  prompt tokens: {result.prompt_tokens}",
+            settings_line(decoder, cfg, models),
+            f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
+            f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
+            f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {peak_memory()}"]
+
+
+def samples_summary_line(outcome: Any, n: int, max_new_tokens: int) -> tuple[str, bool]:
+    """``gen -n``: how many samples parse (and how many ran out of canvas); True when all parse."""
+    results = outcome.results
+    valid = sum(r.syntax.valid for r in results)
+    unfinished = sum(not r.syntax.valid and not r.metrics["ended"] for r in results)
+    note = (f"; the model had not finished {unfinished} of them when the canvas was full (--max-new-tokens "
+            f"{max_new_tokens})" if unfinished else "")
+    return f"{valid} of {n} samples parse{note}", valid == n
+
+
+def samples_verbose_lines(outcome: Any, seeds: list[int], decoder: str, cfg: Any, models: Any) -> list[str]:
+    """``gen -n -v``: seeds, whether the samples shared forwards, row forwards, speed and memory."""
+    b = outcome.summary()
+    how = f"batched dlm forwards: {b['batched_dlm_forwards']}" if outcome.batched else "one sample after another"
+    return [f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {decoder}  {how}  row forwards: {b['row_dlm_forwards']}"
+            f"  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
+            f"  decode: {b['wall_seconds']:.2f}s  {peak_memory()}", settings_line(decoder, cfg, models)]

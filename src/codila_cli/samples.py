@@ -1,0 +1,67 @@
+"""``codila gen --num-samples N``: N decodes of one prompt with seeds s, s+1, …, batched where that
+pays (runtime.batching_pays), each in a live view of its own when one is asked for. Nothing here prints."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from codila_cli.decoding.config import CodilaConfig
+
+ViewFactory = Callable[[int], AbstractContextManager]  # sample index -> a live view (a step-event callback)
+
+
+def sample_seeds(seed: int | None, n: int) -> list[int]:
+    """``seed``, ``seed+1``, …; a random base when no seed is given (always reported)."""
+    base = secrets.randbelow(2**31 - 64) if seed is None else seed
+    return [base + i for i in range(n)]
+
+
+def all_greedy(cfg: Any) -> bool:
+    """True when a decode draws nothing at random, so every seed gives the same text: static CoDiLA's
+    helper writes every token (the DLM's temperature is never used), the other decoders sample from the
+    DLM at --temperature, and dynamic CoDiLA does both."""
+    if isinstance(cfg, CodilaConfig) and not cfg.ar_verify:
+        return cfg.ar_temperature == 0 and (cfg.tau is None or cfg.sampling.temperature == 0)
+    return cfg.sampling.temperature == 0 and getattr(cfg, "alg_temp", None) in (None, 0)
+
+
+def sample_many(models: Any, text: str, *, decoder: str, config: Any, seeds: list[int], system: str | None = None,
+                view: ViewFactory | None = None) -> Any:
+    """One batched decode when batching pays (a GPU, no KV cache), else one sample after another; with
+    ``view``, a batch is followed by view(0) and samples in turn each get view(i). Returns a BatchOutcome."""
+    from codila_cli.runtime import BatchOutcome, batching_pays, generate, generate_many
+
+    batched = batching_pays(models, config)
+    n = len(seeds)
+    if view is None:
+        return generate_many(models, [text] * n, decoder=decoder, config=config, seeds=seeds, system=system,
+                             batched=batched)
+    if batched:
+        with view(0) as v:
+            return generate_many(models, [text] * n, decoder=decoder, config=config, seeds=seeds, system=system,
+                                 on_step=v)
+    t0 = time.perf_counter()
+    results = []
+    for i, s in enumerate(seeds):
+        with view(i) as v:
+            results.append(generate(models, text, decoder=decoder, config=config, seed=s, system=system, on_step=v))
+    return BatchOutcome.one_after_another(results, time.perf_counter() - t0)
+
+
+def samples_document(outcome: Any, models: Any) -> dict:
+    """``gen -n --json``: one document with the models once, every sample, and the batch's accounting."""
+    from codila_cli.runtime import SCHEMA_VERSION
+
+    described = models.describe()
+    samples = []
+    for r in outcome.results:
+        doc = r.to_json(models=described)
+        doc.pop("models", None)
+        doc.pop("schema_version", None)
+        samples.append(doc)
+    return {"schema_version": SCHEMA_VERSION, "command": "gen", "models": described, "samples": samples,
+            "batch": outcome.summary()}

@@ -1,0 +1,34 @@
+"""The terminal side of every command: the stderr console, whether stderr is a terminal (the live
+views need one), and keeping the libraries' own progress bars and warnings off stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+COLORS = ("auto", "always", "never")
+
+
+def stderr_console(color: str = "auto") -> Any:
+    """A Rich console on stderr; ``always`` forces colour, ``never`` turns it off, ``auto`` asks the terminal."""
+    from rich.console import Console
+
+    force = {"always": True, "never": False}.get(color)
+    return Console(stderr=True, highlight=False, force_terminal=force, no_color=color == "never" or None)
+
+
+def stderr_is_tty() -> bool:
+    """The live view needs a real terminal on stderr (``--color always`` colours, it does not animate)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def quiet_libraries(verbose: bool = False) -> None:
+    """Hugging Face / transformers progress bars and warnings stay off unless -v (set before their import)."""
+    if not verbose:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
