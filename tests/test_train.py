@@ -300,7 +300,7 @@ def test_helper_shape_is_recorded_and_a_run_keeps_it(tmp_path, tok, monkeypatch)
         stages.stage_ar(run, steps=2, batch=2, seq_len=32, shape="small")
 
 
-def test_train_init_only_for_sft_align_and_tasks(tmp_path):
+def test_train_init_only_for_sft_and_tasks(tmp_path):
     from typer.testing import CliRunner
 
     from codila_cli.cli import app
@@ -309,11 +309,11 @@ def test_train_init_only_for_sft_align_and_tasks(tmp_path):
     assert r.exit_code == 2 and "--init" in r.stderr
     r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
     assert r.exit_code == 2 and "model.safetensors" in r.stderr  # allowed for sft, but this one is no checkpoint
-    for flags in (["ar", "--shape", "huge"], ["align", "--shape", "small"]):  # a bad shape, or one for another stage
+    for flags in (["ar", "--shape", "huge"], ["dlm", "--shape", "small"]):  # a bad shape, or one for another stage
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr
-    for flags, name in ((["dlm", "--frontier", "0.5"], "--frontier"), (["align", "--frontier", "1.5"], "--frontier"),
-                        (["sft", "--context", "8"], "--context"), (["align", "--batch", "0"], "--batch"),
+    for flags, name in ((["dlm", "--frontier", "0.5"], "--frontier"), (["sft", "--frontier", "1.5"], "--frontier"),
+                        (["sft", "--context", "8"], "--context"), (["ar", "--batch", "0"], "--batch"),
                         (["sft", "--lr", "0"], "--lr")):
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and name in r.stderr, (flags, r.stderr)

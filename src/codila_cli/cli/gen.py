@@ -99,6 +99,7 @@ def gen(
         cat spec.md | codila gen --json > out.json
     """
     from codila_cli.config import load_config
+    from codila_cli.models.cache import helper_mismatch
     from codila_cli.prompts import read_prompt
     from codila_cli.resolve import GEN_DEFAULTS, resolve_gen
     from codila_cli.runtime import is_chat, load_models
@@ -121,6 +122,9 @@ def gen(
     models = load_models(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model)
     err = terminal.stderr_console(color.value)
     live = terminal.stderr_is_tty() and not (json_out or quiet)
+    mismatch = helper_mismatch(models) if req.decoder == "codila" else None
+    if mismatch and not quiet:
+        sys.stderr.write(f"Warning: {mismatch}\n")
     if system and not quiet and not is_chat(models.dlm.tokenizer):
         sys.stderr.write(f"Warning: {req.dlm} has no chat template, so --system is not a system message: "
                          "the model reads it as plain text before the prompt (stdout does not repeat it)\n")

@@ -1,66 +1,138 @@
-"""``codila train STAGE``: one stage of the bundled models; run it again to resume."""
+"""``codila train``: ``align`` makes the CoDiLA helper for any model pair; the other commands build the
+bundled models stage by stage (run one again to resume it)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from codila_cli.errors import UsageError
+from codila_cli.cli.options import Device, Quiet
+from codila_cli.errors import CodilaError, UsageError
+
+STAGE_HELP = {
+    "corpus": "Build the decontaminated corpus of the bundled models.",
+    "tokenizer": "Train the bundled BPE tokenizer and tokenise the corpus.",
+    "arinit": "Causal-LM pretraining of the bundled DLM's network (Dream's AR initialisation).",
+    "dlm": "Masked-diffusion training of the bundled DLM from the arinit weights.",
+    "sft": "Prompt-conditioned diffusion (Dream's SFT recipe) on the bundled DLM.",
+    "ar": "Causal-LM pretraining of the bundled AR helper.",
+    "tasks": "The bundled infill/plan fine-tune (DreamOn and SDDC examples).",
+    "export": "Copy the finished bundled models into the package.",
+}
+RunDir = Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")]
+Steps = Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")]
 
 
-class Stage(str, Enum):
-    corpus = "corpus"
-    tokenizer = "tokenizer"
-    arinit = "arinit"
-    dlm = "dlm"
-    sft = "sft"
-    ar = "ar"
-    align = "align"
-    tasks = "tasks"
-    export = "export"
-
-
-def train(
-    stage: Annotated[Stage, typer.Argument(help="corpus, tokenizer, arinit, dlm, sft, ar, align, tasks, export (in that order).")],
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")] = Path("runs/bundled"),
-    steps: Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")] = 1000,
-    data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data for decontamination (shared/data).")] = None,
-    init: Annotated[Path | None, typer.Option("--init", help="align: start from this aligned helper directory (re-alignment); sft, tasks: from this Dream checkpoint directory.")] = None,
-    shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
-    frontier: Annotated[float | None, typer.Option("--frontier", help="align, sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
-    context: Annotated[int | None, typer.Option("--context", help="align: most left-context tokens the helper reads. [default: 48]")] = None,
-    batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
-    lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False,
+def align(
+    dlm: Annotated[str, typer.Option("--dlm", "-m", help="The frozen diffusion model: alias, repo id, directory or bundled-dlm (resolved like codila gen).")],
+    ar: Annotated[str, typer.Option("--ar", help="The helper to align: alias, repo id, directory or bundled-ar (an aligned helper re-aligns it).")],
+    data: Annotated[str, typer.Option("--data", help="Training text: a directory of source files, a .jsonl/.parquet file, a datasets directory (save_to_disk) or bundled:RUN_DIR.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The helper directory to write (training state goes in its training/).")],
+    block_sizes: Annotated[str, typer.Option("--block-sizes", help="Block sizes B, one drawn per step.")] = "2,4,8",
+    steps: Annotated[int, typer.Option(help="Optimizer steps (with --resume: continue up to this).")] = 1000,
+    batch: Annotated[int, typer.Option(help="Rows per optimizer step, over all processes and micro-batches.")] = 8,
+    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Micro-batches per step (each process).")] = 1,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW, linear warm-up, cosine decay).")] = 1e-4,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps.")] = 100,
+    weight_decay: Annotated[float, typer.Option("--weight-decay", help="AdamW weight decay (matrices only).")] = 0.1,
+    grad_clip: Annotated[float, typer.Option("--grad-clip", help="Gradient norm clip.")] = 1.0,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per training window.")] = 1024,
+    blocks_per_row: Annotated[int, typer.Option("--blocks-per-row", help="Blocks scored per window.")] = 8,
+    context: Annotated[int, typer.Option(help="Most committed left-context tokens the helper reads (0 = none; what gen's --ar-context feeds).")] = 0,
+    context_share: Annotated[float, typer.Option("--context-share", help="Share of blocks that get their left context (frontier blocks always do).")] = 0.5,
+    frontier: Annotated[float, typer.Option(help="Share of steps with left-to-right (frontier) masks, 0..1.")] = 0.0,
+    weighting: Annotated[str, typer.Option(help="nelbo (the paper's Eq. 2, 1/t per masked token) or mean (plain block CE).")] = "nelbo",
+    field: Annotated[str, typer.Option(help="The text field of a .jsonl/.parquet/datasets source.")] = "text",
+    glob: Annotated[str, typer.Option(help="Files of a directory source.")] = "**/*.py",
+    valid_fraction: Annotated[float, typer.Option("--valid-fraction", help="Share of documents held out (by hash) for validation.")] = 0.02,
+    valid_every: Annotated[int, typer.Option("--valid-every", help="Validation loss every N steps.")] = 200,
+    valid_rows: Annotated[int, typer.Option("--valid-rows", help="Held-out windows in each validation.")] = 16,
+    ckpt_every: Annotated[int, typer.Option("--ckpt-every", help="Checkpoint every N steps (and on Ctrl-C / SIGTERM).")] = 200,
+    select_decoding: Annotated[int, typer.Option("--select-decoding", help="Held-out function prompts for choosing the recorded codila_decoding (0 = skip).")] = 24,
+    optimizer: Annotated[str, typer.Option(help="adamw, or adamw8bit (bitsandbytes, CUDA).")] = "adamw",
+    grad_checkpointing: Annotated[bool | None, typer.Option("--grad-checkpointing/--no-grad-checkpointing", help="Recompute the helper's activations in backward. [default: on with CUDA]", show_default=False)] = None,
+    seed: Annotated[int, typer.Option(help="Seed of windows, masks and blocks.")] = 0,
+    resume: Annotated[bool, typer.Option(help="Continue the run in --output exactly where it stopped.")] = False,
+    nproc: Annotated[int, typer.Option("--nproc", help="Processes on this machine (torchrun; one per GPU).")] = 1,
+    device: Device = "auto",
+    dtype: Annotated[str, typer.Option(help="The frozen DLM's dtype: auto (bf16 on CUDA, fp32 on a CPU), float32, bfloat16.")] = "auto",
+    quiet: Quiet = False,
 ) -> None:
-    """Train one stage of the bundled models; run it again to resume after an interruption.
+    """Align an AR helper to a DLM's marginals (CoDiLA §3.5); write a helper directory for --ar.
 
-    Docs: docs/training.md lists the exact commands that produced the shipped weights.
+    Example: codila train align --dlm dream-coder --ar qwen3-0.6b --data ./src --output ./my-helper
     """
-    from codila_cli.train import stages
-    from codila_cli.train.options import MODEL_STAGES, check_run_dir, stage_options
+    from codila_cli.train.align import AlignConfig, parse_block_sizes, preflight, run
 
-    if steps < 1:
-        raise UsageError("--steps must be >= 1", hint="e.g. --steps 200")
-    if stage == Stage.corpus:
-        out = stages.stage_corpus(run_dir, data_dir=data_dir)
-    elif stage == Stage.export:
-        out = stages.stage_export(run_dir)
-    else:
-        extra = stage_options(stage.value, shape=shape, init=init, frontier=frontier, context=context, batch=batch,
-                              lr=lr) if stage.value in MODEL_STAGES else {}
-        check_run_dir(stage.value, run_dir)
-        if stage == Stage.tokenizer:
-            out = stages.stage_tokenizer(run_dir)
+    cfg = AlignConfig(dlm=dlm, ar=ar, data=data, output=output, field=field, glob=glob,
+                      block_sizes=parse_block_sizes(block_sizes), steps=steps, batch=batch, grad_accum=grad_accum,
+                      lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip, seq_len=seq_len,
+                      blocks_per_row=blocks_per_row, context=context, context_share=context_share, frontier=frontier,
+                      weighting=weighting, valid_fraction=valid_fraction, valid_every=valid_every, valid_rows=valid_rows,
+                      ckpt_every=ckpt_every, select_decoding=select_decoding, optimizer=optimizer,
+                      grad_checkpointing=grad_checkpointing, seed=seed, resume=resume, device=device, dtype=dtype)
+    if not 1 <= nproc <= 64:
+        raise UsageError(f"--nproc must be between 1 and 64, got {nproc}", hint="one process per GPU")
+    if nproc > 1:  # fail here, once, rather than in every process
+        from codila_cli.train.align.launch import torchrun
+
+        preflight(cfg, world=nproc)
+        code = torchrun(nproc, cfg)
+        if code:
+            raise CodilaError(f"a training process failed (torchrun exit {code}); its Error line is above",
+                              hint="fix what it names and run again (add --resume if a checkpoint was written)")
+        return
+    from codila_cli.ui.progress import step_progress
+    from codila_cli.ui.terminal import stderr_is_tty
+
+    with step_progress("align", steps, disable=quiet or not stderr_is_tty()) as log:
+        out = run(cfg, on_log=log)
+    if "output" in out:
+        sys.stdout.write(json.dumps(out) + "\n")
+        if not quiet:
+            sys.stderr.write(f"helper written to {out['output']}: codila gen --dlm {dlm} --ar {out['output']} \"…\"\n")
+
+
+def _stage(name: str):
+    """One bundled stage as a command: the same options for all, checked by train.options."""
+
+    def command(run_dir: RunDir = Path("runs/bundled"), steps: Steps = 1000,
+                data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="corpus: benchmark data for decontamination (shared/data).")] = None,
+                init: Annotated[Path | None, typer.Option("--init", help="sft, tasks: start from this Dream checkpoint directory.")] = None,
+                shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
+                frontier: Annotated[float | None, typer.Option("--frontier", help="sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
+                batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
+                lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
+                quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
+        from codila_cli.train import stages
+        from codila_cli.train.options import MODEL_STAGES, check_run_dir, stage_options
+
+        if steps < 1:
+            raise UsageError("--steps must be >= 1", hint="e.g. --steps 200")
+        if name == "corpus":
+            out = stages.stage_corpus(run_dir, data_dir=data_dir)
+        elif name == "export":
+            out = stages.stage_export(run_dir)
         else:
-            from codila_cli.ui.progress import step_progress
+            extra = stage_options(name, shape=shape, init=init, frontier=frontier, batch=batch, lr=lr) \
+                if name in MODEL_STAGES else {}
+            check_run_dir(name, run_dir)
+            if name == "tokenizer":
+                out = stages.stage_tokenizer(run_dir)
+            else:
+                from codila_cli.ui.progress import step_progress
 
-            fn = getattr(stages, f"stage_{stage.value}")
-            with step_progress(stage.value, steps, disable=quiet) as log:
-                out = fn(run_dir, steps=steps, on_log=log, **extra)
-    sys.stdout.write(json.dumps(out, default=str) + "\n")
+                with step_progress(name, steps, disable=quiet) as log:
+                    out = getattr(stages, f"stage_{name}")(run_dir, steps=steps, on_log=log, **extra)
+        sys.stdout.write(json.dumps(out, default=str) + "\n")
+
+    command.__doc__ = STAGE_HELP[name] + "\n\nDocs: docs/training.md lists the exact commands that made the shipped weights."
+    command.__name__ = f"train_{name}"
+    return command
+
+
+STAGES = {name: _stage(name) for name in STAGE_HELP}

@@ -62,7 +62,8 @@ class ARHelper:
         return out.logits[:, -keep:].float(), out.cache
 
 
-def load_ar(path: Path, *, name: str, device: Any, dtype: Any) -> ARHelper:
+def load_ar(path: Path, *, name: str, device: Any, dtype: Any, engine: str | None = None) -> ARHelper:
+    """``engine``: force "transformers" (a trainable network with gradient checkpointing) or "native"."""
     cfg = read_config(path, name=name)
     if is_dream(cfg):
         raise ModelLoadError(
@@ -71,5 +72,5 @@ def load_ar(path: Path, *, name: str, device: Any, dtype: Any) -> ARHelper:
         )
     tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=False, name=name)
-    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=True)
+    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=True, engine=engine)
     return ARHelper(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))

@@ -80,3 +80,40 @@ def _check_dir(path: Path, spec: ModelSpec) -> None:
             f"'{spec.name}' has no *.safetensors weights ({path})",
             hint=_download_hint(spec) if spec.repo_id else "the directory needs model.safetensors",
         )
+
+
+def identity(spec: ModelSpec, path: Path) -> dict:
+    """How a trained helper records a model (``codila_training.dlm``): its spec, repository and the
+    snapshot's commit when it came from the hub cache, and the resolved directory."""
+    revision = spec.revision
+    if spec.repo_id and path.parent.name == "snapshots":
+        revision = path.name
+    return {"name": spec.name, "repo_id": spec.repo_id, "revision": revision, "path": str(path.resolve())}
+
+
+def same_model(recorded: dict, current: dict) -> bool:
+    """The same repository (and revision, when both are known), else the same directory."""
+    if recorded.get("repo_id") and current.get("repo_id"):
+        rev = recorded.get("revision")
+        return recorded["repo_id"] == current["repo_id"] and (rev is None or rev == current.get("revision"))
+    return recorded.get("path") == current.get("path")
+
+
+def helper_mismatch(models: object) -> str | None:
+    """A warning when the AR helper's config records that it was aligned to another DLM than the one
+    loaded (``codila train align`` writes ``codila_training.dlm``); None when it matches or says nothing."""
+    from codila_cli.models.registry import resolve_spec
+
+    ar, dlm = getattr(models, "ar", None), getattr(models, "dlm", None)
+    if ar is None or dlm is None:
+        return None
+    recorded = (ar.ckpt.config.get("codila_training") or {}).get("dlm")
+    if not isinstance(recorded, dict):
+        return None
+    current = identity(resolve_spec(dlm.name, kind="dlm"), Path(dlm.ckpt.path))
+    if same_model(recorded, current):
+        return None
+    was = recorded.get("repo_id") or recorded.get("path") or recorded.get("name")
+    rev = f"@{recorded['revision'][:12]}" if recorded.get("repo_id") and recorded.get("revision") else ""
+    return (f"the AR helper '{ar.name}' was aligned to {was}{rev}, not to the DLM in use ({dlm.name}); "
+            "its blocks may be worse than with the DLM it was trained for")

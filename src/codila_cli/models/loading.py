@@ -216,13 +216,14 @@ def _check_weights(model: Any, state: dict, *, tied: bool, name: str) -> None:
         )
 
 
-def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool) -> Any:
-    """Instantiate the network (models/native.py or transformers, see :func:`engine_for`) and load its
-    safetensors weights with strict key checks."""
+def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool,
+                engine: str | None = None) -> Any:
+    """Instantiate the network (models/native.py or transformers, see :func:`engine_for`; ``engine``
+    forces one, e.g. transformers for training) and load its safetensors weights with strict key checks."""
     import torch
 
     state = load_state_dict(path, name=name, device=device, dtype=dtype)
-    if engine_for(path, cfg) == "native":
+    if (engine or engine_for(path, cfg)) == "native":
         from codila_cli.models.native import NativeConfig, NativeLM, load_native
 
         native_cfg = NativeConfig.from_dict(cfg)

@@ -280,6 +280,18 @@ class NativeLM(nn.Module):
                 attention_mask: Any = None, position_ids: torch.Tensor | None = None,
                 cache: NativeCache | None = None, use_cache: bool = False, logits_to_keep: Any = 0,
                 **_: Any) -> Output:
+        x, cache = self.hidden_states(input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                                      position_ids=position_ids, cache=cache, use_cache=use_cache)
+        if isinstance(logits_to_keep, torch.Tensor):  # row indices (transformers' convention)
+            x = x[:, logits_to_keep]
+        elif logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        return Output(F.linear(x, self.lm_head.weight), cache)
+
+    def hidden_states(self, input_ids: torch.Tensor | None = None, *, inputs_embeds: torch.Tensor | None = None,
+                      attention_mask: Any = None, position_ids: torch.Tensor | None = None,
+                      cache: NativeCache | None = None, use_cache: bool = False) -> tuple[torch.Tensor, Any]:
+        """The final-norm hidden states [b, n, d] (what the head projects) and the cache."""
         x = self.model.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         b, n, _ = x.shape
         past = cache.get_seq_length() if (cache is not None and use_cache) else 0
@@ -293,12 +305,7 @@ class NativeLM(nn.Module):
         cache = cache if use_cache else None
         for layer in self.model.layers:
             x = layer.forward(x, cos, sin, mask, causal, cache)
-        x = rms_norm(x, self.model.norm.weight, self.model.norm.eps)
-        if isinstance(logits_to_keep, torch.Tensor):  # row indices (transformers' convention)
-            x = x[:, logits_to_keep]
-        elif logits_to_keep:
-            x = x[:, -logits_to_keep:]
-        return Output(F.linear(x, self.lm_head.weight), cache)
+        return rms_norm(x, self.model.norm.weight, self.model.norm.eps), cache
 
 
 def new_cache(model: Any) -> Any:

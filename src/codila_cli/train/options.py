@@ -8,7 +8,7 @@ from typing import Any
 
 from codila_cli.errors import UsageError
 
-MODEL_STAGES = ("arinit", "dlm", "sft", "ar", "align", "tasks")
+MODEL_STAGES = ("arinit", "dlm", "sft", "ar", "tasks")  # `codila train align` has options of its own
 
 
 def _only(stage: str, stages: tuple[str, ...], flag: str) -> None:
@@ -20,7 +20,7 @@ def _only(stage: str, stages: tuple[str, ...], flag: str) -> None:
 
 
 def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, frontier: float | None = None,
-                  context: int | None = None, batch: int | None = None, lr: float | None = None) -> dict[str, Any]:
+                  batch: int | None = None, lr: float | None = None) -> dict[str, Any]:
     """The keyword arguments of ``stages.stage_<stage>`` for the flags given (None = the stage's own)."""
     from codila_cli.train.stages import AR_SHAPES
 
@@ -32,21 +32,16 @@ def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, 
     elif shape != "base":
         raise UsageError("--shape applies to the ar stage only", hint="drop --shape, or train the ar stage")
     if init is not None:
-        _only(stage, ("sft", "align", "tasks"), "--init")
+        _only(stage, ("sft", "tasks"), "--init")
         if not (init / "model.safetensors").is_file():
             raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported checkpoint directory")
         extra["init"] = init
     if frontier is not None:
-        _only(stage, ("align", "sft"), "--frontier")
+        if stage != "sft":
+            raise UsageError("--frontier applies to the sft stage only", hint="drop --frontier for this stage")
         if not 0.0 <= frontier <= 1.0:
             raise UsageError(f"--frontier must be between 0 and 1, got {frontier}", hint="e.g. --frontier 0.75")
         extra["frontier"] = frontier
-    if context is not None:
-        if stage != "align":
-            raise UsageError("--context applies to the align stage only", hint="drop --context for this stage")
-        if not 0 <= context <= 512:
-            raise UsageError(f"--context must be between 0 and 512, got {context}", hint="e.g. --context 96")
-        extra["ctx_max"] = context
     if batch is not None:
         if not 1 <= batch <= 4096:
             raise UsageError(f"--batch must be between 1 and 4096, got {batch}", hint="e.g. --batch 32")
