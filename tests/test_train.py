@@ -158,66 +158,6 @@ def test_dreamon_batch_builds_expand_and_delete_targets():
     assert seen_expand and seen_delete
 
 
-def test_alignment_loss_with_left_context_trains():
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
-
-    from codila_cli.train.objectives import codila_alignment_loss
-
-    torch.manual_seed(0)
-    common = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                  num_key_value_heads=1)
-    dlm = Qwen2ForCausalLM(Qwen2Config(**common))
-    for mod in dlm.modules():
-        if hasattr(mod, "is_causal"):
-            mod.is_causal = False
-    ar = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=8))
-    x0 = torch.randint(6, 40, (2, 33))
-    shared = torch.tensor([0] + list(range(6, 40)))
-    kw = dict(mask_id=2, think_open=4, think_close=5, shared=shared, block=4, blocks_per_row=3)
-    plain = codila_alignment_loss(dlm, ar, x0, gen=torch.Generator().manual_seed(1), **kw)
-    ctx = codila_alignment_loss(dlm, ar, x0, gen=torch.Generator().manual_seed(1), ctx_max=16, ctx_prob=1.0, **kw)
-    assert torch.isfinite(plain) and torch.isfinite(ctx)
-    ctx.backward()
-    assert ar.get_input_embeddings().weight.grad is not None
-
-
-def test_frontier_alignment_masks_mirror_left_to_right_decoding():
-    """frontier=True: per row one block start s; left of s visible, the block masked, the right masked
-    at some rate; the helper reads the true left context (as ``--ar-context`` feeds it)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
-
-    from codila_cli.train.objectives import codila_alignment_loss
-
-    torch.manual_seed(0)
-    common = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                  num_key_value_heads=1)
-    dlm = Qwen2ForCausalLM(Qwen2Config(**common))
-    seen: list[torch.Tensor] = []
-    inner = dlm.forward
-    dlm.forward = lambda input_ids, **kw: (seen.append(input_ids.clone()), inner(input_ids=input_ids, **kw))[1]
-    ar = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=8))
-    ar_seen: list[torch.Tensor] = []
-    ar_inner = ar.forward
-    ar.forward = lambda **kw: (ar_seen.append(kw["inputs_embeds"].shape), ar_inner(**kw))[1]
-    x0 = torch.randint(6, 40, (6, 41))
-    shared = torch.tensor([0] + list(range(6, 40)))
-    loss = codila_alignment_loss(dlm, ar, x0, mask_id=2, think_open=4, think_close=5, shared=shared, block=4,
-                                 blocks_per_row=3, gen=torch.Generator().manual_seed(3), ctx_max=16, ctx_prob=1.0,
-                                 frontier=True)
-    assert torch.isfinite(loss)
-    xt = seen[0]
-    for r in range(6):
-        holes = (xt[r] == 2).nonzero().flatten()
-        s = int(holes[0])
-        assert 9 <= s <= 41 - 4
-        assert torch.equal(xt[r, :s], x0[r, :s])  # everything left of the block is visible
-        assert bool((xt[r, s : s + 4] == 2).all())  # the block itself is masked
-    # one block per row (6 rows), each with 16 context tokens (s >= 9 > ... at most 16 back), B=4: 16 + 2B + 1
-    assert ar_seen[0][0] == 6
-    assert ar_seen[0][1] == 16 + 2 * 4 + 1
-    loss.backward()
-
-
 def test_diffusion_loss_frontier_rows_keep_the_prefix_visible():
     from codila_cli.train.objectives import diffusion_loss
 
@@ -335,9 +275,9 @@ def test_train_lr_reaches_the_stage(tmp_path, monkeypatch):
     assert seen[-1]["lr"] == 3e-4 and seen[-1]["steps"] == 3
     assert stages.stage_args("sft", ["/x/init", "frontier=0.75", "lr=3e-4"]) == {
         "init": Path("/x/init"), "frontier": 0.75, "lr": 3e-4}
-    assert stages.stage_args("align", ["ctx=64", "batch=16"]) == {"ctx_max": 64, "batch": 16}
+    assert stages.stage_args("tasks", ["batch=16"]) == {"batch": 16}
     assert stages.stage_args("ar", ["small", "lr=0.002"]) == {"shape": "small", "lr": 0.002}
-    for stage, bad in (("dlm", "frontier=0.5"), ("sft", "ctx=8"), ("dlm", "/x/init"), ("sft", "nope=1")):
+    for stage, bad in (("dlm", "frontier=0.5"), ("sft", "ctx=8"), ("dlm", "/x/init"), ("sft", "nope=1"), ("align", "1")):
         with pytest.raises(SystemExit):
             stages.stage_args(stage, [bad])
 

@@ -1,4 +1,5 @@
-"""Training losses: causal LM, masked diffusion with Dream's shift, CoDiLA alignment of the AR helper.
+"""Training losses: causal LM, masked diffusion with Dream's shift, DreamOn infilling (CoDiLA's
+alignment objective is train/align/loss.py).
 
 All take ``x0`` [B, L] int64 (position 0 is always bos and never masked) and a ``torch.Generator``.
 """
@@ -47,102 +48,6 @@ def diffusion_loss(model, x0: torch.Tensor, *, mask_id: int, gen: torch.Generato
     weighted = (ce * m / t[:, None]).sum() / max(1, denom)
     plain = (ce * m).sum() / m.sum().clamp_min(1)
     return weighted, plain
-
-
-def block_mask(b: int, n: int, *, t: torch.Tensor, block: int, gen: torch.Generator) -> torch.Tensor:
-    """Token-level masking at rate t plus whole contiguous blocks, so the AR sees fully masked blocks."""
-    masked = torch.rand(b, n, generator=gen) < t[:, None]
-    nblocks = (n - 1) // block
-    pick = torch.rand(b, nblocks, generator=gen) < t[:, None]
-    span = pick.repeat_interleave(block, dim=1)
-    masked[:, 1 : 1 + span.shape[1]] |= span
-    masked[:, 0] = False
-    return masked
-
-
-def codila_alignment_loss(dlm, ar, x0: torch.Tensor, *, mask_id: int, think_open: int, think_close: int,
-                          shared: torch.Tensor, block: int, blocks_per_row: int, gen: torch.Generator,
-                          eps: float = 1e-3, ctx_max: int = 0, ctx_prob: float = 0.5,
-                          frontier: bool = False) -> torch.Tensor:
-    """CoDiLA AR objective (§3.5): frozen DLM marginals on block-masked x_t → soft tokens
-    ``[ctx…, <think>, e_1..e_B, </think>]`` → teacher-forced log-likelihood of the block's true tokens.
-
-    Committed (unmasked) block positions are one-hot. The paper weights the NELBO by 1/t; here a fixed
-    number of blocks that hold masks is drawn per row, which already scales the expected count of
-    scored blocks like 1/t would, so the loss is a plain average per target token (lower variance).
-    With ``ctx_max`` > 0, a share ``ctx_prob`` of the blocks also get their committed left context (the
-    true tokens left of the block back to the nearest mask, at most ``ctx_max``), exactly what
-    ``--ar-context`` feeds at inference; the rest get none, so both modes are trained.
-
-    ``frontier``: the masks of left-to-right decoding instead (what the helper meets at inference): per
-    row a block start s, everything left of s visible, the block masked, and everything right of it
-    masked at a rate u (u = 1 for half the rows, else u ~ U(0.5, 1)); one block per row.
-    """
-    b, n = x0.shape
-    if frontier:
-        lo = min(8, n - block - 1)
-        front = lo + 1 + torch.randint(n - block - lo, (b,), generator=gen)  # block start, 1 + lo .. n - block
-        u = torch.where(torch.rand(b, generator=gen) < 0.5, 1.0, 0.5 + 0.5 * torch.rand(b, generator=gen))
-        col = torch.arange(n)[None, :]
-        masked = (col >= front[:, None]) & (torch.rand(b, n, generator=gen) < u[:, None])
-        masked |= (col >= front[:, None]) & (col < front[:, None] + block)
-    else:
-        t = eps + (1 - eps) * torch.rand(b, generator=gen)
-        masked = block_mask(b, n, t=t, block=block, gen=gen)
-    xt = torch.where(masked, torch.full_like(x0, mask_id), x0)
-    with torch.no_grad():
-        raw = dlm(input_ids=xt, attention_mask={"full_attention": None}, use_cache=False).logits.float()
-        logits = torch.cat([raw[:, :1], raw[:, :-1]], dim=1)  # shifted: row i predicts token i
-        pi = torch.softmax(logits[..., shared], dim=-1)  # [b, n, |shared|]
-    onehot = torch.zeros_like(pi)
-    pos = torch.searchsorted(shared, x0.clamp_max(int(shared[-1])))
-    ok = shared[pos.clamp_max(len(shared) - 1)] == x0
-    onehot.scatter_(2, pos.clamp_max(len(shared) - 1).unsqueeze(-1), 1.0)
-    pi = torch.where(masked.unsqueeze(-1), pi, onehot)
-    nblocks = (n - 1) // block
-    starts = []
-    for r in range(b):
-        if frontier:
-            starts.append((r, int(front[r])))
-            continue
-        has = masked[r, 1 : 1 + nblocks * block].view(nblocks, block).any(-1).nonzero().flatten()
-        pool = has if len(has) else torch.arange(nblocks)
-        choice = pool[torch.randint(len(pool), (blocks_per_row,), generator=gen)]
-        starts += [(r, 1 + int(c) * block) for c in choice]
-    rows = torch.tensor([s[0] for s in starts])
-    cols = torch.tensor([s[1] for s in starts])[:, None] + torch.arange(block)
-    pi_blk = pi[rows[:, None], cols]  # [m, B, |shared|]
-    tgt = x0[rows[:, None], cols]  # [m, B]
-    valid = ok[rows[:, None], cols]
-    emb = ar.get_input_embeddings().weight
-    soft = pi_blk.to(emb.dtype) @ emb[shared]  # [m, d]
-    m = soft.shape[0]
-    body = torch.cat([emb[think_open].expand(m, 1, -1), soft, emb[think_close].expand(m, 1, -1),
-                      emb[tgt[:, :-1]]], dim=1)  # [m, 2B+1, d]
-    ctx_len = torch.zeros(m, dtype=torch.long)
-    if ctx_max > 0:
-        for j, (r, s) in enumerate(starts):
-            if float(torch.rand(1, generator=gen)) < ctx_prob:
-                left = masked[r, max(0, s - ctx_max) : s]
-                holes = left.nonzero().flatten()
-                ctx_len[j] = len(left) - (int(holes[-1]) + 1 if len(holes) else 0)
-    C = int(ctx_len.max())
-    if C == 0:
-        out = ar(inputs_embeds=body, use_cache=False).logits[:, block + 1 :].float()
-    else:  # left-pad the context so every row ends at the same place; pads are masked out
-        ctx = torch.zeros(m, C, emb.shape[1], dtype=emb.dtype)
-        attn = torch.ones(m, C + body.shape[1], dtype=torch.long)
-        for j, (r, s) in enumerate(starts):
-            c = int(ctx_len[j])
-            if c:
-                ctx[j, C - c :] = emb[x0[r, s - c : s]]
-            attn[j, : C - c] = 0
-        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
-        out = ar(inputs_embeds=torch.cat([ctx, body], 1), attention_mask=attn, position_ids=position_ids,
-                 use_cache=False).logits[:, C + block + 1 :].float()
-    ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1), reduction="none").view(m, block)
-    w = valid.float()
-    return (ce * w).sum() / w.sum().clamp_min(1)
 
 
 def dreamon_batch(rows: list[list[int]], *, bos: int, eos: int, mask: int, expand: int, newline: int,

@@ -4,8 +4,10 @@
     tokenizer  byte-level BPE (8192 entries) + tokenised corpus arrays
     arinit     causal-LM pretraining of the DLM's network (Dream's recipe: a DLM starts from an AR model)
     dlm        masked-diffusion training from the arinit weights, Dream shift kept → Dream checkpoint
-    ar         causal-LM pretraining of the small Qwen3-shaped helper
-    align      CoDiLA alignment of the helper on the frozen DLM's marginals (B ∈ {2, 4, 8})
+    ar         causal-LM pretraining of the small Qwen3-shaped helper (RUN/ar/final: its HF directory)
+
+The helper is aligned to the DLM by ``codila train align`` (train/align/), the command every pair uses;
+docs/training.md has the line for the bundled pair.
 
 Every stage resumes from ``RUN/<stage>/ckpt.pt`` when run again.
 """
@@ -41,7 +43,7 @@ DLM_SHAPE = Shape(hidden=256, layers=6, heads=4, kv_heads=2, intermediate=768, m
 AR_SHAPES = {"small": Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512),
              "base": Shape(hidden=256, layers=3, heads=4, kv_heads=2, intermediate=768, max_positions=512)}
 AR_LR = {"small": 3e-3, "base": 2e-3}
-STAGES = ("corpus", "tokenizer", "arinit", "dlm", "sft", "ar", "align", "tasks", "export")
+STAGES = ("corpus", "tokenizer", "arinit", "dlm", "sft", "ar", "tasks", "export")  # then `codila train align`
 MAX_BUNDLE_BYTES = 40 * 2**20
 Log = Callable[[dict], None]
 
@@ -310,73 +312,8 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
                     valid_loss=lambda: sum(float(causal_lm_loss(model, v)) for v in valid) / len(valid),
                     on_log=on_log)
     torch.save(model.state_dict(), run / "ar" / "final.pt")
-    return last
-
-
-def stage_align(run: Path, *, steps: int, batch: int = 8, seq_len: int = 256, blocks_per_row: int = 8,
-                seed: int = 3, lr: float = 1e-3, ctx_max: int = 48, init: Path | None = None,
-                frontier: float = 0.0, on_log: Log | None = None) -> dict:
-    """``init``: start from an already aligned helper (a checkpoint directory) instead of ``ar/final.pt``,
-    e.g. to re-align it after the DLM was trained further.
-
-    ``frontier``: the share of steps that use left-to-right masks with the left context always given
-    (objectives.py, ``frontier=True``; what the helper meets when blocks are decoded at the frontier);
-    the validation loss then averages both kinds of steps in the same proportion."""
-    from codila_cli.models.dream import load_dlm
-    from codila_cli.train.objectives import codila_alignment_loss
-
-    ids = _ids(run)
-    dlm = load_dlm(_final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32).model
-    shape = _ar_shape(run)
-    if init is not None:
-        shape = Shape(**json.loads((init / "config.json").read_text())["codila_training"]["shape"])
-    ar = _qwen3(shape, ids["vocab"], ids)
-    if not (run / "align" / "ckpt.pt").exists():
-        if init is not None:
-            from safetensors.torch import load_file
-
-            ar.load_state_dict({k: v.float() for k, v in load_file(str(init / "model.safetensors")).items()},
-                               strict=False)
-            ar.tie_weights()
-        else:
-            ar.load_state_dict(torch.load(run / "ar" / "final.pt", map_location="cpu", weights_only=True))
-    cut = {ids["bos"], ids["mask"], ids["expand"], ids["think_open"], ids["think_close"]}
-    shared = torch.tensor([i for i in range(ids["vocab"]) if i not in cut])
-    get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
-    valid = _valid_batches(run, ids, n=4, batch=8)
-    blocks = (2, 4, 8)
-
-    if not 0.0 <= frontier <= 1.0:
-        raise ValueError(f"frontier must be in [0, 1], got {frontier}")
-
-    def is_frontier(step: int) -> bool:  # a fixed pattern: the share holds over every 20 steps
-        return (step % 20) < round(20 * frontier)
-
-    def loss(step: int, g: torch.Generator, x0: torch.Tensor, front: bool | None = None) -> torch.Tensor:
-        front = is_frontier(step) if front is None else front
-        return codila_alignment_loss(dlm, ar, x0, mask_id=ids["mask"], think_open=ids["think_open"],
-                                     think_close=ids["think_close"], shared=shared, block=blocks[step % 3],
-                                     blocks_per_row=blocks_per_row, gen=g, ctx_max=ctx_max,
-                                     ctx_prob=1.0 if front else 0.5, frontier=front)
-
-    def vloss() -> float:
-        g = torch.Generator().manual_seed(99)
-        total = 0.0
-        for i, v in enumerate(valid * 3):  # the same blocks cycle, both kinds weighted by the share
-            if frontier > 0.0:
-                total += frontier * float(loss(i, g, v, front=True))
-            if frontier < 1.0:
-                total += (1 - frontier) * float(loss(i, g, v, front=False))
-        return total / (3 * len(valid))
-
-    cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
-    last = run_loop(model=ar, stage_dir=run / "align", cfg=cfg, train_step=lambda s, g: loss(s, g, get(s)),
-                    valid_loss=vloss, on_log=on_log)
-    meta = {"stage": "align", "steps": steps, "batch": batch, "blocks": blocks, "valid_block_ce": last.get("valid"),
-            "init": str(init.name) if init is not None else "ar",
-            "context_max": ctx_max, "frontier": frontier,
-            "shape": asdict(shape)}
-    _export(ar, run / "align" / "final", dream=False, ids=ids, run=run, meta=meta)
+    _export(model, run / "ar" / "final", dream=False, ids=ids, run=run,
+            meta={"stage": "ar", "steps": steps, "shape": asdict(chosen)})  # what `codila train align --ar` reads
     return last
 
 
@@ -491,14 +428,17 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
             raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
-    total = sum(f.stat().st_size for src in pairs.values() for f in src.iterdir())
+    total = sum(f.stat().st_size for src in pairs.values() for f in src.iterdir() if f.is_file())
     if total > MAX_BUNDLE_BYTES:
         raise ValueError(f"bundle is {total / 2**20:.1f} MiB, over the {MAX_BUNDLE_BYTES / 2**20:.0f} MiB cap")
     for name, src in pairs.items():
         dst = target / name
         if dst.exists():
             shutil.rmtree(dst)
-        shutil.copytree(src, dst)
+        dst.mkdir(parents=True)
+        for f in src.iterdir():  # the files only: an aligned helper's training/ state stays behind
+            if f.is_file():
+                shutil.copy2(f, dst / f.name)
     if ar_decoding:
         cfg_file = target / "ar" / "config.json"
         cfg = json.loads(cfg_file.read_text())
@@ -509,10 +449,9 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
 
 def stage_args(stage: str, args: list[str]) -> dict:
     """Keyword arguments of a model stage from the command line of ``python -m codila_cli.train.stages``
-    after STEPS: ``lr=F`` (any stage), ``frontier=F`` (sft, align), ``ctx=N``/``batch=N`` (align), a bare
-    INIT_DIR (sft, align, tasks) or SHAPE (ar)."""
-    table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft", "align")),
-             "ctx": ("ctx_max", int, ("align",)), "batch": ("batch", int, ("align",))}
+    after STEPS: ``lr=F``/``batch=N`` (any stage), ``frontier=F`` (sft), a bare INIT_DIR (sft, tasks) or
+    SHAPE (ar)."""
+    table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft",)), "batch": ("batch", int, None)}
     extra: dict = {}
     for arg in args:
         key, eq, value = arg.partition("=")
@@ -521,7 +460,7 @@ def stage_args(stage: str, args: list[str]) -> dict:
             extra[name] = kind(value)
         elif not eq and stage == "ar":
             extra["shape"] = arg
-        elif not eq and stage in ("align", "tasks", "sft"):
+        elif not eq and stage in ("tasks", "sft"):
             extra["init"] = Path(arg)
         else:
             raise SystemExit(f"unknown argument {arg!r} for stage {stage}")
@@ -532,7 +471,7 @@ if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
     #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=VALUE ...]]]
     #                                   | STAGE STEPS          | tasks STEPS [INIT_DIR] | ar STEPS [small|base]
-    #                                   | align STEPS [INIT_DIR] [frontier=F] [ctx=N] [batch=N] | sft STEPS [INIT_DIR] [frontier=F]
+    #                                   | sft STEPS [INIT_DIR] [frontier=F]
     #                                   (every model stage also takes lr=F: the peak learning rate)
     import sys
 
@@ -547,7 +486,7 @@ if __name__ == "__main__":
                            tasks=Path(args[2]) if len(args) > 2 else None,
                            ar_decoding={k: _export_value(v) for k, v in (a.split("=", 1) for a in args[3:])} or None))
     else:
-        fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar, "align": stage_align,
+        fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar,
               "tasks": stage_tasks}[stage]
         extra = stage_args(stage, args[1:])
         print(fn(run_dir, steps=int(args[0]), on_log=printer, **extra))

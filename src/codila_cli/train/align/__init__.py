@@ -128,9 +128,14 @@ def check(cfg: AlignConfig, *, world: int | None = None) -> None:
     out = cfg.output
     if out.exists() and not out.is_dir():
         raise UsageError(f"--output {out} exists and is not a directory", hint="give a directory (created if missing)")
-    parent = out if out.exists() else next((p for p in out.absolute().parents if p.exists()), Path("/"))
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--output {out} is not writable", hint="give a directory you can write to")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".codila-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--output {out} is not writable ({exc.strerror or exc})",
+                         hint="give a directory you can write to") from None
     ckpt = cfg.state_dir / "ckpt.pt"
     if ckpt.exists() and not cfg.resume:
         raise UsageError(f"{out} holds a training run already", hint="add --resume to continue it, or give another --output")

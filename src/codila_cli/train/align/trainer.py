@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 from typing import Any
@@ -75,7 +76,7 @@ def lr_at(step: int, cfg: Any) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     frac = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac)))
+    return float(cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))))
 
 
 class Models:

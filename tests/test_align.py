@@ -1,0 +1,361 @@
+"""`codila train align` (issue 24) on tiny pairs with the real token layouts (train/shaped.py: the DLM
+with Dream-Coder's ids, mask at ordinary + 23; the helper with Qwen3's, <think> at ordinary + 24/25)."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+from codila_cli.train.shaped import Shape, build_shaped
+
+DLM = Shape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, extra_rows=421, tied=False,
+            dream=True)
+AR = Shape(hidden=32, intermediate=64, layers=2, heads=4, kv_heads=2, head_dim=8, extra_rows=293, tied=True,
+           dream=False)
+FAST = ["--seq-len", "48", "--blocks-per-row", "3", "--batch", "4", "--lr", "3e-3", "--warmup", "2",
+        "--select-decoding", "0", "--valid-rows", "4"]
+
+
+def _pattern_docs(n: int, seed: int = 0) -> list[str]:
+    """A language the helper can learn: triples t_a t_(a+50) t_(a+100)."""
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        words = []
+        for _ in range(40):
+            a = rng.randrange(1, 50)
+            words += [f"t{a}", f"t{a + 50}", f"t{a + 100}"]
+        docs.append(" ".join(words))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pair")
+    paths = build_shaped(root / "m", dlm=DLM, ar=AR, ordinary=500)
+    data = root / "data"
+    data.mkdir()
+    for i, text in enumerate(_pattern_docs(30)):
+        (data / f"f{i:02d}.txt").write_text(text)
+    return {**paths, "data": data, "root": root}
+
+
+def _align(pair, out: Path, *extra: str, steps: int = 4, data: str | None = None, glob: str = "*.txt"):
+    args = ["train", "align", "--dlm", str(pair["dlm"]), "--ar", str(pair["ar"]), "--data", data or str(pair["data"]),
+            "--glob", glob, "--output", str(out), "--steps", str(steps), *FAST, *extra]
+    return CliRunner().invoke(app, args)
+
+
+def _log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "training" / "log.jsonl").read_text().splitlines()]
+
+
+def test_alignment_lowers_the_validation_loss_and_writes_a_helper_that_decodes(pair, tmp_path):
+    out = tmp_path / "helper"
+    r = _align(pair, out, "--valid-every", "10", "--weighting", "mean", steps=40)
+    assert r.exit_code == 0, r.stderr
+    valid = [row["valid"] for row in _log(out) if "valid" in row]
+    assert len(valid) == 4 and valid[-1] < valid[0] - 0.3, valid
+    assert (out / "training" / "loss.png").is_file()
+    cfg = json.loads((out / "config.json").read_text())
+    prov = cfg["codila_training"]
+    assert prov["dlm"]["path"] == str(pair["dlm"].resolve()) and prov["ar"]["path"] == str(pair["ar"].resolve())
+    assert prov["steps"] == 40 and prov["block_sizes"] == [2, 4, 8] and len(prov["data"]["sha256"]) == 64
+    assert prov["data"]["documents"]["train"] + prov["data"]["documents"]["valid"] == 30
+    assert set(prov["valid_block_ce"]) == {"2", "4", "8"}
+    g = CliRunner().invoke(app, ["gen", "--dlm", str(pair["dlm"]), "--ar", str(out), "--max-new-tokens", "8",
+                                 "--seed", "0", "--json", "t1 t51"])
+    assert g.exit_code == 0, g.stderr
+    doc = json.loads(g.stdout)
+    assert doc["decoder"] == "codila" and doc["metrics"]["tokens"] == 8 and "Warning" not in g.stderr
+
+
+def test_gen_warns_when_the_helper_was_aligned_to_another_dlm(pair, tmp_path):
+    out = tmp_path / "helper"
+    assert _align(pair, out, steps=1).exit_code == 0
+    other = tmp_path / "other-dlm"
+    shutil.copytree(pair["dlm"], other)
+    g = CliRunner().invoke(app, ["gen", "--dlm", str(other), "--ar", str(out), "--max-new-tokens", "4", "t1"])
+    assert g.exit_code == 0, g.stderr
+    assert "Warning: the AR helper" in g.stderr and str(pair["dlm"].resolve()) in g.stderr
+
+
+def test_one_hot_marginals_give_the_tokens_embeddings():
+    from codila_cli.train.align.loss import SoftEmbed
+
+    torch.manual_seed(0)
+    emb = torch.randn(10, 6, requires_grad=True)
+    head = torch.eye(10, 4) * 200.0  # token k's logit row is 200 at k, 0 elsewhere → π ≈ one-hot(k)
+    h = torch.eye(4)  # hidden rows picking tokens 0..3
+    e = SoftEmbed.apply(h, head, emb, 2)
+    assert torch.allclose(e, emb[:4].detach(), atol=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_chunked_soft_embedding_equals_the_unchunked_reference(chunk):
+    """The chunked forward and the recomputing backward equal the plain softmax(h Wᵀ) E with autograd."""
+    from codila_cli.train.align.loss import SoftEmbed
+
+    torch.manual_seed(1)
+    h, head = torch.randn(7, 5), torch.randn(30, 5)
+    emb = torch.randn(30, 4, requires_grad=True)
+    grad = torch.randn(7, 4)
+    ref_emb = emb.detach().clone().requires_grad_(True)
+    ref = torch.softmax(h @ head.T, -1) @ ref_emb
+    (ref * grad).sum().backward()
+    out = SoftEmbed.apply(h, head, emb, chunk)
+    (out * grad).sum().backward()
+    assert torch.allclose(out, ref, atol=1e-6) and torch.allclose(emb.grad, ref_emb.grad, atol=1e-5)
+
+
+def test_the_loss_never_depends_on_the_chunk_size(pair, monkeypatch):
+    """The whole objective with one block row per chunk equals it with every row in one chunk."""
+    import codila_cli.train.align.loss as loss_mod
+    from codila_cli.train.align import AlignConfig, inspect_pair
+    from codila_cli.train.align.trainer import Models, Step, make_rows
+
+    cfg = AlignConfig(dlm=str(pair["dlm"]), ar=str(pair["ar"]), data=str(pair["data"]), output=pair["root"] / "x",
+                      seq_len=48, blocks_per_row=3, context=8, device="cpu")
+    models = Models(cfg, inspect_pair(cfg), torch.device("cpu"))
+    stream = torch.randint(1, 150, (500,)).numpy()
+    x0 = make_rows(stream, [0, 1], seed=0, step=0, seq_len=48, bos=None)
+    st = Step(cfg, 0)
+    values = []
+    for chunk in (1, 10_000):
+        monkeypatch.setattr(loss_mod, "CHUNK", chunk)
+        models.ar.zero_grad()
+        loss = models.loss(models.ar, x0, st, st.plans([0, 1], 48), weighting="nelbo")
+        loss.backward()
+        values.append((float(loss.detach()), models.ar.get_input_embeddings().weight.grad.clone()))
+    assert abs(values[0][0] - values[1][0]) < 1e-5 and torch.allclose(values[0][1], values[1][1], atol=1e-6)
+
+
+def test_resume_is_exact(pair, tmp_path):
+    """4 steps straight, or 2 steps then --resume to 4: the same losses and the same parameters (with
+    frontier steps and left context in the mix)."""
+    straight, split = tmp_path / "a", tmp_path / "b"
+    mix = ("--ckpt-every", "1", "--frontier", "0.1", "--context", "8")  # steps 0, 1 of every 20: frontier
+    assert _align(pair, straight, *mix, steps=4).exit_code == 0
+    assert _align(pair, split, *mix, steps=2).exit_code == 0
+    again = _align(pair, split, *mix, steps=2)
+    assert again.exit_code == 2 and "holds a training run already" in again.stderr  # never overwritten silently
+    changed = _align(pair, split, *mix, "--seed", "5", "--resume", steps=4)
+    assert changed.exit_code == 2 and "seed" in changed.stderr
+    r = _align(pair, split, *mix, "--resume", steps=4)
+    assert r.exit_code == 0, r.stderr
+    assert [row["loss"] for row in _log(straight)] == [row["loss"] for row in _log(split)]
+    assert {row["frontier"] for row in _log(straight)} == {True, False}
+    a = torch.load(straight / "training" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(split / "training" / "ckpt.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_same_global_batch_gives_the_same_update_with_micro_batches(pair, tmp_path):
+    one, accum = tmp_path / "one", tmp_path / "accum"
+    assert _align(pair, one, steps=3).exit_code == 0
+    assert _align(pair, accum, "--grad-accum", "2", steps=3).exit_code == 0
+    a = torch.load(one / "training" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(accum / "training" / "ckpt.pt", weights_only=True)["model"]
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_give_the_parameters_of_one(pair, tmp_path):
+    """torchrun with 2 processes (gloo, DDP) and the same global batch: the parameters of 1 process."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert _align(pair, one, steps=3).exit_code == 0
+    args = ["--dlm", str(pair["dlm"]), "--ar", str(pair["ar"]), "--data", str(pair["data"]), "--glob", "*.txt",
+            "--output", str(two), "--steps", "3", *FAST]
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
+                        "codila_cli.train.align", *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    a = torch.load(one / "training" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(two / "training" / "ckpt.pt", weights_only=True)["model"]
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    assert [row["loss"] for row in _log(one)] == pytest.approx([row["loss"] for row in _log(two)], abs=1e-4)
+
+
+def test_nproc_hands_torchrun_the_same_settings(pair, tmp_path, monkeypatch):
+    """`--nproc N` rebuilds every flag for the processes it starts: parsing them gives the same config."""
+    import codila_cli.train.align as align_mod
+    import codila_cli.train.align.launch as launch
+
+    seen = []
+    monkeypatch.setattr(launch, "torchrun", lambda n, cfg: seen.append((n, cfg)) or 0)
+    r = _align(pair, tmp_path / "h", "--nproc", "2", "--context", "16", "--frontier", "0.25", "--resume", steps=7)
+    assert r.exit_code == 2 and "--resume" in r.stderr and not seen  # preflight runs before any process starts
+    r = _align(pair, tmp_path / "h", "--nproc", "2", "--context", "16", "--frontier", "0.25", "--no-grad-checkpointing")
+    assert r.exit_code == 0, r.stderr
+    n, cfg = seen[-1]
+    parsed = []
+    monkeypatch.setattr(align_mod, "run", lambda c, on_log=None: parsed.append(c) or {})
+    r = CliRunner().invoke(app, ["train", "align", *launch.align_args(cfg)])
+    assert r.exit_code == 0, r.stderr
+    assert n == 2 and parsed[0] == cfg and cfg.context == 16 and cfg.grad_checkpointing is False
+
+
+def _jsonl(path: Path, docs: list[str]) -> None:
+    path.write_text("".join(json.dumps({"content": d, "n": i}) + "\n" for i, d in enumerate(docs)))
+
+
+def test_every_data_source_format_loads_the_same_documents(tmp_path):
+    from codila_cli.train.sources import documents, parse_source
+
+    docs = _pattern_docs(5)
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    for i, d in enumerate(docs):
+        (tmp_path / "src" / "pkg" / f"m{i}.py").write_text(d)
+    (tmp_path / "src" / ".git").mkdir()
+    (tmp_path / "src" / ".git" / "x.py").write_text("not a document")
+    _jsonl(tmp_path / "d.jsonl", docs)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Dataset, DatasetDict
+
+    pq.write_table(pa.table({"content": docs}), tmp_path / "d.parquet")
+    Dataset.from_dict({"content": docs}).save_to_disk(str(tmp_path / "ds"))
+    DatasetDict({"train": Dataset.from_dict({"content": docs})}).save_to_disk(str(tmp_path / "dsd"))
+    run = tmp_path / "run" / "corpus"
+    run.mkdir(parents=True)
+    (run / "train.jsonl").write_text("".join(json.dumps({"kind": "file", "text": d}) + "\n" for d in docs[:3]))
+    (run / "valid.jsonl").write_text("".join(json.dumps({"kind": "file", "text": d}) + "\n" for d in docs[3:]))
+    specs = {"files": str(tmp_path / "src"), "jsonl": str(tmp_path / "d.jsonl"), "parquet": str(tmp_path / "d.parquet"),
+             "datasets": str(tmp_path / "ds"), "bundled": f"bundled:{tmp_path / 'run'}"}
+    for kind, spec in specs.items():
+        src = parse_source(spec, field="content")
+        assert src.kind == kind and list(documents(src)) == docs, kind
+    assert list(documents(parse_source(str(tmp_path / "dsd"), field="content"))) == docs
+    from codila_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match="no column 'text'"):
+        list(documents(parse_source(str(tmp_path / "d.parquet"))))
+    with pytest.raises(UsageError, match="has no text field 'text'"):
+        list(documents(parse_source(str(tmp_path / "d.jsonl"))))
+
+
+def test_bad_inputs_fail_before_any_model_loads(pair, tmp_path, monkeypatch):
+    import codila_cli.models.ar as ar_mod
+    import codila_cli.models.dream as dream_mod
+    from codila_cli.train.tiny import build_tiny
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(dream_mod, "load_dlm", boom)
+    monkeypatch.setattr(ar_mod, "load_ar", boom)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    no_mask = tmp_path / "no-mask"
+    shutil.copytree(pair["dlm"], no_mask)
+    tok = json.loads((no_mask / "tokenizer.json").read_text())
+    for added in tok["added_tokens"]:
+        if added["content"] == "<|mask|>":
+            added["content"] = "<|unused|>"
+    (no_mask / "tokenizer.json").write_text(json.dumps(tok))
+    tok_cfg = json.loads((no_mask / "tokenizer_config.json").read_text())
+    tok_cfg.pop("mask_token", None)
+    (no_mask / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+    cfg = json.loads((no_mask / "config.json").read_text())
+    cfg.pop("mask_token_id", None)
+    (no_mask / "config.json").write_text(json.dumps(cfg))
+    other_vocab = build_tiny(tmp_path / "tiny")["ar"]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cases = [
+        (["--data", str(tmp_path / "missing")], "no such file"),
+        (["--data", str(empty)], "holds no documents"),
+        (["--dlm", str(no_mask)], "no mask token"),
+        (["--ar", str(other_vocab)], "does not share a vocabulary"),
+        (["--output", str(blocker / "sub")], "not writable"),
+        (["--output", str(blocker)], "not a directory"),
+        (["--steps", "0"], "--steps"),
+        (["--block-sizes", "2,x"], "--block-sizes"),
+        (["--batch", "3", "--grad-accum", "2"], "multiple"),
+        (["--weighting", "sum"], "--weighting"),
+    ]
+    for flags, message in cases:
+        base = {"--dlm": str(pair["dlm"]), "--ar": str(pair["ar"]), "--data": str(pair["data"]),
+                "--output": str(tmp_path / "out"), "--steps": "2", "--glob": "*.txt"}
+        base.update(zip(flags[::2], flags[1::2]))
+        args = ["train", "align", *[x for kv in base.items() for x in kv]]
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2, (flags, r.stderr, r.exception)
+        lines = r.stderr.strip().splitlines()
+        assert lines[0].startswith("Error: ") and message in lines[0] and lines[1].startswith("Hint: "), (flags, lines)
+
+
+def test_frontier_plans_mirror_left_to_right_decoding():
+    """frontier: one block start s per row, everything left of it visible, the block masked, the rest
+    masked at some rate; the helper reads the true left context back to s − ctx_max."""
+    from codila_cli.train.align.loss import plan_row
+
+    for seed in range(20):
+        p = plan_row(41, block=4, blocks=3, gen=torch.Generator().manual_seed(seed), frontier=True, ctx_max=16,
+                     ctx_prob=0.0, weighting="nelbo")
+        (s,) = p.starts
+        assert 9 <= s <= 41 - 4 and p.weight == 1.0
+        assert not bool(p.masked[:s].any()) and bool(p.masked[s : s + 4].all())
+        assert p.context == (min(16, s),)  # frontier blocks always read their context
+
+
+def test_block_masks_score_blocks_that_hold_masks_with_the_nelbo_weight():
+    from codila_cli.train.align.loss import normaliser, plan_row
+
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        p = plan_row(49, block=8, blocks=4, gen=g, frontier=False, ctx_max=0, ctx_prob=0.5, weighting="nelbo")
+        assert not bool(p.masked[0]) and len(p.starts) == 4 and p.context == (0, 0, 0, 0)
+        grid = p.masked[1:49].view(6, 8).any(-1)
+        assert all(bool(grid[(s - 1) // 8]) and (s - 1) % 8 == 0 for s in p.starts)
+        g = torch.Generator().manual_seed(seed)
+        t = 1e-3 + (1 - 1e-3) * float(torch.rand(1, generator=g))  # the rate plan_row drew first
+        assert p.weight == pytest.approx(int(grid.sum()) / (4 * t))
+        mean = plan_row(49, block=8, blocks=4, gen=torch.Generator().manual_seed(seed), frontier=False, ctx_max=0,
+                        ctx_prob=0.5, weighting="mean")
+        assert mean.weight == 1.0 and torch.equal(mean.masked, p.masked)
+    assert normaliser([p, p], n=49, block=8, weighting="nelbo", frontier=False) == 2 * 48
+    assert normaliser([p, p], n=49, block=8, weighting="mean", frontier=False) == 2 * 4 * 8
+
+
+def test_the_recorded_decoding_is_measured_on_held_out_prompts(tiny, tmp_path):
+    """With Python data, the helper's codila_decoding is the best of the grid on held-out function
+    prompts, and every measured setting is kept in codila_training.selection."""
+    import textwrap
+
+    data = tmp_path / "py"
+    data.mkdir()
+    for i in range(12):
+        (data / f"m{i}.py").write_text(textwrap.dedent(f'''\
+            def add_{i}(a, b):
+                """Add two numbers."""
+                total = a + b
+                return total
+
+
+            def scale_{i}(x, k={i}):
+                y = x * k
+                return y
+            '''))
+    out = tmp_path / "helper"
+    r = CliRunner().invoke(app, ["train", "align", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--data",
+                                 str(data), "--output", str(out), "--steps", "2", "--batch", "2", "--seq-len", "48",
+                                 "--valid-fraction", "0.4", "--select-decoding", "2", "--context", "8",
+                                 "--block-sizes", "2,4"])
+    assert r.exit_code == 0, r.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    measured = cfg["codila_training"]["selection"]
+    assert {(m["block_size"], m["ar_context"]) for m in measured} == {(2, 0), (2, 8), (4, 0), (4, 8)}
+    best = max(measured, key=lambda m: (m["valid"], m["block_size"]))
+    assert cfg["codila_decoding"] == {k: best[k] for k in ("block_size", "ar_context", "candidate_blocks")}
+    from codila_cli.runtime import recommended_decoding
+
+    assert recommended_decoding(str(out))["block_size"] == best["block_size"]  # what `codila gen` will use
