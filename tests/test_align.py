@@ -176,7 +176,7 @@ def test_two_gloo_processes_give_the_parameters_of_one(pair, tmp_path):
     args = ["--dlm", str(pair["dlm"]), "--ar", str(pair["ar"]), "--data", str(pair["data"]), "--glob", "*.txt",
             "--output", str(two), "--steps", "3", *FAST]
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m",
-                        "codila_cli.train.align", *args], capture_output=True, text=True, timeout=300)
+                        "codila_cli.train.align", *args], capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     a = torch.load(one / "training" / "ckpt.pt", weights_only=True)["model"]
     b = torch.load(two / "training" / "ckpt.pt", weights_only=True)["model"]

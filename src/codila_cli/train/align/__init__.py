@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,7 @@ class AlignConfig:
     select_decoding: int = 24  # validation prompts for choosing codila_decoding (0: skip)
 
     def __post_init__(self) -> None:
-        def positive(name: str, value: int | float) -> None:
+        def positive(name: str, value: float) -> None:
             if value < 1:
                 raise UsageError(f"--{name} must be >= 1, got {value}", hint=f"e.g. --{name} 8")
 

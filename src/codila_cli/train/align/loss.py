@@ -143,7 +143,7 @@ def alignment_loss(dlm, ar, x0: torch.Tensor, plans: list[RowPlan], *, ids: Pair
     """The scalar loss of a row batch x0 [b, n] under its plans. ``dlm``: the frozen DLM network;
     ``ar``: the helper (or its DDP wrapper: its forward is what gets called); ``head_s`` = W_head[S]
     of the DLM, ``ar_embedding`` = E_AR (trainable); ``banned`` [V_ar] bool: helper outputs outside S."""
-    b, n = x0.shape
+    n = x0.shape[1]
     device = x0.device
     masked = torch.stack([p.masked for p in plans]).to(device)
     xt = torch.where(masked, torch.full_like(x0, ids.mask), x0)

@@ -56,10 +56,10 @@ def write_helper(cfg: Any, pair: Any, ar: Any, *, meta: dict, last: dict, decodi
 
 def validation_prompts(cfg: Any, limit: int) -> list[str]:
     """Function prompts (signature + docstring) from held-out documents that parse as Python."""
+    import ast
+
     from codila_cli.train.corpus import split_function
     from codila_cli.train.sources import documents, is_valid_document, parse_source
-
-    import ast
 
     prompts: list[str] = []
     for text in documents(parse_source(cfg.data, field=cfg.field, glob=cfg.glob)):

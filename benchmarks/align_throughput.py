@@ -1,0 +1,80 @@
+"""Training throughput and peak memory of ``codila train align`` (issue 24), on any pair.
+
+    python benchmarks/align_throughput.py                                # the bundled pair, stdlib code, CPU
+    python benchmarks/align_throughput.py --dlm DIR --ar DIR --device cuda --seq-len 2048 --batch 8
+                                                                         # scripts/gpu_align.sh: 7B shapes
+
+Runs the real command's library entry (codila_cli.train.align.run) for ``--steps`` steps in a temporary
+output directory and reports, from its log: seconds per step (median after the first ``--skip``),
+DLM tokens/s (rows × seq_len per second), helper blocks/s, peak RSS and peak GPU memory. A benchmark,
+not a test: numbers go to stdout (Markdown) and to ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dlm", default="bundled-dlm")
+    ap.add_argument("--ar", default="bundled-ar")
+    ap.add_argument("--data", default=sysconfig.get_paths()["stdlib"], help="default: this Python's stdlib")
+    ap.add_argument("--glob", default="*.py")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--skip", type=int, default=2, help="warm-up steps left out of the median")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--blocks-per-row", type=int, default=8)
+    ap.add_argument("--block-sizes", default="2,4,8")
+    ap.add_argument("--context", type=int, default=48)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--grad-checkpointing", action=argparse.BooleanOptionalAction, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    import torch
+
+    from codila_cli.train.align import AlignConfig, parse_block_sizes, run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = AlignConfig(dlm=args.dlm, ar=args.ar, data=args.data, glob=args.glob, output=Path(tmp) / "helper",
+                          steps=args.steps, batch=args.batch, seq_len=args.seq_len, blocks_per_row=args.blocks_per_row,
+                          block_sizes=parse_block_sizes(args.block_sizes), context=args.context, device=args.device,
+                          grad_checkpointing=args.grad_checkpointing, valid_every=10**9, ckpt_every=10**9,
+                          select_decoding=0, warmup=1)
+        t0 = time.perf_counter()
+        last = run(cfg)
+        wall = time.perf_counter() - t0
+        log = [json.loads(line) for line in (cfg.state_dir / "log.jsonl").read_text().splitlines()]
+    steps = log[args.skip :] or log
+    tokens_per_second = statistics.median(r["tokens_per_second"] for r in steps)
+    med = args.batch * args.seq_len / tokens_per_second  # the log's tokens/s is rows × seq_len / step time
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    gpu = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    row = {"dlm": args.dlm, "ar": args.ar, "device": args.device, "batch": args.batch, "seq_len": args.seq_len,
+           "blocks_per_row": args.blocks_per_row, "steps": len(log), "seconds_per_step": round(med, 4),
+           "tokens_per_second": round(tokens_per_second, 1),
+           "blocks_per_second": round(statistics.median(r["blocks_per_second"] for r in steps), 2),
+           "peak_rss_mib": round(rss), "peak_gpu_gib": round(gpu, 2) if gpu is not None else None,
+           "wall_seconds_with_loading": round(wall, 1), "final_loss": last.get("loss"),
+           "torch": torch.__version__, "threads": torch.get_num_threads()}
+    sys.stdout.write("| pair | device | batch × seq | s/step | DLM tokens/s | blocks/s | peak RSS | peak GPU |\n"
+                     "|---|---|---|---|---|---|---|---|\n"
+                     f"| {args.dlm} + {args.ar} | {args.device} | {args.batch} × {args.seq_len} | {row['seconds_per_step']} "
+                     f"| {row['tokens_per_second']} | {row['blocks_per_second']} | {row['peak_rss_mib']} MiB "
+                     f"| {'-' if gpu is None else f'{gpu:.1f} GiB'} |\n")
+    if args.json:
+        args.json.write_text(json.dumps(row, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
