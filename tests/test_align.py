@@ -354,8 +354,22 @@ def test_the_recorded_decoding_is_measured_on_held_out_prompts(tiny, tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     measured = cfg["codila_training"]["selection"]
     assert {(m["block_size"], m["ar_context"]) for m in measured} == {(2, 0), (2, 8), (4, 0), (4, 8)}
-    best = max(measured, key=lambda m: (m["valid"], m["block_size"]))
-    assert cfg["codila_decoding"] == {k: best[k] for k in ("block_size", "ar_context", "candidate_blocks")}
     from codila_cli.runtime import recommended_decoding
+    from codila_cli.train.align.output import choose
 
-    assert recommended_decoding(str(out))["block_size"] == best["block_size"]  # what `codila gen` will use
+    picked = choose(measured, measured[0]["prompts"])
+    assert cfg.get("codila_decoding", {}) == picked
+    assert {k: v for k, v in recommended_decoding(str(out)).items() if k in picked} == picked  # what gen uses
+
+
+def test_a_recommendation_needs_a_measurement_that_supports_it():
+    from codila_cli.train.align.output import choose
+
+    def row(b: int, c: int, valid: int) -> dict:
+        return {"block_size": b, "ar_context": c, "candidate_blocks": 1 if c else 10, "valid": valid, "prompts": 20}
+
+    assert choose([row(2, 0, 9), row(4, 0, 12), row(4, 8, 12), row(8, 0, 3)], 20) == {
+        "block_size": 4, "ar_context": 0, "candidate_blocks": 10}  # the best; a tie goes to the first listed
+    assert choose([row(2, 0, 5), row(8, 8, 5)], 20) == {}  # every setting the same: nothing to choose
+    assert choose([row(2, 0, 0), row(8, 8, 1)], 20) == {}  # 1 of 20 valid: noise
+    assert choose([row(2, 0, 0), row(8, 8, 2)], 20) == {"block_size": 8, "ar_context": 8, "candidate_blocks": 1}

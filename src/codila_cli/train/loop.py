@@ -48,7 +48,8 @@ def lr_at(step: int, cfg: LoopConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-def _atomic_save(obj: object, path: Path) -> None:
+def atomic_save(obj: object, path: Path) -> None:
+    """torch.save through a temporary file and a rename: the old checkpoint or the new one, never half."""
     tmp = path.with_suffix(".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
@@ -77,7 +78,7 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
     model.train()
 
     def save() -> None:
-        _atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
+        atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
 
     t0, last = time.time(), {}
     try:

@@ -55,7 +55,8 @@ def write_helper(cfg: Any, pair: Any, ar: Any, *, meta: dict, last: dict, decodi
 
 
 def validation_prompts(cfg: Any, limit: int) -> list[str]:
-    """Function prompts (signature + docstring) from held-out documents that parse as Python."""
+    """Function prompts (signature + docstring) from held-out documents that parse as Python: top-level
+    functions of 3 to 15 lines, whose bodies fit the 128-token canvas `codila gen` writes by default."""
     import ast
 
     from codila_cli.train.corpus import split_function
@@ -71,7 +72,7 @@ def validation_prompts(cfg: Any, limit: int) -> list[str]:
             continue
         lines = text.splitlines(keepends=True)
         for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 2:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and 2 <= node.end_lineno - node.lineno <= 14:
                 split = split_function("".join(lines[node.lineno - 1 - len(node.decorator_list) : node.end_lineno]))
                 if split is not None:
                     prompts.append(split[0])
@@ -82,8 +83,11 @@ def validation_prompts(cfg: Any, limit: int) -> list[str]:
 
 def select_decoding(cfg: Any, models: Any, pair: Any, device: Any) -> dict:
     """The CoDiLA settings with the most valid completions (parse, not empty, not repetitive) on
-    held-out function prompts, over the block sizes trained × left context {0, --context}; {} when
-    the held-out documents hold no Python functions. Ties go to the larger block (fewer forwards)."""
+    held-out function prompts, over the block sizes trained × left context {0, --context}, 128-token
+    canvases; ties go to the larger block (fewer forwards). Nothing is recommended (only ``_measured``
+    is returned) when the held-out documents hold no such functions, when every setting scores the
+    same, or when the best makes fewer than max(2, 10 %) of the prompts valid: a choice the measurement
+    cannot support would override the library defaults for nothing."""
     from codila_cli.decoding.config import CodilaConfig
     from codila_cli.eval.runner import repetitive
     from codila_cli.runtime import Models, generate
@@ -97,7 +101,7 @@ def select_decoding(cfg: Any, models: Any, pair: Any, device: Any) -> dict:
     grid = [(b, c) for b in cfg.block_sizes for c in sorted({0, cfg.context})]
     scores = []
     for b, c in grid:
-        config = CodilaConfig(max_new_tokens=96, block_size=b, candidate_blocks=1 if c else 10, ar_context=c,
+        config = CodilaConfig(max_new_tokens=128, block_size=b, candidate_blocks=1 if c else 10, ar_context=c,
                               stop=("def ", "class ", "if __name__", "@"))
         valid = 0
         for p in prompts:
@@ -106,6 +110,12 @@ def select_decoding(cfg: Any, models: Any, pair: Any, device: Any) -> dict:
             valid += bool(body) and check_python(p + text).valid and not repetitive(text)
         scores.append({"block_size": b, "ar_context": c, "candidate_blocks": config.candidate_blocks,
                        "valid": valid, "prompts": len(prompts)})
+    return {**choose(scores, len(prompts)), "_measured": scores}
+
+
+def choose(scores: list[dict], prompts: int) -> dict:
+    """The recommendation a measurement supports (see :func:`select_decoding`), or {}."""
     best = max(scores, key=lambda s: (s["valid"], s["block_size"]))
-    return {"block_size": best["block_size"], "ar_context": best["ar_context"],
-            "candidate_blocks": best["candidate_blocks"], "_measured": scores}
+    if best["valid"] < max(2, 0.1 * prompts) or len({s["valid"] for s in scores}) == 1:
+        return {}
+    return {k: best[k] for k in ("block_size", "ar_context", "candidate_blocks")}

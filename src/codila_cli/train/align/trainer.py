@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
 import time
 from typing import Any
 
@@ -72,11 +70,10 @@ def _optimizer(cfg: Any, model: torch.nn.Module, device: torch.device) -> torch.
 
 
 def lr_at(step: int, cfg: Any) -> float:
-    """Linear warm-up, then cosine decay to a tenth of the peak."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    frac = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return float(cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))))
+    """Linear warm-up, then cosine decay to a tenth of the peak (the bundled stages' schedule)."""
+    from codila_cli.train.loop import LoopConfig, lr_at as schedule
+
+    return schedule(step, LoopConfig(steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup))
 
 
 class Models:
@@ -112,12 +109,6 @@ class Models:
                               ar_embedding=self.ar.get_input_embeddings().weight, banned=self.banned)
 
 
-def _atomic_save(obj: object, path: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def _autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
 
@@ -148,7 +139,7 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
     log record, with ``output`` set on rank 0 once the helper is written."""
     from codila_cli.eval.distributed import device_for
     from codila_cli.models.loading import choose_device
-    from codila_cli.train.loop import plot_log
+    from codila_cli.train.loop import atomic_save, plot_log
 
     device = choose_device(device_for(shard, cfg.device))
     torch.manual_seed(cfg.seed)
@@ -177,7 +168,7 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
 
     def save() -> None:
         if shard.main:
-            _atomic_save({"model": models.ar.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
+            atomic_save({"model": models.ar.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
 
     last: dict = {"step": step}
     t_start = time.perf_counter()
@@ -231,6 +222,6 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
         from codila_cli.train.align.output import select_decoding, write_helper
 
         decoding = select_decoding(cfg, models, pair, device) if cfg.select_decoding else {}
-        last["output"] = str(write_helper(cfg, pair, models.ar, meta=meta, last=last, decoding=decoding))
-        last["codila_decoding"] = decoding
+        last["output"] = str(write_helper(cfg, pair, models.ar, meta=meta, last=last, decoding=dict(decoding)))
+        last["codila_decoding"] = {k: v for k, v in decoding.items() if not k.startswith("_")}
     return last
