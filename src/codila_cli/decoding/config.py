@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+CONVENTIONS = ("codila", "fast-dllm")
 CACHES = ("none", "prefix", "dual")
 MAX_CANVAS = 100_000
 
@@ -57,6 +58,7 @@ class DreamConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = True
     stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
+    exact_steps: bool = False  # --exact-steps: one forward per step, as the official loop (same tokens)
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -84,6 +86,7 @@ class ThresholdConfig:
     early_stop: bool = True
     stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
     cache: str = "none"
+    convention: str = "codila"  # or "fast-dllm": the reference code's rules (decoding/threshold.py)
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -91,6 +94,11 @@ class ThresholdConfig:
         _check_positive("block-length", self.block_length)
         if self.cache not in CACHES:
             raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"threshold convention must be one of {', '.join(CONVENTIONS)}, got {self.convention!r}")
+        if self.convention == "fast-dllm" and self.cache == "none" and self.max_new_tokens % self.block_length:
+            raise ValueError("the fast-dllm convention without a cache needs --max-new-tokens to be a multiple of "
+                             "--block-length (its quota of slots per step)")
         if not (0.0 < self.threshold <= 1.0):
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
 

@@ -7,12 +7,17 @@ the masked slots, and reveals ``n`` of them:
 * ``steps`` schedule (Dream): t_k = linspace(1, eps, S+1); n = floor(#masked · (1 − t_{k+1}/t_k)), all
   remaining at the last step (float32 arithmetic, as upstream).
 * ``tokens_per_step`` schedule (codila): n = min(K, #masked): exactly K per forward but the last.
-* ``alg = origin``: each masked slot revealed independently with probability 1 − s/t.
-* confidence algs: the n most confident slots (or n drawn from softmax(c / alg_temp)).
+* ``alg = origin``: one uniform per masked slot first; a slot is revealed when its uniform is below
+  1 − s/t, and only the revealed slots are then sampled (the official order of random draws).
+* confidence algs: the n most confident slots, or n drawn without replacement from softmax(c / alg_temp).
+  As in the official loop, the ranking runs on a row as long as the whole sequence, [P + L], with −inf
+  outside the masked slots: ties (top-p makes many exact 1.0s) and the draws depend on that layout.
 
 A step that reveals nothing leaves the canvas unchanged, so the next step reuses the same logits
-instead of a new forward. Early stop (codila deviation, documented): once a stop token is committed
-with nothing masked before it, the tail is filled with end-of-text and the loop ends.
+instead of a new forward, unless ``exact_steps`` (one forward per step, the official count; the tokens
+are the same either way). Intended differences from the official code (docs/decoders.md, "Parity"):
+the mask token is never emitted; confidences are ranked in fp32 whatever the model's dtype; early stop
+(once a stop token is committed with nothing masked before it, the tail is filled with end-of-text).
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from codila_cli.decoding.base import Canvas, DecodeResult
 from codila_cli.decoding.config import DreamConfig
 from codila_cli.decoding.events import OnStep, no_op
 from codila_cli.decoding.marginals import sample_scored
+
+
+def _on_sequence_row(c: Canvas, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """[P + L] fp32: ``values`` at the masked slots ``idx`` (canvas offsets), −inf elsewhere."""
+    row = torch.full((c.x.shape[1],), float("-inf"), device=values.device)
+    row[c.prompt_len + idx] = values.float()
+    return row
 
 
 def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: torch.Generator | None = None,
@@ -39,32 +51,39 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
         if n_masked == 0:
             break
         idx = masked.nonzero().flatten()
-        if stale:  # only the span of masked slots is projected onto the vocabulary
+        if stale or config.exact_steps:  # only the span of masked slots is projected onto the vocabulary
             lo = int(idx[0])
             logits = dlm.logits(c.x, rows=(c.prompt_len + lo, c.prompt_len + int(idx[-1]) + 1))[0]  # row j: slot lo + j
+        t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
+        last = K is None and i >= steps - 1
         if K is not None:
             n = min(K, n_masked)
         else:
-            t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
-            last = i >= steps - 1
             n = n_masked if last else int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
-        scored = config.alg != "origin" and n > 0
         rows = logits if len(idx) == len(logits) else logits[idx - lo]  # no copy when the span is all masked
-        _, x0, conf = sample_scored(rows, config.sampling, generator, config.alg if scored else None)
         if config.alg == "origin":
-            t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
-            p = 1.0 if (K is None and i >= steps - 1) else float(1 - s / t)
-            pick = torch.rand(len(idx), generator=generator, device=idx.device) < p
-            chosen = pick.nonzero().flatten()
-        elif n == 0:
-            chosen = idx[:0]
-        elif config.alg_temp:
-            weights = torch.softmax(conf / config.alg_temp, dim=-1)
-            chosen = torch.multinomial(weights, n, replacement=False, generator=generator)
+            p = 1.0 if last else float(1 - s / t)
+            chosen = (torch.rand(len(idx), generator=generator, device=idx.device) < p).nonzero().flatten()
+            x0 = torch.full_like(idx, c.mask_id)
+            if len(chosen):
+                x0[chosen] = sample_scored(rows[chosen], config.sampling, generator, None)[1]
         else:
-            chosen = torch.topk(conf, n).indices
+            _, x0, conf = sample_scored(rows, config.sampling, generator, config.alg if n > 0 else None)
+            if n == 0:
+                chosen = idx[:0]
+            else:
+                row = _on_sequence_row(c, idx, conf)
+                if config.alg_temp:
+                    picked = torch.multinomial(torch.softmax(row / config.alg_temp, dim=-1), n, replacement=False,
+                                               generator=generator)
+                else:
+                    picked = torch.topk(row, n).indices
+                chosen = torch.searchsorted(idx, picked - c.prompt_len)  # sequence position -> masked slot
         stale = len(chosen) > 0
         c.commit(idx[chosen], x0[chosen], source="dlm")
         if c.done(early_stop=config.early_stop):
             break
+    if config.exact_steps and K is None and not c.stopped_early:  # the official loop runs every step's forward
+        for _ in range(steps - c.dlm_forwards):
+            dlm.logits(c.x, rows=(c.prompt_len, c.prompt_len + 1))
     return c.result()

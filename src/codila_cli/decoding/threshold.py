@@ -17,6 +17,8 @@ from codila_cli.decoding.marginals import sample_scored
 
 def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
                      on_step: OnStep = no_op) -> DecodeResult:
+    if config.convention == "fast-dllm":
+        return decode_fast_dllm(dlm, prompt_ids, config=config, generator=generator, on_step=on_step)
     c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step,
                      stop_lines=config.stop)
     L, B, P = config.max_new_tokens, config.block_length, c.prompt_len
@@ -43,4 +45,69 @@ def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
             c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
             if c.done(early_stop=config.early_stop):
                 return c.result()
+    return c.result()
+
+
+def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
+                     on_step: OnStep = no_op) -> DecodeResult:
+    """Fast-dLLM's own rules for Dream (its ``dream/model`` decoding; ``--threshold-convention
+    fast-dllm``), to reproduce the reference code token for token (docs/decoders.md, "Parity").
+
+    No cache: the whole canvas at once, a quota of ``block_length`` (= L / steps) slots per step plus the
+    slots the previous step carried; the quota's most confident slots (p(x0), ranked on a [P + L] row
+    with −inf outside the masked slots) are taken, the first always and the others only at confidence ≥
+    ``threshold`` (the rest are carried). At the last step each slot under the threshold adds one more
+    step. With a cache, block by block: the block's first forward is a full one (K/V kept) that samples
+    every position and writes only the block's first slot; each later forward runs the cached slice,
+    which starts at the block and is shifted inside it (BlockCache.logits ``fast_dllm``), ranks the
+    slice's masked slots (prefix: the rest of the canvas too, for the random draws) and reveals the
+    block's top slot plus every other block slot at ≥ ``threshold``. The mask ban stays (codila's one
+    intended difference).
+    """
+    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step,
+                     stop_lines=config.stop)
+    L, B, P, s = config.max_new_tokens, config.block_length, c.prompt_len, config.sampling
+    if config.cache == "none":
+        steps, carried, i = L // B, 0, 0
+        while i < steps and bool(c.masked().any()):
+            idx = c.masked().nonzero().flatten()
+            logits = dlm.logits(c.x, rows=(P, P + L))[0][idx]
+            _, x0, conf = sample_scored(logits, s, generator, "maskgit_plus")
+            row = torch.full((c.x.shape[1],), float("-inf"))
+            row[P + idx] = conf.float()
+            quota = B + carried
+            carried = 0
+            top, where = torch.topk(row, min(quota, row.numel()))
+            take = [0] + [k for k in range(1, len(top)) if top[k] >= config.threshold]
+            carried = quota - len(take)
+            if i == steps - 1:
+                steps += carried  # the reference adds one step per slot left under the threshold
+            slots = torch.searchsorted(idx, where[take] - P)
+            c.commit(idx[slots], x0[slots], source="dlm", block=(0, L))
+            i += 1
+            if c.done(early_stop=config.early_stop):
+                break
+        return c.result()
+    from codila_cli.models.dream import BlockCache
+
+    cache = BlockCache(dlm, config.cache)
+    for start in range(0, L, B):
+        end = min(start + B, L)
+        full = cache.refresh(c.x, P, P + L, rows=(0, P + L))[0]  # every position is sampled
+        _, x0, _ = sample_scored(full, s, generator, "maskgit_plus")
+        c.commit(torch.tensor([start]), x0[P + start : P + start + 1], source="dlm", block=(start, end))
+        while bool(c.masked()[start:end].any()):
+            if c.done(early_stop=config.early_stop):
+                return c.result()
+            hi = L if config.cache == "prefix" and s.temperature > 0 else end  # draws for the whole slice
+            idx = c.masked()[start:hi].nonzero().flatten()
+            logits = cache.logits(c.x, P + start, P + end, rows=(P + start, P + hi), fast_dllm=True)[0][idx]
+            _, x0, conf = sample_scored(logits, s, generator, "maskgit_plus")
+            inside = idx < end - start
+            idx, x0, conf = idx[inside], x0[inside], conf[inside]
+            chosen = conf >= config.threshold
+            chosen[conf.argmax()] = True
+            c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
+        if c.done(early_stop=config.early_stop):
+            return c.result()
     return c.result()

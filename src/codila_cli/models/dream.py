@@ -162,17 +162,22 @@ class BlockCache:
         self._kept = None
         return dlm.emittable(out.logits)
 
-    def logits(self, x: Any, start: int, end: int, *, rows: tuple[int, int] | None = None) -> Any:
+    def logits(self, x: Any, start: int, end: int, *, rows: tuple[int, int] | None = None,
+               fast_dllm: bool = False) -> Any:
         """Shifted logits [B, end − start, V] for sequence positions [start, end), from the cache; with
         ``rows`` = [a, b) inside [start, end), the block [start, end) is still recomputed, but only those
-        tokens' logits are projected: [B, b − a, V]."""
+        tokens' logits are projected: [B, b − a, V].
+
+        ``fast_dllm``: Fast-dLLM's convention instead (decoding/threshold.py::decode_fast_dllm): the
+        slice starts at the block itself and is shifted inside the slice, so the block's first token gets
+        its own raw output row, not the previous token's; ``rows`` may then reach to the slice's end."""
         import torch
 
         from codila_cli.models.native import new_cache
 
         dlm = self.dlm
         n = x.shape[1]
-        lo = max(1, start) - 1
+        lo = start if fast_dllm else max(1, start) - 1
         hi = n if self.mode == "prefix" else end
         if self._kept is None or self._kept[0] != (lo, hi, n):  # the same slice until the next refresh
             keep = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(x.device)
@@ -184,9 +189,9 @@ class BlockCache:
         pos = torch.arange(lo, hi, device=x.device).unsqueeze(0)
         dlm.forwards += 1
         a, b = rows or (start, end)
-        if not start <= a <= b <= end:
+        if not start <= a <= b <= (hi if fast_dllm else end):
             raise ValueError(f"rows [{a}, {b}) must lie inside the block [{start}, {end})")
-        keep = (shift_index(a, b) - lo).to(x.device)  # the slice's raw row j predicts token lo + j + 1
+        keep = (shift_index(a, b) - lo).clamp_min(0).to(x.device)  # raw row j predicts token lo + j + 1
         with torch.inference_mode():
             out = dlm.model(input_ids=x[:, lo:hi], attention_mask={"full_attention": None}, position_ids=pos,
                             cache=cache, use_cache=True, logits_to_keep=keep)
