@@ -82,3 +82,31 @@ def test_bf16_cases_mostly_agree(results):
     bf16 = [c for c in DREAM + FAST if c["dtype"] == "bfloat16"]
     exact = sum(results[c["id"]][0][0] == _target(c)[0] for c in bf16)
     assert len(bf16) == 20 and exact >= 17
+
+
+@pytest.mark.parametrize("case_id, flags", [
+    ("dream-004", ["--decoder", "dream", "--steps", "32", "--alg", "maskgit_plus", "--exact-steps"]),
+    ("fastdllm-028", ["--decoder", "threshold", "--threshold-convention", "fast-dllm", "--block-length", "8"]),
+    ("fastdllm-027", ["--decoder", "threshold", "--threshold-convention", "fast-dllm", "--block-length", "8"]),
+])
+def test_the_command_line_reproduces_chat_prompt_cases(case_id, flags):
+    """`codila gen` (chat template, --no-early-stop, fp32) decodes a golden case's prompt to the golden's
+    text, with the official forward count; --exact-steps and --threshold-convention reach the decoders."""
+    from parity_cases import _dlm
+
+    case = next(c for c in DREAM + FAST if c["id"] == case_id)
+    s = case["settings"]
+    cache = ["--cache", case["cache"]] if case.get("cache", "none") != "none" else []
+    args = [sys.executable, "-m", "codila_cli", "gen", "--dlm", str(PARITY / "checkpoints" / case["checkpoint"]),
+            "--dtype", "float32", "--no-early-stop", "--json", "--max-new-tokens", str(s["max_new_tokens"]),
+            "--threshold", str(s.get("threshold", 0.9)), *flags, *cache, case["prompt"]["text"]]
+    r = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **PINNED}, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    want, forwards = _target(case)
+    dlm = _dlm(case["checkpoint"], "float32")
+    gen = want[len(case["input_ids"][0]):]
+    stop = next((i for i, t in enumerate(gen) if t in dlm.specials.stop_ids), len(gen))
+    assert doc["metrics"]["prompt_tokens"] == len(case["input_ids"][0])
+    assert doc["completion"] == dlm.tokenizer.decode(gen[:stop], skip_special_tokens=True)
+    assert doc["metrics"]["dlm_forwards"] == forwards

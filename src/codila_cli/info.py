@@ -47,10 +47,11 @@ def list_models() -> list[dict[str, Any]]:
 
 def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     """Every configurable key with the value `codila gen` uses when no flag is given and where it comes
-    from: env > file > the configured AR helper's recommendation (runtime.recommended_decoding) >
-    default; ``gen.ar_temperature`` otherwise follows ``gen.temperature``."""
-    from codila_cli.resolve import GEN_DEFAULTS
+    from: env > file > the configured AR helper's recommendation (runtime.recommended_decoding) > the
+    configured DLM's generation_config.json (resolve.model_defaults) > default; ``gen.ar_temperature``
+    otherwise follows ``gen.temperature`` as set by the user."""
     from codila_cli.models.registry import bundled_available
+    from codila_cli.resolve import GEN_DEFAULTS
     from codila_cli.runtime import default_ar, recommended_decoding
 
     env_keys = {("models", "dlm"): "CODILA_MODEL", ("models", "ar"): "CODILA_AR_MODEL",
@@ -67,6 +68,10 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     dlm = (explicit("models", "dlm") or (None,))[0]
     ar = (explicit("models", "ar") or (None,))[0] or (default_ar() if dlm in (None, "bundled-dlm") else None)
     recommended = recommended_decoding(ar) if ar else {}
+    from codila_cli.resolve import model_defaults
+
+    model = model_defaults(dlm or "bundled-dlm", user_steps=any(explicit("gen", k) for k in ("steps", "tokens_per_step")),
+                           user_length=explicit("gen", "max_new_tokens") is not None)
     cache = (explicit("gen", "cache") or (recommended.get("cache", GEN_DEFAULTS["cache"]),))[0]
     rows = []
     for section, keys in SCHEMA.items():
@@ -76,6 +81,8 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
                 value, source = found
             elif section == "gen" and key in recommended and (key != "cache_blocks" or cache != "none"):
                 value, source = recommended[key], f"recommended by {ar}"
+            elif section == "gen" and key in model:
+                value, source = model[key], f"generation_config.json of {dlm}"
             elif (section, key) == ("models", "dlm") and bundled_available("bundled-dlm"):
                 value, source = "bundled-dlm", "default"
             elif (section, key) == ("models", "ar") and ar is not None:

@@ -45,16 +45,32 @@ def settings_line(decoder: str, cfg: Any, models: Any) -> str:
     return "settings: " + " ".join(parts) + "  " + "  ".join(where)
 
 
+def sources_line(sources: dict[str, str], cfg: Any) -> str | None:
+    """``-v``: each setting that no flag gave and that is not codila's default, with its layer
+    (config = config.toml, helper = the AR helper's recommendation, model = the DLM's generation_config)."""
+    names = {"temperature": ("sampling", "temperature"), "top_p": ("sampling", "top_p"), "top_k": ("sampling", "top_k")}
+    parts = []
+    for key, where in sources.items():
+        if where in ("default", "flag") or key in ("device", "dtype", "decoder"):
+            continue
+        obj, attr = (getattr(cfg, names[key][0], None), names[key][1]) if key in names else (cfg, key)
+        if obj is not None and hasattr(obj, attr):
+            parts.append(f"{key}={getattr(obj, attr)} ({where})")
+    return "sources: " + "  ".join(parts) if parts else None
+
+
 def unfinished_note(max_new_tokens: int) -> str:
     return (f"the model had not finished when the canvas was full (--max-new-tokens {max_new_tokens}); "
             "a larger canvas may complete the code")
 
 
-def gen_verbose_lines(result: Any, decoder: str, cfg: Any, models: Any) -> list[str]:
-    """``gen -v`` for one sample: seed and prompt size, settings, forwards, speed and memory."""
+def gen_verbose_lines(result: Any, decoder: str, cfg: Any, models: Any, sources: dict[str, str] | None = None) -> list[str]:
+    """``gen -v`` for one sample: seed and prompt size, settings (and where they came from), forwards,
+    speed and memory."""
     m = result.metrics
+    where = sources_line(sources or {}, cfg)
     return [f"seed: {result.seed}  decoder: {decoder}  prompt tokens: {result.prompt_tokens}",
-            settings_line(decoder, cfg, models),
+            settings_line(decoder, cfg, models), *([where] if where else []),
             f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
             f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
             f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {peak_memory()}"]

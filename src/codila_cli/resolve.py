@@ -1,5 +1,7 @@
 """What ``codila gen`` runs, from its layered settings: flag > ``CODILA_*`` environment variable (Typer
-reads those into the flags) > config.toml > the AR helper's recommendation > built-in default.
+reads those into the flags) > config.toml > the AR helper's recommendation > the DLM's own
+generation_config.json (models/generation.py) > built-in default. ``GenRequest.sources`` says where
+each value came from (``-v`` and ``--json`` print it).
 
 :func:`resolve_gen` picks the models and the decoder and builds every decoder's frozen config (so a bad
 ``--block-size`` is an error even when ``dream`` runs); nothing here loads a model or prints.
@@ -8,7 +10,8 @@ reads those into the flags) > config.toml > the AR helper's recommendation > bui
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -35,31 +38,49 @@ class GenRequest:
     ar: str | None  # loaded only for the codila decoder
     device: str
     dtype: str
+    sources: dict[str, str] = field(default_factory=dict)  # key -> flag | env | config | helper | model | default
 
 
 class Layers:
-    """Looks one key up through the layers; the helper's recommendation is filled in once it is known."""
+    """Looks one key up through the layers; the helper's recommendation and the DLM's generation
+    defaults are filled in once the models are known."""
 
     def __init__(self, flags: Mapping[str, Any], user: UserConfig) -> None:
-        self.flags, self.user, self.recommended = flags, user, {}
+        self.flags, self.user = flags, user
+        self.recommended: dict[str, Any] = {}
+        self.model: dict[str, Any] = {}  # the DLM's generation_config.json
 
-    def given(self, key: str) -> Any:
-        """The first value set by a flag, the environment, the config file or the recommendation; else None."""
+    def lookup(self, key: str) -> tuple[Any, str]:
+        """(value, where it came from); (None, "default") when no layer sets it."""
         value = self.flags.get(key)
         if isinstance(value, Enum):
             value = value.value
-        if value is None:
-            value = self.user.get("runtime" if key in RUNTIME_KEYS else "gen", key)
-        return self.recommended.get(key) if value is None else value
+        if value is not None:
+            return value, "env" if os.environ.get("CODILA_" + key.upper()) is not None else "flag"
+        value = self.user.get("runtime" if key in RUNTIME_KEYS else "gen", key)
+        if value is not None:
+            return value, "config"
+        for layer, name in ((self.recommended, "helper"), (self.model, "model")):
+            if layer.get(key) is not None:
+                return layer[key], name
+        return None, "default"
+
+    def given(self, key: str) -> Any:
+        """The first value set by a flag, the environment, the config file, the helper or the model; else None."""
+        return self.lookup(key)[0]
 
     def __call__(self, key: str) -> Any:
         value = self.given(key)
         return GEN_DEFAULTS.get(key) if value is None else value
 
+    def sources(self) -> dict[str, str]:
+        return {k: self.lookup(k)[1] for k in GEN_DEFAULTS}
+
 
 def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, ar: str | None,
                 alg_temp: float | None = None, ar_verify: bool = False, verify_penalty: float = 0.5,
-                stop: tuple[str, ...] = (), early_stop: bool = True) -> GenRequest:
+                stop: tuple[str, ...] = (), early_stop: bool = True, exact_steps: bool = False,
+                convention: str = "codila") -> GenRequest:
     """``flags`` holds the layered options by GEN_DEFAULTS key (None = not given); ``dlm``/``ar`` the
     ``--dlm``/``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
@@ -79,16 +100,21 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         opt.recommended.update(recommended_decoding(ar_name))
         if opt("cache") == "none":  # a recommended cache window is for when a cache is on
             opt.recommended.pop("cache_blocks", None)
+    opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None
+                                    or opt.given("tokens_per_step") is not None,
+                                    user_length=opt.given("max_new_tokens") is not None))
     sampling = SamplingConfig(temperature=opt("temperature"), top_p=opt("top_p"), top_k=opt("top_k"))
     alg_name = opt("alg")
-    # the helper writes CoDiLA's tokens, so it samples at --temperature unless told otherwise
-    ar_temperature = opt("temperature") if opt.given("ar_temperature") is None else opt.given("ar_temperature")
+    # the helper writes CoDiLA's tokens, so it samples at the user's --temperature unless told otherwise
+    # (a DLM's generation_config temperature is the DLM's: the helper stays greedy)
+    user_temperature = opt("temperature") if opt.lookup("temperature")[1] not in ("model",) else 0.0
+    ar_temperature = user_temperature if opt.given("ar_temperature") is None else opt.given("ar_temperature")
     common = {"max_new_tokens": opt("max_new_tokens"), "sampling": sampling, "early_stop": early_stop, "stop": stop}
     configs: dict[str, Any] = {
         "dream": DreamConfig(steps=opt("steps"), tokens_per_step=opt("tokens_per_step"), alg=alg_name,
-                             alg_temp=alg_temp, **common),
+                             alg_temp=alg_temp, exact_steps=exact_steps, **common),
         "threshold": ThresholdConfig(block_length=opt("block_length"), threshold=opt("threshold"),
-                                     cache=opt("cache"), **common),
+                                     cache=opt("cache"), convention=convention, **common),
         "codila": CodilaConfig(block_size=opt("block_size"), tau=opt("tau"), candidate_blocks=opt("candidate_blocks"),
                                parallel_blocks=opt("parallel_blocks"), conditioning=opt("conditioning"),
                                ar_temperature=ar_temperature, ar_context=opt("ar_context"),
@@ -100,4 +126,15 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
-                      device=opt("device"), dtype=opt("dtype"))
+                      device=opt("device"), dtype=opt("dtype"), sources=opt.sources())
+
+
+def model_defaults(dlm: str, *, user_steps: bool, user_length: bool) -> dict[str, Any]:
+    """The DLM's generation_config defaults that apply: its ``steps`` only together with its own
+    ``max_new_tokens`` (their ratio is the model's choice) and never under a user's --steps or -K."""
+    from codila_cli.models.generation import dlm_generation_defaults
+
+    out = dlm_generation_defaults(dlm)
+    if user_steps or user_length or "max_new_tokens" not in out:
+        out.pop("steps", None)
+    return out

@@ -53,11 +53,13 @@ def gen(
     tokens_per_step: Annotated[int | None, typer.Option("--tokens-per-step", "-K", envvar=_env("tokens_per_step"), help="dream: exactly K tokens per DLM forward.")] = None,
     alg: Annotated[Alg | None, typer.Option(envvar=_env("alg"), show_default=False, help="dream/codila: confidence rule for which slots to reveal. [default: entropy]")] = None,
     alg_temp: Annotated[float | None, typer.Option(help="dream: sample positions from softmax(conf/alg_temp).")] = None,
+    exact_steps: Annotated[bool, typer.Option("--exact-steps", help="dream: one DLM forward per step, as the official loop (the same tokens; codila otherwise skips forwards after steps that reveal nothing).")] = False,
     temperature: Annotated[float | None, typer.Option(envvar=_env("temperature"), help="Token sampling temperature, 0 = argmax. [default: 0]")] = None,
     top_p: Annotated[float | None, typer.Option(envvar=_env("top_p"), help="Nucleus filter before sampling and confidence.")] = None,
     top_k: Annotated[int | None, typer.Option(envvar=_env("top_k"), help="Top-k filter before sampling and confidence.")] = None,
     block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help="threshold: block length. [default: 32]")] = None,
     threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help="threshold: commit every slot with p >= this. [default: 0.9]")] = None,
+    threshold_convention: Annotated[str, typer.Option("--threshold-convention", help="threshold: codila, or fast-dllm (the reference code's rules, token for token; docs/decoders.md, Parity).")] = "codila",
     block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: the helper's recommendation, else 4]")] = None,
     tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
     candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
@@ -118,7 +120,8 @@ def gen(
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = resolve_gen(layered, user=user, dlm=dlm, ar=ar, alg_temp=alg_temp, ar_verify=ar_verify,
-                      verify_penalty=verify_penalty, stop=tuple(stop or ()), early_stop=not no_early_stop)
+                      verify_penalty=verify_penalty, stop=tuple(stop or ()), early_stop=not no_early_stop,
+                      exact_steps=exact_steps, convention=threshold_convention)
     models = load_models(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model)
     err = terminal.stderr_console(color.value)
     live = terminal.stderr_is_tty() and not (json_out or quiet)
@@ -136,7 +139,8 @@ def gen(
     if json_out:
         import json
 
-        sys.stdout.write(json.dumps(result.to_json(models=models.describe()), ensure_ascii=False) + "\n")
+        doc = {**result.to_json(models=models.describe()), "settings_sources": req.sources}
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     sys.stdout.flush()
     _report(result, req, models, quiet=quiet, verbose=verbose, err=err)
     if strict and not result.syntax.valid:
@@ -181,7 +185,7 @@ def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, e
     if not result.syntax.valid and not result.metrics["ended"]:
         err.print(unfinished_note(req.config.max_new_tokens), style="yellow", markup=False, soft_wrap=True)
     if verbose:
-        for line in gen_verbose_lines(result, req.decoder, req.config, models):
+        for line in gen_verbose_lines(result, req.decoder, req.config, models, req.sources):
             err.print(line, markup=False, soft_wrap=True)
 
 
@@ -209,7 +213,8 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
 
     out = sample_many(models, text, decoder=req.decoder, config=req.config, seeds=seeds, system=system, view=view)
     if json_out:
-        sys.stdout.write(json.dumps(samples_document(out, models), ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps({**samples_document(out, models), "settings_sources": req.sources},
+                                    ensure_ascii=False) + "\n")
     else:
         for i, r in enumerate(out.results):
             sys.stdout.write(f"# codila sample {i + 1}/{n} (seed {r.seed})\n{r.text}")
