@@ -443,3 +443,23 @@ def test_a_setting_for_the_other_kind_of_benchmark_is_refused_before_loading(tin
                                  "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "ev")])
     err, h = r.stderr.splitlines()
     assert r.exit_code == 2 and err == f"Error: setting '{setting}' does not fit {bench}" and hint in h
+
+
+@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
+def test_infill_benchmarks_default_to_dreamons_64_token_middle(tiny, tmp_path, monkeypatch):
+    import codila_cli.eval.runner as runner
+
+    seen = []
+
+    def stop(models, tasks, settings, **kw):
+        seen.extend(settings)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_eval", stop)
+    for bench, middle in (("he-infill-single", 64), ("humaneval", None)):
+        CliRunner().invoke(app, ["eval", "-b", bench, "--data-dir", str(DATA), "--limit", "1", "--dlm",
+                                 str(tiny["dlm"]), "-o", str(tmp_path / bench)])
+        cfg = seen[-1].config
+        assert (cfg.max_middle_tokens if middle else cfg.max_new_tokens) == (middle or 128)
+        if middle:
+            assert cfg.expand_budget == 64

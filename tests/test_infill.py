@@ -299,3 +299,70 @@ def test_bad_inputs_exit_2_and_leave_file(tmp_path, tiny, case):
     assert r.exit_code == 2, (case, r.stderr)
     assert r.stderr.startswith("Error: ") and r.stdout == ""
     assert p.read_bytes() == before
+
+
+@pytest.mark.parametrize("name, data", [
+    ("crlf.py", b"def f(x):\r\n    y = 1\r\n    return y\r\n"),
+    ("feed.py", b"import os\n\x0c\ndef g():\n    pass\n"),
+    ("no_final_newline.py", b"def h():\n    a = 1\n    return a"),
+])
+def test_diff_output_applies_with_git(tmp_path, name, data):
+    """`--diff` is a patch git accepts: CRLF lines as on disk, a form feed inside a line, and a last line
+    without a newline marked as git marks it."""
+    import subprocess
+
+    from codila_cli.infill_files import unified_diff
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    target = tmp_path / name
+    target.write_bytes(data)
+    src = read_source(str(target))
+    region = find_region(src, line=3, lines_range=None)
+    new = patch(src, region, fit_indent("z = 2\n", region.indent))
+    (tmp_path / "p.diff").write_text(unified_diff(src, new, name), newline="")
+    r = subprocess.run(["git", "apply", "--check", "p.diff"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    subprocess.run(["git", "apply", "p.diff"], cwd=tmp_path, check=True)
+    assert target.read_bytes() == new.replace("\n", src.newline).encode()
+
+
+def test_a_model_written_return_stays_inside_the_function(tmp_path):
+    """Filling before a top-level line: the region's indentation is column 0, but the model wrote
+    `    return x` for the function it is in; the model's own (legal) indentation wins when only it parses."""
+    from codila_cli.infill_files import place_middle
+
+    f = tmp_path / "a.py"
+    f.write_text("def f(x):\n    if x:\n        x += 1\n\ndef g():\n    pass\n")
+    src = read_source(str(f))
+    region = find_region(src, line=4, lines_range=None)
+    assert region.indent == "" and place_middle(src, region, "    return x\n") == "    return x\n"
+    assert place_middle(src, region, "x = 1\n") == "x = 1\n"  # a top-level statement stays where it was put
+    inside = find_region(src, line=3, lines_range=None)
+    assert place_middle(src, inside, "y = 2\n") == "        y = 2\n"  # the usual case: the context's indent
+
+
+@pytest.mark.parametrize("engine", ["transformers", "native"])
+def test_special_token_strings_in_a_file_are_text(tiny, monkeypatch, engine):
+    """A file (or prompt) that contains `<|endoftext|>` is encoded as those characters, not as the token
+    (both tokenizer kinds: transformers', and the native engine's tokenizers-only stand-in)."""
+    from codila_cli.models.tokens import encode_text
+    from codila_cli.runtime import load_models
+
+    monkeypatch.setenv("CODILA_ENGINE", engine)
+    for engine_dir in (tiny["dlm"],):
+        models = load_models(dlm=str(engine_dir), ar=None, device="cpu", dtype="float32")
+        tok, eos = models.dlm.tokenizer, models.dlm.specials.eos
+        assert eos in tok.encode("x = '<|endoftext|>'", add_special_tokens=False)  # what the tokenizer does by itself
+        ids = encode_text(tok, "x = '<|endoftext|>'")
+        assert eos not in ids and tok.decode(ids) == "x = '<|endoftext|>'"
+
+
+def test_the_expand_budget_is_dreamons_and_can_be_set(tmp_path, tiny):
+    assert InfillConfig().expand_budget == 64
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    # codila: fill\n    return x\n")
+    r = CliRunner().invoke(app, ["infill", str(src), "--dlm", str(tiny["dlm"]), "--seed", "0", "--json",
+                                 "--expand-budget", "0", "--max-middle-tokens", "16"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["settings"]["expand_budget"] == 0 and doc["metrics"]["expansions"] == 0

@@ -174,6 +174,34 @@ def fit_indent(middle: str, indent: str, *, tabs: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _deepest_indent(lines: list[str], start: int) -> int:
+    """The widest indentation a line inserted before line ``start`` can have: the previous non-blank
+    line's, one level more when it opens a block."""
+    prev = next((lines[i] for i in range(start - 1, -1, -1) if lines[i].strip()), None)
+    if prev is None:
+        return 0
+    width = len(_indent_of(prev).expandtabs(4))
+    return width + 4 if prev.rstrip().endswith(":") else width
+
+
+def place_middle(src: Source, region: Region, text: str) -> str:
+    """The model's middle, indented to fit the file: at the region's indentation (fit_indent), unless
+    that makes the file fail to parse where the model's own indentation, a legal one at that point (a
+    ``return`` written inside the function being filled, before a line at column 0), makes it parse."""
+    from codila_cli.syntax import check_python
+
+    tabs = uses_tabs(src.text)
+    first = fit_indent(text, region.indent, tabs=tabs)
+    body = [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
+    if not body or check_python(patch(src, region, first)).valid:
+        return first
+    own = min((_indent_of(line) for line in body), key=len)
+    if own == region.indent or len(own.expandtabs(4)) > _deepest_indent(src.lines, region.start):
+        return first
+    second = fit_indent(text, own, tabs=tabs)
+    return second if check_python(patch(src, region, second)).valid else first
+
+
 def patch(src: Source, region: Region, middle: str) -> str:
     prefix, suffix = split(src, region)
     return prefix + middle + suffix
@@ -183,9 +211,27 @@ def to_disk(text: str, newline: str) -> bytes:
     return text.replace("\n", newline).encode("utf-8")
 
 
+def _disk_lines(text: str, newline: str) -> list[str]:
+    """The file's lines as on disk: split at newlines only (a form feed is not a line break for git),
+    each with its own line ending."""
+    parts = text.split("\n")
+    lines = [p + newline for p in parts[:-1]]
+    return lines + ([parts[-1]] if parts[-1] else [])
+
+
 def unified_diff(src: Source, new_text: str, name: str) -> str:
-    return "".join(difflib.unified_diff(src.text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                        fromfile=f"a/{name}", tofile=f"b/{name}"))
+    """A patch ``git apply`` / ``patch -p1`` accept: the lines as on disk (CRLF kept), form feeds inside
+    lines, and git's ``\\ No newline at end of file`` after a last line without one."""
+    out = []
+    for line in difflib.unified_diff(_disk_lines(src.text, src.newline), _disk_lines(new_text, src.newline),
+                                     fromfile=f"a/{name}", tofile=f"b/{name}"):
+        if line.startswith(("---", "+++")):
+            out.append(line.rstrip("\r\n") + "\n")
+        elif line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)
 
 
 class FileChangedError(CodilaError):

@@ -15,6 +15,7 @@ from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfi
 from codila_cli.decoding.events import OnStep, no_op
 from codila_cli.errors import ModelNotFoundError, UsageError
 from codila_cli.models.registry import bundled_available, resolve_spec
+from codila_cli.models.tokens import encode_text
 
 DECODERS = ("dream", "threshold", "codila")
 SCHEMA_VERSION = 1
@@ -134,7 +135,7 @@ def encode_prompt(tokenizer: Any, specials: Any, prompt: str, *, system: str | N
             ids = ids["input_ids"]
         return [int(i) for i in ids], "chat"
     text = (system + "\n\n" + prompt) if system else prompt
-    ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = encode_text(tokenizer, text)  # a prompt's "<|endoftext|>" is text, not the end of the input
     return ([specials.bos] if specials.bos is not None else []) + list(ids), "raw"
 
 
@@ -385,8 +386,7 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
 
     dlm = models.dlm
     tok = dlm.tokenizer
-    p_ids = tok.encode(prefix, add_special_tokens=False)
-    s_ids = tok.encode(suffix, add_special_tokens=False)
+    p_ids, s_ids = encode_text(tok, prefix), encode_text(tok, suffix)
     room = dlm.context_length - config.max_middle_tokens - 2
     if room < 16:
         raise UsageError(f"--max-middle-tokens {config.max_middle_tokens} leaves no room for context "
@@ -416,14 +416,14 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
 def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | None = None,
            instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
     """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when config.tau)."""
-    from codila_cli.infill_files import fit_indent, patch, split, uses_tabs
+    from codila_cli.infill_files import patch, place_middle, split
     from codila_cli.syntax import check_python
 
     prefix, suffix = split(src, region)
     view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
     res, cut, seed = infill_tokens(models, view_prefix, suffix, config=config, seed=seed, on_step=on_step)
     tok = models.dlm.tokenizer
-    middle = fit_indent(tok.decode(res.middle, skip_special_tokens=True), region.indent, tabs=uses_tabs(src.text))
+    middle = place_middle(src, region, tok.decode(res.middle, skip_special_tokens=True))
     new_text = patch(src, region, middle)
     metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "steps": res.steps,
                "middle_tokens": len(res.middle), "expansions": res.expansions, "deletions": res.deletions,

@@ -22,7 +22,7 @@ def eval_cmd(
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data directory (mbpp/, human-eval-infilling/).")] = None,
     dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm; bundled-infill for he-infill-*]") = None,
     ar: ar_option("AR helper for codila settings. [default: bundled-ar with the bundled DLM]") = None,
-    max_new_tokens: Annotated[int, typer.Option(help="Canvas length per task.")] = 128,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Canvas length per task; for he-infill-* the longest middle. [default: 128; 64 for he-infill-*, DreamOn's setting]")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.")] = 10.0,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).")] = 0,
@@ -46,6 +46,8 @@ def eval_cmd(
 
     if not 1 <= batch_size <= 64:
         raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
+    if max_new_tokens is None:
+        max_new_tokens = 64 if benchmark.startswith("he-infill") else 128
     run = choose_settings(benchmark=benchmark, labels=settings or [], sweep=sweep, dlm=dlm, ar=ar,
                           max_new_tokens=max_new_tokens)
     chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)

@@ -31,6 +31,7 @@ def infill(
     block_size: Annotated[int, typer.Option("--block-size", "-B", help="codila: block size.")] = 4,
     initial_masks: Annotated[int, typer.Option(help="Masks the middle starts with (n0).")] = 4,
     max_middle_tokens: Annotated[int, typer.Option(help="Longest middle the model may write.")] = 64,
+    expand_budget: Annotated[int, typer.Option("--expand-budget", help="Most <|expand|> steps (one mask becomes two), as DreamOn's evaluation generator.")] = 64,
     steps: Annotated[int | None, typer.Option(help="Cap on DLM forwards. [default: 4 x max-middle-tokens]")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
     top_p: Annotated[float | None, typer.Option(help="Nucleus filter.")] = None,
@@ -63,6 +64,7 @@ def infill(
     region = find_region(src, line=line, lines_range=lines)
     codila = decoder == InfillDecoder.codila
     cfg = InfillConfig(initial_masks=initial_masks, max_middle_tokens=max_middle_tokens, steps=steps,
+                       expand_budget=expand_budget,
                        sampling=SamplingConfig(temperature=temperature, top_p=top_p), block_size=block_size,
                        tau=tau if codila else None)
     ar_name = (ar or (default_ar() if dlm is None else None)) if codila else None

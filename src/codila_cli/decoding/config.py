@@ -176,7 +176,7 @@ class InfillConfig:
     """DreamOn variable-length infilling (algorithms.md §2), optionally with CoDiLA blocks (``tau``).
 
     ``initial_masks`` n0 slots start the middle; a predicted expand turns one mask into two (at most
-    ``expand_budget`` times, default 2·max_middle_tokens); a predicted delete (end-of-text) removes its
+    ``expand_budget`` times: 64, as DreamOn's evaluation generator); a predicted delete (end-of-text) removes its
     slot, and with ``broadcast_delete`` every masked slot to its right too. The middle never exceeds
     ``max_middle_tokens``. ``steps`` caps DLM forwards (default 4·max_middle_tokens).
     """
@@ -185,7 +185,7 @@ class InfillConfig:
     max_middle_tokens: int = 64
     steps: int | None = None
     tokens_per_step: int = 1
-    expand_budget: int | None = None
+    expand_budget: int = 64
     broadcast_delete: bool = True
     alg: str = "entropy"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -200,7 +200,7 @@ class InfillConfig:
         _check_positive("block-size", self.block_size, limit=256)
         if self.initial_masks > self.max_middle_tokens:
             raise ValueError("initial-masks must not exceed max-middle-tokens")
-        if self.expand_budget is not None and self.expand_budget < 0:
+        if self.expand_budget < 0:
             raise ValueError("expand-budget must be >= 0")
         if self.alg not in ALGS[1:]:
             raise ValueError(f"alg must be one of {', '.join(ALGS[1:])}, got {self.alg!r}")

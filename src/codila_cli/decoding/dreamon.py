@@ -45,7 +45,7 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
     head = ([sp.bos] if sp.bos is not None else []) + list(prefix_ids)
     tail = list(suffix_ids) + [sp.eos]
     middle = [mask] * config.initial_masks
-    budget = config.expand_budget if config.expand_budget is not None else 2 * config.max_middle_tokens
+    budget = config.expand_budget
     cap = config.steps or 4 * config.max_middle_tokens
     f0, a0, t0 = dlm.forwards, (writer.ar.forwards if writer else 0), time.perf_counter()
     expansions = deletions = step = 0

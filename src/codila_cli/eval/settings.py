@@ -1,7 +1,7 @@
 """Compact decoder settings for sweeps: ``dream:K=4``, ``threshold:0.9``, ``codila:B=4,tau=0.5``.
 
 Grammar: ``DECODER[:ARGS]`` with ARGS a comma list of ``key=value`` (or a bare number for threshold).
-Infill: ``dreamon:K=1``, ``dreamon:tau=0.5`` (CoDiLA on DreamOn marginals), keys K/n0/max/tau/B.
+Infill: ``dreamon:K=1``, ``dreamon:tau=0.5`` (CoDiLA on DreamOn marginals), keys K/n0/max/tau/B/exp (expand budget).
 Keys: dream K/steps/alg; threshold t (threshold)/block/cache/conv (codila or fast-dllm); codila B/tau/W/P (parallel blocks)/cond/verify/cache/cb (cache window, blocks)/ctx (AR left context)/arT (AR temperature)/rp (AR repetition penalty).
 """
 
@@ -29,7 +29,7 @@ KEYS: dict[str, tuple[str, ...]] = {  # the keys each decoder takes, in the orde
     "dream": ("K", "steps", "alg"),
     "threshold": ("t", "block", "cache", "conv"),
     "codila": ("B", "tau", "W", "P", "cond", "verify", "cache", "cb", "ctx", "arT", "rp"),
-    "dreamon": ("K", "n0", "max", "tau", "B"),
+    "dreamon": ("K", "n0", "max", "tau", "B", "exp"),
 }
 
 
@@ -107,5 +107,6 @@ def _config(name: str, kv: dict[str, str], num: Any, max_new_tokens: int, sampli
     else:
         cfg = InfillConfig(tokens_per_step=num("K", int, 1), initial_masks=num("n0", int, 4),
                            max_middle_tokens=num("max", int, max_new_tokens), tau=num("tau", float),
+                           expand_budget=num("exp", int, 64),
                            block_size=num("B", int, 4), sampling=sampling)
     return cfg

@@ -387,6 +387,14 @@ class NativeTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_text(self, text: str) -> list[int]:
+        """Special-token strings in ``text`` encoded as text (models/tokens.py::encode_text)."""
+        self._tok.encode_special_tokens = True
+        try:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        finally:
+            self._tok.encode_special_tokens = False
+
     def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
         ids = [int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids)]
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)

@@ -184,3 +184,12 @@ class VocabBridge:
         sub = pi[:, : len(ids)] if self.contiguous else pi.index_select(1, ids)
         sub = sub.float()
         return sub / sub.sum(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of user text (a prompt, a file's prefix and suffix) in which special-token strings are
+    text: a file that contains the characters ``<|endoftext|>`` must not end the model's input there."""
+    if hasattr(tokenizer, "encode_text"):  # models/native.py's stand-in
+        return tokenizer.encode_text(text)
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
