@@ -17,29 +17,46 @@ from codila_cli.eval.benchmarks import load_tasks, select
 from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 from codila_cli.eval.settings import parse_setting
 
-FAST = SandboxLimits(timeout=3.0, cpu_seconds=3)
+from codila_cli.eval.jail import detect as _detect_jail  # noqa: E402
+
+JAIL = _detect_jail().kind != "none"
+# benign programs (canonical solutions) also run where no jail exists; hostile ones only in the jail
+FAST = SandboxLimits(timeout=3.0, cpu_seconds=3, unsafe_local_exec=not JAIL)
+needs_jail = pytest.mark.skipif(not JAIL, reason="bubblewrap cannot run here: hostile programs need the jail")
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 HOSTILE = {
     "infinite loop": "while True:\n    pass\n",
     "fork": "import os\nfor _ in range(50):\n    os.fork()\n",
     "fill memory": "x = bytearray(8 * 2**30)\n",
-    "write outside": "open('/tmp/codila-sandbox-escape.txt', 'w').write('x')\n",
     "delete outside": "import os\nos.remove('/etc/hostname')\n",
     "socket": "import socket\nsocket.create_connection(('example.com', 80), timeout=1)\n",
-    "subprocess": "import subprocess\nsubprocess.run(['echo', 'hi'])\n",
     "huge file": "open('big.bin', 'wb').write(b'0' * (64 * 2**20))\n",
+}
+# allowed inside the jail, and contained by it (tests/test_jail.py has the rest)
+CONTAINED = {
+    "write to /tmp": "open('/tmp/codila-sandbox-escape.txt', 'w').write('x')\n",
+    "subprocess": "import subprocess\nsubprocess.run(['/bin/sh', '-c', 'echo x > /tmp/codila-sandbox-escape.txt'])\n",
 }
 
 
+@needs_jail
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_hostile_programs_fail_and_harness_survives(name):
     out = run_sandboxed(HOSTILE[name], FAST)
     assert not out.passed, name
-    assert out.status in ("failed", "timeout")
+    assert out.status in ("failed", "error", "timeout", "killed", "no-verdict")
     assert not os.path.exists("/tmp/codila-sandbox-escape.txt")
 
 
+@needs_jail
+@pytest.mark.parametrize("name", list(CONTAINED))
+def test_what_the_jail_allows_stays_in_the_jail(name):
+    run_sandboxed(CONTAINED[name], FAST)
+    assert not os.path.exists("/tmp/codila-sandbox-escape.txt")
+
+
+@needs_jail
 def test_sandbox_env_has_no_secrets(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "secret")
     assert run_sandboxed("import os\nassert 'HF_TOKEN' not in os.environ\n", FAST).passed

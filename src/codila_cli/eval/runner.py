@@ -120,16 +120,16 @@ def repetitive(text: str, *, n: int = 4, floor: float = 0.5, min_grams: int = 8)
 def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: SandboxLimits) -> dict:
     from codila_cli.syntax import check_python
 
-    code = {"complete": task.prompt + completion, "infill": task.prompt + completion + task.suffix}.get(
-        task.kind, completion)  # the program without its tests, for the syntax check
-    parses = check_python(code).valid
+    parses = check_python(task.body(completion)).valid  # the program without its tests
     empty = not completion.strip()
     row = {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": completion,
            "valid": parses and not empty, "parses": parses, "empty": empty, "repetitive": repetitive(completion),
            "passed": None, "status": "no-tests"}
     if task.test:
-        out = run_sandboxed(task.program(completion), limits)
+        out = run_sandboxed(task.body(completion), limits, test=task.test, entry_point=task.entry_point)
         row["passed"], row["status"] = out.passed, out.status
+        if out.detail:
+            row["failure"] = out.detail
     row.update({k: metrics[k] for k in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step",
                                        "tokens_per_second", "wall_seconds", "order_spearman")})
     return row

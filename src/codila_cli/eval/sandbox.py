@@ -1,69 +1,88 @@
-"""Run model-written programs in a separate, limited process. Never ``exec`` in-process.
+"""Run model-written programs in an OS jail (eval/jail.py) with limits, and read an honest verdict.
+Never ``exec`` in-process.
 
-Containment, in layers (docs/reliability.md):
-* a fresh temporary directory as cwd and HOME, removed afterwards; a minimal environment (no
-  inherited secrets: only PATH, LANG and HOME);
-* ``python -I`` (isolated mode: no user site, no PYTHON* variables);
-* resource limits: wall-clock timeout (the whole process group is killed, also after a normal exit),
-  CPU seconds, address space, file size; when codila runs as root and ``nobody`` can run the
-  interpreter, the program runs as ``nobody`` with a process cap (RLIMIT_NPROC does not bind root);
-* network: a new, empty network namespace (``unshare(CLONE_NEWNET)``) where the OS allows it; otherwise, and in any case,
-  a Python-level guard makes sockets, subprocesses, ``fork`` and writes/deletes outside the temporary
-  directory raise, so such a program fails.
-The guard is a seat belt, not a jail: it stops accidents and careless code, not a determined attacker.
+* **Jail**: bubblewrap namespaces (user, PID, mount, network, IPC), uid 65534, a read-only interpreter,
+  the run's directory as the only writable place, no host processes in ``/proc``; every process of the
+  run dies with it. Without a jail, programs run only if the caller allows it (``unsafe=True``,
+  ``codila eval --unsafe-local-exec``), as before: a fresh directory, a minimal environment, ``python
+  -I``, limits, and a process group that is killed at the end.
+* **Limits**: wall-clock timeout, CPU seconds, address space, file size, open files, processes
+  (RLIMIT_NPROC, or a ``pids`` cgroup for root); stderr is kept to its first and last 4 KiB.
+* **Verdict**: the program runs inside a harness (``HARNESS``) that reads a random per-run marker from
+  stdin before any program code runs, executes the program and then the tests (``check(entry_point)``
+  for HumanEval), and writes ``PASS <marker>`` to a dedicated pipe only after the tests returned. A top-
+  level ``SystemExit``, ``os._exit``, an ``atexit`` trick, a crash or a kill leave no marker: not passed.
+  The functions the program defines may not return objects of classes the program defines (an
+  ``__eq__`` that is always true): that is a failure too. A determined attacker in the same process
+  can still find the marker in memory; the jail, not the verdict, is the security boundary.
+
+Statuses: ``passed``, ``failed`` (an assertion), ``error`` (another exception, or ``SystemExit``),
+``timeout``, ``killed`` (a signal, e.g. the memory limit), ``no-verdict`` (ended without one).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-GUARD = r'''
-import builtins as _b, os as _os, sys as _sys
-_root = _os.path.realpath(_os.getcwd())
-def _inside(p):
+from codila_cli.errors import UsageError
+
+HARNESS = r'''
+import os, sys, types
+def _harness():
+    marker = sys.stdin.readline().strip()
+    sys.stdin = open(os.devnull)
+    verdict = os.fdopen(int(sys.argv[1]), "w")
+    entry = sys.argv[2] if len(sys.argv) > 2 else ""
+    body = open("body.py", encoding="utf-8").read()
+    test = open("test.py", encoding="utf-8").read()
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    mine = set()
+    def plain(value, depth=0):
+        t = type(value)
+        if t.__module__ == "__main__" or t in mine:
+            raise AssertionError(f"the completion returned a {t.__name__} it defines itself")
+        if depth < 4 and t in (list, tuple, set, frozenset):
+            for v in value:
+                plain(v, depth + 1)
+        elif depth < 4 and t is dict:
+            for k, v in value.items():
+                plain(k, depth + 1); plain(v, depth + 1)
+    def guard(fn):
+        def guarded(*a, **k):
+            out = fn(*a, **k)
+            plain(out)
+            return out
+        guarded.__name__, guarded.__doc__, guarded.__wrapped__ = fn.__name__, fn.__doc__, fn
+        return guarded
     try:
-        return _os.path.realpath(_os.fspath(p)).startswith(_root + _os.sep)
-    except Exception:
-        return False
-def _deny(*a, **k):
-    raise PermissionError("blocked by the codila sandbox")
-_open = _b.open
-def _guarded_open(file, mode="r", *a, **k):
-    if isinstance(file, int):
-        return _open(file, mode, *a, **k)
-    if any(c in mode for c in "wax+") and not _inside(file):
-        raise PermissionError(f"write outside the sandbox directory: {file}")
-    return _open(file, mode, *a, **k)
-_b.open = _guarded_open
-import io as _io
-_io.open = _guarded_open
-for _name in ("remove", "unlink", "rmdir", "removedirs", "rename", "renames", "replace", "truncate", "chmod", "chown", "link", "symlink"):
-    if hasattr(_os, _name):
-        _orig = getattr(_os, _name)
-        def _wrap(*a, _orig=_orig, **k):
-            if all(_inside(x) for x in a if isinstance(x, (str, bytes, _os.PathLike))):
-                return _orig(*a, **k)
-            _deny()
-        setattr(_os, _name, _wrap)
-for _name in ("fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp", "execvp", "execvpe",
-              "spawnl", "spawnv", "spawnve", "spawnvp", "posix_spawn", "posix_spawnp", "kill", "killpg", "setuid", "setsid", "setpgid", "putenv"):
-    if hasattr(_os, _name):
-        setattr(_os, _name, _deny)
-import subprocess as _sp
-_sp.Popen = _deny; _sp.run = _deny; _sp.call = _deny; _sp.check_output = _deny; _sp.check_call = _deny
-import socket as _socket
-_socket.socket = _deny; _socket.create_connection = _deny
-import shutil as _shutil
-_shutil.rmtree = _deny; _shutil.move = _deny
-del _b, _io, _sp, _socket, _shutil
+        exec(compile(body, "program.py", "exec"), ns)
+        mine.update(v for v in ns.values() if isinstance(v, type))
+        for name, v in list(ns.items()):
+            if isinstance(v, types.FunctionType):
+                ns[name] = guard(v)
+        exec(compile(test, "test.py", "exec"), ns)
+        if entry:
+            ns["check"](ns[entry])
+    except AssertionError as exc:
+        verdict.write(f"FAIL failed {type(exc).__name__}: {str(exc)[:200]}\n"); verdict.flush(); os._exit(1)
+    except BaseException as exc:
+        verdict.write(f"FAIL error {type(exc).__name__}: {str(exc)[:200]}\n"); verdict.flush(); os._exit(1)
+    verdict.write(f"PASS {marker}\n")
+    verdict.flush()
+    os._exit(0)
+_harness()
 '''
+TAIL = 4096
 
 
 @dataclass(frozen=True)
@@ -73,100 +92,145 @@ class SandboxLimits:
     memory_mb: int = 1024
     file_mb: int = 16
     max_procs: int = 32
+    max_files: int = 256
+    unsafe_local_exec: bool = False  # run without a jail where none exists (codila eval --unsafe-local-exec)
 
     def __post_init__(self) -> None:
-        if self.timeout <= 0 or self.cpu_seconds < 1 or self.memory_mb < 64 or self.file_mb < 1 or self.max_procs < 1:
+        import math
+
+        if not math.isfinite(self.timeout) or self.timeout <= 0 or self.timeout > 86400:
+            raise ValueError(f"the sandbox timeout must be a number of seconds in (0, 86400], got {self.timeout}")
+        if self.cpu_seconds < 1 or self.memory_mb < 64 or self.file_mb < 1 or self.max_procs < 1 or self.max_files < 16:
             raise ValueError("sandbox limits must be positive (memory at least 64 MB)")
 
 
 @dataclass(frozen=True)
 class Outcome:
     passed: bool
-    status: str  # passed | failed | timeout
+    status: str  # passed | failed | error | timeout | killed | no-verdict
     returncode: int | None
     seconds: float
     stderr_tail: str
+    detail: str = ""
 
 
-CLONE_NEWNET = 0x40000000
-_CAN_DROP = True  # becomes False once `nobody` turns out unable to run our interpreter
+def _own_processes() -> int:
+    """Processes of this real uid: RLIMIT_NPROC counts them all, so the run's cap comes on top."""
+    uid, n = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        try:
+            n += entry.name.isdigit() and entry.stat().st_uid == uid
+        except OSError:
+            continue
+    return n
 
 
-def _new_netns() -> bool:
-    """Enter a new, empty network namespace (Linux, needs root or user namespaces); False if refused."""
-    if sys.platform != "linux":
-        return False
-    try:
-        import ctypes
+def _limits(limits: SandboxLimits, cgroup: Path | None):
+    nproc = None if os.geteuid() == 0 else _own_processes() + limits.max_procs  # root: the cgroup caps it
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.unshare(CLONE_NEWNET) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _limits(limits: SandboxLimits, drop_to: int | None):
     def apply() -> None:
         import resource
 
         mem = limits.memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
-        fsize = limits.file_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        _new_netns()  # before dropping privileges; the Python guard blocks sockets either way
-        if drop_to is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_procs, limits.max_procs))
-            os.setgroups([])
-            os.setgid(drop_to)
-            os.setuid(drop_to)
+        for res, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, limits.cpu_seconds),
+                           (resource.RLIMIT_FSIZE, limits.file_mb * 2**20), (resource.RLIMIT_CORE, 0),
+                           (resource.RLIMIT_NOFILE, limits.max_files), (resource.RLIMIT_NPROC, nproc)):
+            if value is not None:
+                resource.setrlimit(res, (value, value))
+        if cgroup is not None:  # before exec: the run and all it starts are in the cgroup from the start
+            with open(cgroup / "cgroup.procs", "w") as fh:
+                fh.write(str(os.getpid()))
 
     return apply
 
 
-def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits()) -> Outcome:
-    """Run ``program`` (Python source) in a fresh directory; passed = exit status 0 within the limits."""
-    global _CAN_DROP
-    drop_to = 65534 if _CAN_DROP and hasattr(os, "geteuid") and os.geteuid() == 0 else None
-    tmp = tempfile.mkdtemp(prefix="codila-sandbox-")
+class _Capped:
+    """Reads a stream to its end in a thread, keeping the first and the last TAIL bytes."""
+
+    def __init__(self, stream) -> None:
+        self.head, self.tail, self.dropped = b"", b"", 0
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream) -> None:
+        while chunk := stream.read(65536):
+            if len(self.head) < TAIL:
+                take = TAIL - len(self.head)
+                self.head, chunk = self.head + chunk[:take], chunk[take:]
+            self.tail = (self.tail + chunk)[-TAIL:]
+            self.dropped += max(0, len(chunk) - TAIL)
+        stream.close()
+
+    def text(self) -> str:
+        gap = f"\n[… {self.dropped} bytes …]\n" if self.dropped else ""
+        return (self.head + gap.encode() + self.tail).decode("utf-8", "replace")
+
+
+def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits(), *, test: str = "", entry_point: str | None = None,
+                  unsafe: bool = False) -> Outcome:
+    """Run ``program`` (then ``test``, then ``check(entry_point)``); passed = the harness's verdict."""
+    from codila_cli.eval import jail as jails
+
+    jail = jails.detect()
+    if jail.kind == "none" and not (unsafe or limits.unsafe_local_exec):
+        raise UsageError(f"no jail to run generated code in: {jail.why}",
+                         hint="install bubblewrap (apt install bubblewrap), or pass --unsafe-local-exec to run it "
+                              "without one (docs/evaluation.md)")
+    tmp = Path(tempfile.mkdtemp(prefix="codila-sandbox-"))
+    cgroup = None
     try:
-        if drop_to is not None:
-            os.chown(tmp, drop_to, drop_to)
-        path = os.path.join(tmp, "program.py")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(GUARD + "\n" + program)
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": tmp, "PYTHONDONTWRITEBYTECODE": "1"}
-        cmd = [sys.executable, "-I", path]
+        (tmp / "body.py").write_text(program, encoding="utf-8")
+        (tmp / "test.py").write_text(test, encoding="utf-8")
+        (tmp / "harness.py").write_text(HARNESS, encoding="utf-8")
+        os.chmod(tmp, 0o777)  # uid 65534 in the jail writes here
+        read_fd, write_fd = os.pipe()
+        args = ["-I", "harness.py", str(write_fd), entry_point or ""]
+        if jail.kind == "bwrap":
+            cmd = [*jails.command(jail.path, tmp), *args]
+            cwd, env = str(tmp), {}
+            if os.geteuid() == 0:
+                cgroup = jails.pids_cgroup(limits.max_procs)
+        else:
+            cmd, cwd = [jails.interpreter()[0], *args], str(tmp)
+            env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
+        marker = secrets.token_hex(16)
         t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
+                                preexec_fn=_limits(limits, cgroup))  # noqa: PLW1509 - limits apply pre-exec
+        os.close(write_fd)
+        err = _Capped(proc.stderr)
+        verdict = _Capped(os.fdopen(read_fd, "rb"))
         try:
-            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=_limits(limits, drop_to))  # noqa: PLW1509 - limits apply pre-exec
-        except PermissionError:
-            if drop_to is None:
-                raise
-            # the interpreter is not readable by `nobody` (e.g. it lives under /root): run as ourselves
-            _CAN_DROP = False
-            drop_to = None
-            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=_limits(limits, None))  # noqa: PLW1509
+            proc.stdin.write((marker + "\n").encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
         try:
-            _, err = proc.communicate(timeout=limits.timeout)
-            status = "passed" if proc.returncode == 0 else "failed"
+            proc.wait(timeout=limits.timeout)
+            timed_out = False
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            _, err = proc.communicate()
-            status = "timeout"
-        try:  # stray children (forked before the guard, or by native code) die with the group
+            timed_out = True
+        try:  # the whole run: the jail's init (its PID namespace dies with it), or the process group
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        tail = (err or b"").decode("utf-8", "replace")[-2000:]
-        return Outcome(status == "passed", status, proc.returncode, time.perf_counter() - t0, tail)
+        proc.wait()
+        for reader in (err, verdict):
+            reader.thread.join(timeout=5)
+        said = verdict.text().strip()
+        if timed_out:
+            status = "timeout"
+        elif said == f"PASS {marker}":
+            status = "passed"
+        elif said.startswith("FAIL "):
+            status = said.split()[1]
+        elif proc.returncode is not None and proc.returncode < 0:
+            status = "killed"
+        else:
+            status = "no-verdict"
+        return Outcome(status == "passed", status, proc.returncode, time.perf_counter() - t0, err.text()[-2000:],
+                       said.removeprefix("FAIL ")[:300] if status not in ("passed",) else "")
     finally:
+        jails.remove_cgroup(cgroup)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -82,12 +82,16 @@ class PartialRows:
     def __init__(self, output: Path, rank: int) -> None:
         self.path = output / f"rows.rank{rank}.partial.jsonl"
         self._fh = open(self.path, "w", encoding="utf-8")
-        self.count = 0
+        self.rows: list[dict] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
 
     def write(self, row: dict) -> None:
         self._fh.write(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}) + "\n")
         self._fh.flush()
-        self.count += 1
+        self.rows.append(row)
 
     def close(self) -> None:
         self._fh.close()
@@ -95,3 +99,21 @@ class PartialRows:
     def discard(self) -> None:
         self.close()
         self.path.unlink()
+
+
+def need_jail(unsafe: bool, *, quiet: bool = False) -> None:
+    """Refuse, before any model loads, to run generated code where no jail exists (unless ``unsafe``)."""
+    import sys
+
+    from codila_cli.eval.jail import detect
+
+    jail = detect()
+    if jail.kind != "none":
+        return
+    if not unsafe:
+        raise UsageError(f"no jail to run generated code in: {jail.why}",
+                         hint="install bubblewrap (apt install bubblewrap), or pass --unsafe-local-exec to run the "
+                              "programs without one (docs/evaluation.md)")
+    if not quiet:
+        sys.stderr.write(f"Warning: running generated code without a jail ({jail.why}): --unsafe-local-exec\n")
+
