@@ -15,6 +15,7 @@ EXIT_USAGE = 2
 EXIT_MODEL_MISSING = 3
 EXIT_SYNTAX = 4
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: stdout's reader closed the pipe (what `yes | head` reports for yes)
 
 
 class CodilaError(Exception):

@@ -123,6 +123,9 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
                                cache=opt("cache") if chosen == "codila" else "none",
                                cache_blocks=opt("cache_blocks") if chosen == "codila" else None, **common),
     }
+    if chosen != "dream" and opt.lookup("tokens_per_step")[1] in ("flag", "env"):
+        raise UsageError(f"-K/--tokens-per-step is an option of the dream decoder, and {chosen} runs",
+                         hint="add --decoder dream" + (", or set the block size with -B" if chosen == "codila" else ""))
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,

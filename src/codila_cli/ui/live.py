@@ -14,6 +14,14 @@ from typing import Any
 from codila_cli.decoding.events import StepEvent
 
 STYLES = {"dlm": "cyan", "ar": "green", "fill": "bright_black"}
+# C0 controls but tab and newline, DEL, C1 controls: shown as visible escapes, never sent to the terminal
+# (a file's ESC sequence could otherwise retitle or reprogram it)
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
+
+
+def safe(text: str) -> str:
+    """``text`` with its control characters (ESC, BEL, CR, …) as visible ``\\xNN`` escapes."""
+    return text.translate(_CONTROLS)
 
 
 class LiveView:
@@ -54,7 +62,7 @@ class LiveView:
             if text.startswith("<|") and text.endswith("|>") or text in ("<think>", "</think>"):
                 self._special.add(token)
                 text = {"<|endoftext|>": "∅", "<|expand|>": "⊕"}.get(text, "◆")
-            self._pieces[token] = text
+            self._pieces[token] = safe(text)
         return self._pieces[token]
 
     def __call__(self, event: StepEvent) -> None:
@@ -141,8 +149,8 @@ class InfillView(LiveView):
 
     def __init__(self, *, prefix: str, suffix: str, context_lines: int = 4, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.before = prefix.splitlines()[-context_lines:] if prefix else []
-        self.after = suffix.splitlines()[:context_lines] if suffix else []
+        self.before = [safe(x) for x in prefix.split("\n")[-context_lines - 1 : -1]] if prefix else []
+        self.after = [safe(x) for x in suffix.split("\n")[:context_lines]] if suffix else []
         self._canvas: tuple[int, ...] = ()
 
     def __call__(self, event: StepEvent) -> None:
