@@ -480,3 +480,56 @@ def test_infill_benchmarks_default_to_dreamons_64_token_middle(tiny, tmp_path, m
         assert (cfg.max_middle_tokens if middle else cfg.max_new_tokens) == (middle or 128)
         if middle:
             assert cfg.expand_budget == 64
+
+
+def test_a_users_own_task_file_runs_and_bad_ones_are_refused(tiny, tmp_path):
+    good = tmp_path / "tasks.jsonl"
+    good.write_text(json.dumps({"task_id": "mine/1", "prompt": "def double(x):\n", "entry_point": "double",
+                                "test": "def check(f):\n    assert f(2) == 4\n"}) + "\n"
+                    + json.dumps({"task_id": "mine/2", "prompt": "def inc(x):\n", "test": "assert inc(1) == 2\n",
+                                  "entry_point": None}) + "\n")
+    r = CliRunner().invoke(app, ["eval", "-b", str(good), "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
+                                 "--max-new-tokens", "8", "-o", str(tmp_path / "out"), *(["--unsafe-local-exec"] * (not JAIL))])
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()]
+    assert [row["task_id"] for row in rows] == ["mine/1", "mine/2"] and all(row["passed"] is False for row in rows)
+    for text, message in (('{"task_id": "a", "prompt": "x"}\n', "lacks test, entry_point"),
+                          ('not json\n', "line 1 is not JSON"),
+                          ('{"task_id": "a", "prompt": "", "test": "", "entry_point": "f"}\n' * 2, "used twice"),
+                          ('{"task_id": "a", "prompt": "", "test": "", "entry_point": "1x"}\n', "not a Python name")):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text)
+        r = CliRunner().invoke(app, ["eval", "-b", str(bad), "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "b")])
+        assert r.exit_code == 2 and message in r.stderr, (text, r.stderr)
+
+
+def test_an_interrupted_eval_keeps_its_finished_rows_as_results(tiny, tmp_path, monkeypatch):
+    import codila_cli.eval.runner as runner
+
+    def two_then_interrupt(models, tasks, settings, *, on_row, **kw):
+        for t in tasks[:2]:
+            on_row({"task_id": t.task_id, "setting": settings[0].label, "decoder": "dream", "valid": True,
+                    "parses": True, "empty": False, "repetitive": False, "passed": None, "status": "no-tests",
+                    "dlm_forwards": 1, "ar_forwards": 0, "tokens": 4, "tokens_per_step": 4.0,
+                    "tokens_per_second": 1.0, "wall_seconds": 1.0, "order_spearman": 1.0, "completion": "x"})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "run_eval", two_then_interrupt)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["eval", "-b", "heldout", "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
+                                 "--limit", "5", "-o", str(out)])
+    assert r.exit_code == 130
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 2
+    assert "interrupted after 2 rows" in (out / "summary.md").read_text()
+
+
+def test_missing_eval_extras_fail_before_anything_decodes(tiny, tmp_path, monkeypatch):
+    import importlib.util
+
+    import codila_cli.runtime as rt
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr(rt, "load_models", lambda **kw: (_ for _ in ()).throw(AssertionError("models loaded")))
+    r = CliRunner().invoke(app, ["eval", "-b", "heldout", "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "matplotlib" in r.stderr and "codila[eval]" in r.stderr

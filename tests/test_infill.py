@@ -366,3 +366,62 @@ def test_the_expand_budget_is_dreamons_and_can_be_set(tmp_path, tiny):
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["settings"]["expand_budget"] == 0 and doc["metrics"]["expansions"] == 0
+
+
+def _fill(tiny, *args: str):
+    return CliRunner().invoke(app, ["infill", *args, "--dlm", str(tiny["dlm"]), "--seed", "0",
+                                    "--max-middle-tokens", "8"])
+
+
+def test_in_place_keeps_owner_group_mode_bom_and_every_line_ending(tmp_path, tiny):
+    f = tmp_path / "a.py"
+    raw = "\ufeffdef f(x):\r\n    y = x\n    # codila: fill\r\n    return y\n".encode()
+    f.write_bytes(raw)
+    os.chmod(f, 0o640)
+    if os.geteuid() == 0:
+        os.chown(f, 1234, 2345)
+    r = _fill(tiny, str(f), "--in-place")
+    assert r.exit_code == 0, r.stderr
+    st = os.stat(f)
+    assert stat.S_IMODE(st.st_mode) == 0o640
+    if os.geteuid() == 0:
+        assert (st.st_uid, st.st_gid) == (1234, 2345)  # the user keeps their file
+    out = f.read_bytes()
+    assert out.startswith("\ufeffdef f(x):\r\n    y = x\n".encode()) and out.endswith(b"    return y\n")
+
+
+def test_stdout_keeps_the_bytes_outside_the_region_too(tmp_path, tiny):
+    f = tmp_path / "a.py"
+    f.write_bytes(b"a = 1\r\nb = 2\n# codila: fill\nc = 3")
+    r = _fill(tiny, str(f))
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout_bytes.startswith(b"a = 1\r\nb = 2\n") and r.stdout_bytes.endswith(b"c = 3")
+
+
+def test_in_place_refuses_read_only_and_hard_linked_files(tmp_path, tiny):
+    ro = tmp_path / "ro.py"
+    ro.write_text("x = 1\n# codila: fill\n")
+    os.chmod(ro, 0o444)
+    r = _fill(tiny, str(ro), "--in-place")
+    assert r.exit_code == 1 and "read-only" in r.stderr and ro.read_text() == "x = 1\n# codila: fill\n"
+    linked = tmp_path / "l.py"
+    linked.write_text("x = 1\n# codila: fill\n")
+    os.link(linked, tmp_path / "other.py")
+    r = _fill(tiny, str(linked), "--in-place")
+    assert r.exit_code == 1 and "hard links" in r.stderr
+    assert os.stat(linked).st_ino == os.stat(tmp_path / "other.py").st_ino  # the link is whole
+
+
+def test_only_regular_files_of_a_sane_size_are_read(tmp_path, tiny, monkeypatch):
+    import codila_cli.infill_files as files
+
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    for target in (str(fifo), "/dev/zero", str(tmp_path)):
+        r = _fill(tiny, target, "--line", "1")
+        assert r.exit_code == 2, (target, r.stderr)
+    monkeypatch.setattr(files, "MAX_BYTES", 16)
+    big = tmp_path / "big.py"
+    big.write_text("x = 1\n" * 10)
+    r = _fill(tiny, str(big), "--line", "1")
+    assert r.exit_code == 2 and "limit" in r.stderr

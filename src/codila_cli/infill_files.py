@@ -1,9 +1,12 @@
 """Where to fill in a file, how to indent the middle, and how to write the result without losing data.
 
-Pure Python (no torch). Line numbers are 1-based. CRLF files keep CRLF; a symlink's target is edited
-and the link kept; in-place writes go to a temporary file beside the target, are fsynced and renamed
-over it with the original mode, under an advisory lock, and only if the file is unchanged since it was
-read (otherwise nothing is written and the run fails with exit 1).
+Pure Python (no torch). Line numbers are 1-based. Only regular files up to MAX_BYTES are read. The
+bytes outside the filled region are written back exactly as read: a UTF-8 BOM, and each line's own
+ending (a file mixing LF and CRLF keeps both; the fill's lines take the file's majority ending). A
+symlink's target is edited and the link kept; in-place writes go to a temporary file beside the target,
+are fsynced and renamed over it with the original owner, group and mode, under an advisory lock, and
+only if the file is unchanged since it was read; read-only and hard-linked files are refused (a rename
+would overwrite the one and split the other), as is a file whose owner codila cannot keep (exit 1).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from codila_cli.errors import CodilaError, UsageError
 
 MARKER = re.compile(r"^[ \t]*#\s*codila:\s*fill\b.*$")
+MAX_BYTES = 8 * 2**20  # larger "source files" are data: refused
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class Source:
     path: Path | None  # None for stdin; the symlink target when the user named a link
     digest: str  # sha256 of the raw bytes read
     trailing_newline: bool
+    bom: bool = False  # the file started with a UTF-8 byte order mark
+    endings: tuple[str, ...] = ()  # each line's own ending as read ("\n", "\r\n", "" for a last line without)
 
     @property
     def lines(self) -> list[str]:
@@ -43,7 +49,7 @@ def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
     if name == "-":
         if stdin_bytes is None and sys.stdin.isatty():
             raise UsageError("FILE is `-` but stdin is a terminal", hint="pipe a file: cat a.py | codila infill - --line 3")
-        raw = stdin_bytes if stdin_bytes is not None else sys.stdin.buffer.read()
+        raw = stdin_bytes if stdin_bytes is not None else sys.stdin.buffer.read(MAX_BYTES + 1)
         path = None
     else:
         given = Path(name)
@@ -54,23 +60,36 @@ def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
             raise UsageError(f"{name} is a directory", hint="give a Python file")
         if not path.exists():
             raise UsageError(f"{name}: broken symlink", hint="point the link at an existing file")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{name} is not a regular file (a FIFO, a device or a socket)",
+                             hint="codila infill edits source files")
+        if info.st_size > MAX_BYTES:
+            raise UsageError(f"{name} is {info.st_size / 2**20:.1f} MiB, over the {MAX_BYTES // 2**20} MiB limit",
+                             hint="codila infill edits source files; fill a smaller file")
         try:
-            raw = path.read_bytes()
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_BYTES + 1)
         except PermissionError:
             raise UsageError(f"{name}: permission denied", hint="check the file's permissions") from None
         except OSError as exc:
             raise UsageError(f"{name}: cannot read ({exc.strerror or exc})", hint="check the path") from None
+    if len(raw) > MAX_BYTES:
+        raise UsageError(f"{name} is over the {MAX_BYTES // 2**20} MiB limit", hint="fill a smaller file")
     if b"\x00" in raw[:8192]:
         raise UsageError(f"{name} looks binary (it contains NUL bytes)", hint="codila infill edits text files")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{name} is not UTF-8 (byte {exc.start})", hint="convert the file to UTF-8 first") from None
-    if text.startswith("\ufeff"):
+    bom = text.startswith("\ufeff")
+    if bom:
         text = text[1:]
-    newline = "\r\n" if "\r\n" in text else "\n"
+    parts = text.split("\n")
+    endings = tuple("\r\n" if p.endswith("\r") else "\n" for p in parts[:-1]) + (("",) if parts[-1] else ())
+    newline = "\r\n" if endings.count("\r\n") > endings.count("\n") else "\n"
     text = text.replace("\r\n", "\n")
-    return Source(text, newline, path, hashlib.sha256(raw).hexdigest(), text.endswith("\n"))
+    return Source(text, newline, path, hashlib.sha256(raw).hexdigest(), text.endswith("\n"), bom, endings)
 
 
 @dataclass(frozen=True)
@@ -211,19 +230,41 @@ def to_disk(text: str, newline: str) -> bytes:
     return text.replace("\n", newline).encode("utf-8")
 
 
-def _disk_lines(text: str, newline: str) -> list[str]:
-    """The file's lines as on disk: split at newlines only (a form feed is not a line break for git),
-    each with its own line ending."""
+def disk_bytes(src: Source, region: Region, middle: str) -> bytes:
+    """The patched file as bytes: every byte outside the region as read (BOM, each line's ending), the
+    middle's lines with the file's majority ending."""
+    lines = src.lines
+    ends = list(src.endings) + [""] * (len(lines) - len(src.endings))
+    before = [line + end for line, end in zip(lines[: region.start], ends[: region.start])]
+    if before and not ends[region.start - 1] and (middle or region.end < len(lines)):
+        before[-1] += src.newline  # a last line without a newline, now followed by more
+    fill = middle.replace("\n", src.newline)
+    if region.end >= len(lines) and not src.trailing_newline and fill.endswith(src.newline) and region.end > region.start:
+        fill = fill[: -len(src.newline)]  # the replaced last line had no newline: neither has the fill
+    after = [line + end for line, end in zip(lines[region.end :], ends[region.end :])]
+    return ("\ufeff" if src.bom else "").encode() + ("".join(before) + fill + "".join(after)).encode("utf-8")
+
+
+def _split_kept(text: str) -> list[str]:
+    """Lines split at newlines only (a form feed is no line break for git), each keeping its ending."""
     parts = text.split("\n")
-    lines = [p + newline for p in parts[:-1]]
-    return lines + ([parts[-1]] if parts[-1] else [])
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
-def unified_diff(src: Source, new_text: str, name: str) -> str:
-    """A patch ``git apply`` / ``patch -p1`` accept: the lines as on disk (CRLF kept), form feeds inside
-    lines, and git's ``\\ No newline at end of file`` after a last line without one."""
+def original_text(src: Source) -> str:
+    """The file as read (BOM and every line ending included), as text."""
+    lines = src.lines
+    ends = list(src.endings) + [""] * (len(lines) - len(src.endings))
+    return ("\ufeff" if src.bom else "") + "".join(line + end for line, end in zip(lines, ends))
+
+
+def unified_diff(src: Source, new: str | bytes, name: str) -> str:
+    """A patch ``git apply`` / ``patch -p1`` accept: the lines as on disk (CRLF kept, line by line), form
+    feeds inside lines, and git's ``\\ No newline at end of file`` after a last line without one.
+    ``new``: the patched file's bytes (disk_bytes), or its text with '\\n' newlines."""
+    after = new.decode("utf-8") if isinstance(new, bytes) else new.replace("\n", src.newline)
     out = []
-    for line in difflib.unified_diff(_disk_lines(src.text, src.newline), _disk_lines(new_text, src.newline),
+    for line in difflib.unified_diff(_split_kept(original_text(src)), _split_kept(after),
                                      fromfile=f"a/{name}", tofile=f"b/{name}"):
         if line.startswith(("---", "+++")):
             out.append(line.rstrip("\r\n") + "\n")
@@ -238,8 +279,22 @@ class FileChangedError(CodilaError):
     """The target changed on disk while codila was generating: nothing was written."""
 
 
-def write_in_place(src: Source, new_text: str) -> None:
-    """Atomic replace: temp file beside the target, fsync, same mode, rename; refuse if it changed."""
+def _check_writable(path: Path, info: os.stat_result) -> None:
+    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
+        raise CodilaError(f"{path} is read-only; nothing was written",
+                          hint="make it writable first (chmod u+w), or use --diff and apply the patch yourself")
+    if info.st_nlink > 1:
+        raise CodilaError(f"{path} has {info.st_nlink} hard links, which a safe rename would split; nothing was written",
+                          hint="use --diff and apply the patch with `patch` or `git apply`")
+    if os.geteuid() != 0 and info.st_uid != os.geteuid():
+        raise CodilaError(f"{path} belongs to another user, whose ownership codila cannot keep; nothing was written",
+                          hint="run codila as its owner, or use --diff")
+
+
+def write_in_place(src: Source, new_text: str | bytes) -> None:
+    """Atomic replace: temp file beside the target, fsync, the same owner, group and mode, rename;
+    refuse if it changed, if it is read-only or hard-linked, or if its owner cannot be kept.
+    ``new_text``: the bytes to write (disk_bytes), or text in '\\n' form written with the file's ending."""
     import fcntl
 
     assert src.path is not None
@@ -251,14 +306,21 @@ def write_in_place(src: Source, new_text: str) -> None:
             if hashlib.sha256(current).hexdigest() != src.digest:
                 raise FileChangedError(f"{path} changed on disk while codila was generating; nothing was written",
                                        hint="run codila infill again on the new version")
-            mode = stat.S_IMODE(os.stat(path).st_mode)
+            info = os.stat(path)
+            _check_writable(path, info)
+            data = new_text if isinstance(new_text, bytes) else to_disk(new_text, src.newline)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".codila")
             try:
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(to_disk(new_text, src.newline))
+                    fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
-                os.chmod(tmp, mode)
+                try:
+                    os.chown(tmp, info.st_uid if os.geteuid() == 0 else -1, info.st_gid)
+                except PermissionError:
+                    raise CodilaError(f"{path}: its group cannot be kept; nothing was written",
+                                      hint="run codila as a member of the file's group, or use --diff") from None
+                os.chmod(tmp, stat.S_IMODE(info.st_mode))
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):

@@ -49,7 +49,7 @@ def infill(
     The patched file goes to stdout unless --diff or --in-place.
     """
     from codila_cli.decoding.config import InfillConfig, SamplingConfig
-    from codila_cli.infill_files import find_region, read_source, to_disk, unified_diff, write_in_place
+    from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
     from codila_cli.runtime import default_ar, default_infill_dlm, load_models
     from codila_cli.ui import terminal
 
@@ -80,15 +80,15 @@ def infill(
         raise StrictSyntaxError("the fill introduces syntax errors (--strict); nothing was written",
                                 hint="try another --seed or a different region")
     if in_place:
-        write_in_place(src, out.new_text)
+        write_in_place(src, disk_bytes(src, region, out.middle))
     if json_out:
         import json
 
         sys.stdout.write(json.dumps(_document(name, region, out, cfg, models), ensure_ascii=False) + "\n")
     elif diff:
-        sys.stdout.write(unified_diff(src, out.new_text, name.lstrip("/")))
+        sys.stdout.write(unified_diff(src, disk_bytes(src, region, out.middle), name.lstrip("/")))
     elif not in_place:
-        sys.stdout.buffer.write(to_disk(out.new_text, src.newline))
+        sys.stdout.buffer.write(disk_bytes(src, region, out.middle))
     if not in_place:
         sys.stdout.flush()
     if not quiet:
