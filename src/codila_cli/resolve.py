@@ -83,7 +83,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
                 convention: str = "codila") -> GenRequest:
     """``flags`` holds the layered options by GEN_DEFAULTS key (None = not given); ``dlm``/``ar`` the
     ``--dlm``/``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
-    from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+    from codila_cli.decoding.config import SamplingConfig
     from codila_cli.runtime import default_ar, default_dlm, recommended_decoding
 
     opt = Layers(flags, user)
@@ -103,14 +103,49 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None
                                     or opt.given("tokens_per_step") is not None,
                                     user_length=opt.given("max_new_tokens") is not None))
-    sampling = SamplingConfig(temperature=opt("temperature"), top_p=opt("top_p"), top_k=opt("top_k"))
+    try:
+        sampling = SamplingConfig(temperature=opt("temperature"), top_p=opt("top_p"), top_k=opt("top_k"))
+    except ValueError as exc:
+        raise _where(str(exc), opt) from None
     alg_name = opt("alg")
     # the helper writes CoDiLA's tokens, so it samples at the user's --temperature unless told otherwise
     # (a DLM's generation_config temperature is the DLM's: the helper stays greedy)
     user_temperature = opt("temperature") if opt.lookup("temperature")[1] not in ("model",) else 0.0
     ar_temperature = user_temperature if opt.given("ar_temperature") is None else opt.given("ar_temperature")
+    try:
+        configs = _configs(opt, chosen, sampling, alg_name, ar_temperature, alg_temp=alg_temp, ar_verify=ar_verify,
+                           verify_penalty=verify_penalty, stop=stop, early_stop=early_stop, exact_steps=exact_steps,
+                           convention=convention)
+    except ValueError as exc:
+        raise _where(str(exc), opt) from None
+    if chosen != "dream" and opt.lookup("tokens_per_step")[1] in ("flag", "env"):
+        raise UsageError(f"-K/--tokens-per-step is an option of the dream decoder, and {chosen} runs",
+                         hint="add --decoder dream" + (", or set the block size with -B" if chosen == "codila" else ""))
+    if chosen == "dream" and opt("cache") != "none":
+        raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
+    return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
+                      device=opt("device"), dtype=opt("dtype"), sources=opt.sources())
+
+
+def _where(message: str, opt: Layers) -> UsageError:
+    """A config error that names where a value came from when no flag gave it (CODILA_*, config.toml)."""
+    for key in GEN_DEFAULTS:
+        where = opt.lookup(key)[1]
+        if where in ("env", "config") and key.replace("_", "-") in message:
+            origin = f"CODILA_{key.upper()}" if where == "env" else f"{key} in [gen] of {opt.user.path}"
+            return UsageError(f"{message} (the value comes from {origin})",
+                              hint="fix or unset CODILA_" + key.upper() if where == "env" else "fix the value in the config file")
+    return UsageError(message, hint="see `codila gen --help` for the allowed values")
+
+
+def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperature: float, *, alg_temp: float | None,
+             ar_verify: bool, verify_penalty: float, stop: tuple[str, ...], early_stop: bool, exact_steps: bool,
+             convention: str) -> dict[str, Any]:
+    """Every decoder's config, so a bad value is an error whichever decoder runs."""
+    from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
+
     common = {"max_new_tokens": opt("max_new_tokens"), "sampling": sampling, "early_stop": early_stop, "stop": stop}
-    configs: dict[str, Any] = {
+    return {
         "dream": DreamConfig(steps=opt("steps"), tokens_per_step=opt("tokens_per_step"), alg=alg_name,
                              alg_temp=alg_temp, exact_steps=exact_steps, **common),
         "threshold": ThresholdConfig(block_length=opt("block_length"), threshold=opt("threshold"),
@@ -123,13 +158,6 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
                                cache=opt("cache") if chosen == "codila" else "none",
                                cache_blocks=opt("cache_blocks") if chosen == "codila" else None, **common),
     }
-    if chosen != "dream" and opt.lookup("tokens_per_step")[1] in ("flag", "env"):
-        raise UsageError(f"-K/--tokens-per-step is an option of the dream decoder, and {chosen} runs",
-                         hint="add --decoder dream" + (", or set the block size with -B" if chosen == "codila" else ""))
-    if chosen == "dream" and opt("cache") != "none":
-        raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
-    return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
-                      device=opt("device"), dtype=opt("dtype"), sources=opt.sources())
 
 
 def model_defaults(dlm: str, *, user_steps: bool, user_length: bool) -> dict[str, Any]:

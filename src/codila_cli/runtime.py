@@ -130,7 +130,14 @@ def encode_prompt(tokenizer: Any, specials: Any, prompt: str, *, system: str | N
     """(ids, mode). mode "chat" when the tokenizer has a chat template, else "raw" (bos + text)."""
     if is_chat(tokenizer):
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        try:
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        except Exception as exc:  # noqa: BLE001 - a checkpoint's template (Jinja) is not codila's code
+            from codila_cli.errors import ModelLoadError
+
+            raise ModelLoadError(f"the model's chat template failed: {type(exc).__name__}: {str(exc)[:200]}",
+                                 hint="the checkpoint's chat_template (tokenizer_config.json or chat_template.jinja) "
+                                      "is broken: fix it, or use a checkpoint without one") from None
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]
         return [int(i) for i in ids], "chat"

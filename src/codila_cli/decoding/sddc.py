@@ -213,6 +213,22 @@ def _header(e: Entry) -> tuple[str, str]:
     return f"# unit {e.index}\n", stub
 
 
+def _check_fits(dlm, head: list[int], config: PlanConfig, enc) -> None:
+    """With --defines, the fewest tokens the plan can take is known before the contract is written:
+    the prompt, the shortest contract naming those units, and each unit's marker, stub and smallest
+    canvas. Refuse at once when that does not fit the context (not after decoding the contract)."""
+    from codila_cli.errors import UsageError
+
+    n = len(config.defines)
+    lines = [f"@unit {i} role=function budget={min(config.budget_menu)} def={d}" for i, d in enumerate(config.defines, 1)]
+    need = len(head) + len(enc("\n".join(lines) + "\n@end\n")) + sum(
+        len(enc(f"# unit {i}\n")) + len(enc(f"def {d}(")) + config.min_canvas for i, d in enumerate(config.defines, 1))
+    if need > dlm.context_length:
+        raise UsageError(f"{n} units cannot fit the model's context of {dlm.context_length} tokens: the prompt, the "
+                         f"contract and {n} canvases of at least {config.min_canvas} tokens need {need} or more",
+                         hint="name fewer units in --defines (or shorten the prompt)")
+
+
 def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Contract | None = None,
                 generator: torch.Generator | None = None, on_step: OnStep = no_op) -> PlanResult:
     sp, tok = dlm.specials, dlm.tokenizer
@@ -221,6 +237,8 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
     enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
     head = ([sp.bos] if sp.bos is not None else []) + list(prompt_ids) + enc("\n# contract\n")
     source = "user"
+    if contract is None and config.defines:
+        _check_fits(dlm, head, config, enc)
     if contract is None:
         tpl = ContractTemplate(tok, sp, config, dlm.vocab_rows)
         ids, slots = tpl.layout(tpl.given(config.defines) if config.defines else None)
