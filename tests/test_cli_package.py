@@ -54,7 +54,7 @@ def test_resolve_gen_refuses_what_cannot_run(tiny):
         resolve_gen({"decoder": "codila"}, user=user, dlm=str(tiny["dlm"]), ar=None)
     with pytest.raises(UsageError, match="--cache needs a block decoder"):
         resolve_gen({"decoder": "dream", "cache": "prefix"}, user=user, dlm=str(tiny["dlm"]), ar=None)
-    with pytest.raises(ValueError):  # every decoder's config is validated, whichever runs
+    with pytest.raises(UsageError, match="block-size"):  # every decoder's config is validated, whichever runs
         resolve_gen({"decoder": "dream", "block_size": 0}, user=user, dlm=str(tiny["dlm"]), ar=None)
 
 
