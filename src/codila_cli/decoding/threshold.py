@@ -40,12 +40,18 @@ def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
             fresh = False
             idx = c.masked()[start:end].nonzero().flatten()
             _, x0, conf = sample_scored(logits[idx], config.sampling, generator, "maskgit_plus")
-            chosen = conf >= config.threshold
-            chosen[conf.argmax()] = True
+            chosen = confident(conf, config.threshold)
             c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
             if c.done(early_stop=config.early_stop):
                 return c.result()
     return c.result()
+
+
+def confident(conf: torch.Tensor, threshold: float) -> torch.Tensor:
+    """[M] bool: every slot at ≥ ``threshold``, and the most confident one in any case (progress)."""
+    chosen = conf >= threshold
+    chosen[conf.argmax()] = True
+    return chosen
 
 
 def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
@@ -105,8 +111,7 @@ def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
             _, x0, conf = sample_scored(logits, s, generator, "maskgit_plus")
             inside = idx < end - start
             idx, x0, conf = idx[inside], x0[inside], conf[inside]
-            chosen = conf >= config.threshold
-            chosen[conf.argmax()] = True
+            chosen = confident(conf, config.threshold)
             c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
         if c.done(early_stop=config.early_stop):
             return c.result()
