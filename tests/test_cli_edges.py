@@ -57,6 +57,13 @@ def test_values_from_the_environment_and_config_are_named_as_such(tiny, tmp_path
     monkeypatch.setenv("CODILA_CONFIG", str(conf))
     r = CliRunner().invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "x"])
     assert r.exit_code == 2 and str(conf) in r.stderr.splitlines()[0]
+    conf.write_text("[runtime]\ndtype = \"fp8\"\n")
+    r = CliRunner().invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "x"])
+    assert r.exit_code == 2 and "[runtime]" in r.stderr and "fp8" in r.stderr
+    monkeypatch.setenv("CODILA_DEVICE", "gpu9")
+    conf.write_text("")
+    r = CliRunner().invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "x"])
+    assert r.exit_code == 2 and "CODILA_DEVICE" in r.stderr
 
 
 def test_a_broken_chat_template_is_the_models_fault_not_codilas(tiny, tmp_path):

@@ -101,6 +101,12 @@ def test_sockets_reach_nothing():
 
 
 def test_processes_are_capped_and_output_is_bounded():
+    from codila_cli.eval.jail import pids_cgroup, remove_cgroup
+
+    group = pids_cgroup(8) if os.geteuid() == 0 else None
+    remove_cgroup(group)
+    if os.geteuid() == 0 and group is None:
+        pytest.skip("root without a writable pids cgroup: the jail has no process cap here (codila doctor says so)")
     out = _run("import os\nn = 0\nfor _ in range(100):\n    try:\n        if os.fork() == 0:\n"
                "            import time; time.sleep(2); os._exit(0)\n        n += 1\n    except OSError:\n        break\n"
                "assert n < 100, n\n")

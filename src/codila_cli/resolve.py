@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import os
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -112,6 +113,10 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     # (a DLM's generation_config temperature is the DLM's: the helper stays greedy)
     user_temperature = opt("temperature") if opt.lookup("temperature")[1] not in ("model",) else 0.0
     ar_temperature = user_temperature if opt.given("ar_temperature") is None else opt.given("ar_temperature")
+    for key, ok in (("device", lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(v))),
+                    ("dtype", lambda v: v in ("auto", "float32", "bfloat16", "float16"))):
+        if opt.lookup(key)[1] in ("env", "config") and not ok(opt(key)):
+            raise _where(f"invalid {key} {opt(key)!r}", opt)
     try:
         configs = _configs(opt, chosen, sampling, alg_name, ar_temperature, alg_temp=alg_temp, ar_verify=ar_verify,
                            verify_penalty=verify_penalty, stop=stop, early_stop=early_stop, exact_steps=exact_steps,
@@ -131,8 +136,9 @@ def _where(message: str, opt: Layers) -> UsageError:
     """A config error that names where a value came from when no flag gave it (CODILA_*, config.toml)."""
     for key in GEN_DEFAULTS:
         where = opt.lookup(key)[1]
-        if where in ("env", "config") and key.replace("_", "-") in message:
-            origin = f"CODILA_{key.upper()}" if where == "env" else f"{key} in [gen] of {opt.user.path}"
+        if where in ("env", "config") and (key.replace("_", "-") in message or f"invalid {key} " in message):
+            section = "runtime" if key in RUNTIME_KEYS else "gen"
+            origin = f"CODILA_{key.upper()}" if where == "env" else f"{key} in [{section}] of {opt.user.path}"
             return UsageError(f"{message} (the value comes from {origin})",
                               hint="fix or unset CODILA_" + key.upper() if where == "env" else "fix the value in the config file")
     return UsageError(message, hint="see `codila gen --help` for the allowed values")
