@@ -224,4 +224,8 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
         decoding = select_decoding(cfg, models, pair, device) if cfg.select_decoding else {}
         last["output"] = str(write_helper(cfg, pair, models.ar, meta=meta, last=last, decoding=dict(decoding)))
         last["codila_decoding"] = {k: v for k, v in decoding.items() if not k.startswith("_")}
+    if shard.world > 1:  # every rank waits for rank 0's files before the process group goes away
+        import torch.distributed as dist
+
+        dist.barrier()
     return last
