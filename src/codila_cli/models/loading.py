@@ -34,6 +34,13 @@ def is_dream(cfg: dict) -> bool:
     return str(cfg.get("model_type", "")).lower() == "dream"
 
 
+def _from_env(var: str, value: str) -> str:
+    """" (from VAR)" when the environment variable holds this value: the user did not type it as a flag."""
+    import os
+
+    return f" (the value comes from {var})" if os.environ.get(var) == value else ""
+
+
 def choose_device(device: str) -> Any:
     import torch
 
@@ -44,7 +51,7 @@ def choose_device(device: str) -> Any:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError) as exc:
-        raise UsageError(f"invalid --device '{device}'", hint=f"use {DEVICES_HELP}") from exc
+        raise UsageError(f"invalid --device '{device}'{_from_env('CODILA_DEVICE', device)}", hint=f"use {DEVICES_HELP}") from exc
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda was asked for but no CUDA GPU is available", hint="use --device cpu")
     if dev.type == "mps" and not torch.backends.mps.is_available():
@@ -61,7 +68,7 @@ def choose_dtype(dtype: str, device: Any, *, bf16_on_cpu: bool = False) -> Any:
     import torch
 
     if dtype not in DTYPES:
-        raise UsageError(f"invalid --dtype '{dtype}'", hint=f"use one of {', '.join(DTYPES)}")
+        raise UsageError(f"invalid --dtype '{dtype}'{_from_env('CODILA_DTYPE', dtype)}", hint=f"use one of {', '.join(DTYPES)}")
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" or bf16_on_cpu else torch.float32
     return getattr(torch, dtype)
