@@ -181,7 +181,6 @@ def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits(), *, test
         (tmp / "body.py").write_text(program, encoding="utf-8")
         (tmp / "test.py").write_text(test, encoding="utf-8")
         (tmp / "harness.py").write_text(HARNESS, encoding="utf-8")
-        os.chmod(tmp, 0o777)  # uid 65534 in the jail writes here
         read_fd, write_fd = os.pipe()
         args = ["-I", "harness.py", str(write_fd), entry_point or ""]
         if jail.kind == "bwrap":
