@@ -35,17 +35,20 @@ class ARHelper:
         token embeddings used in sequence (docs/codila.md).
         """
         if self._wrapper is None:
-            def ids_for(special: int | None, text: str) -> list[int]:
-                return [special] if special is not None else self.tokenizer.encode(text, add_special_tokens=False)
-
             import torch
 
-            open_ids = ids_for(self.specials.think_open, "<think>")
-            close_ids = ids_for(self.specials.think_close, "</think>")
+            open_ids, close_ids = self.wrapper_ids()
             emb = self.embedding
             self._wrapper = (emb[torch.tensor(open_ids, device=emb.device)],
                              emb[torch.tensor(close_ids, device=emb.device)])
         return self._wrapper
+
+    def wrapper_ids(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The ids of ``<think>`` and ``</think>``: one special token each, or the literal's pieces."""
+        def ids_for(special: int | None, text: str) -> tuple[int, ...]:
+            return (special,) if special is not None else tuple(self.tokenizer.encode(text, add_special_tokens=False))
+
+        return ids_for(self.specials.think_open, "<think>"), ids_for(self.specials.think_close, "</think>")
 
     def forward(self, *, inputs_embeds: Any, cache: Any | None, keep: int = 1) -> tuple[Any, Any]:
         """One causal forward over [B, T, d] embeddings; returns (the last ``keep`` positions' logits

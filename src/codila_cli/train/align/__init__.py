@@ -198,12 +198,13 @@ def prepare_data(cfg: AlignConfig, pair: Pair, *, main: bool = True) -> dict:
     when the source and tokenizer are unchanged. Rank 0 writes; the others wait for it."""
     import numpy as np
 
+    from codila_cli.models.tokens import encode_text
     from codila_cli.train.sources import documents, is_valid_document, parse_source
 
     src = parse_source(cfg.data, field=cfg.field, glob=cfg.glob)
     data_dir = cfg.state_dir / "data"
     meta_file = data_dir / "meta.json"
-    key = {"source": src.describe(), "tokenizer": str(pair.dlm_path)}
+    key = {"source": src.describe(), "tokenizer": str(pair.dlm_path), "valid_fraction": cfg.valid_fraction}
     if meta_file.is_file():
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
         if meta.get("key") == key:
@@ -217,7 +218,7 @@ def prepare_data(cfg: AlignConfig, pair: Pair, *, main: bool = True) -> dict:
     for text in documents(src):
         digest.update(hashlib.sha256(text.encode("utf-8")).digest())
         split = "valid" if is_valid_document(text, cfg.valid_fraction) else "train"
-        ids = pair.dlm_tokenizer.encode(text, add_special_tokens=False)
+        ids = encode_text(pair.dlm_tokenizer, text)  # "<|endoftext|>" in a file is text, as at inference
         streams[split].append(np.asarray([*ids, eos], np.int32))
         counts[split] += 1
     if counts["train"] + counts["valid"] == 0:

@@ -61,18 +61,20 @@ class SoftEmbed(torch.autograd.Function):
         ctx.emb_shape, ctx.emb_dtype = emb_s.shape, emb_s.dtype
         out = torch.empty(h.shape[0], emb_s.shape[1], dtype=torch.float32, device=h.device)
         e = emb_s.float()
-        for i in range(0, h.shape[0], chunk):
-            pi = torch.softmax((h[i : i + chunk] @ head_s.T).float(), dim=-1)
-            out[i : i + chunk] = pi @ e
+        with torch.autocast(h.device.type, enabled=False):  # π and its embedding in fp32 under bf16 autocast
+            for i in range(0, h.shape[0], chunk):
+                pi = torch.softmax((h[i : i + chunk] @ head_s.T).float(), dim=-1)
+                out[i : i + chunk] = pi @ e
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         h, head_s = ctx.saved_tensors
         grad_e = torch.zeros(ctx.emb_shape, dtype=torch.float32, device=grad.device)
-        for i in range(0, h.shape[0], ctx.chunk):
-            pi = torch.softmax((h[i : i + ctx.chunk] @ head_s.T).float(), dim=-1)
-            grad_e += pi.T @ grad[i : i + ctx.chunk].float()
+        with torch.autocast(h.device.type, enabled=False):
+            for i in range(0, h.shape[0], ctx.chunk):
+                pi = torch.softmax((h[i : i + ctx.chunk] @ head_s.T).float(), dim=-1)
+                grad_e += pi.T @ grad[i : i + ctx.chunk].float()
         return None, None, grad_e.to(ctx.emb_dtype), None
 
 

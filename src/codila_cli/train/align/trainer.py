@@ -95,12 +95,8 @@ class Models:
         head = self.dlm.lm_head.weight
         self.head_s = head[: len(bridge.shared_ids)] if bridge.contiguous else head[bridge.shared_ids.to(device)]
         self.banned = ~bridge.ar_allowed.to(device)
-
-        def ids_for(special: int | None, text: str) -> tuple[int, ...]:
-            return (special,) if special is not None else tuple(self.helper.tokenizer.encode(text, add_special_tokens=False))
-
-        self.ids = PairIds(mask=pair.dlm_specials.mask, open_ids=ids_for(pair.ar_specials.think_open, "<think>"),
-                           close_ids=ids_for(pair.ar_specials.think_close, "</think>"),
+        open_ids, close_ids = self.helper.wrapper_ids()  # what the decoder feeds at inference
+        self.ids = PairIds(mask=pair.dlm_specials.mask, open_ids=open_ids, close_ids=close_ids,
                            shared=bridge.shared_ids, contiguous=bridge.contiguous)
 
     def loss(self, wrapped: Any, x0: torch.Tensor, step: Step, plans: list, *, weighting: str) -> torch.Tensor:
