@@ -27,6 +27,8 @@ def _cases(name: str) -> list[dict]:
 
 DREAM = _cases("dream_cases.jsonl")
 FAST = _cases("fastdllm_cases.jsonl")
+DREAMON_DIR = Path(__file__).resolve().parent / "fixtures" / "dreamon"  # made here, README there
+DREAMON = [json.loads(line) for line in (DREAMON_DIR / "dreamon_cases.jsonl").read_text().splitlines()]
 
 
 @lru_cache(maxsize=None)
@@ -34,6 +36,14 @@ def _dlm(checkpoint: str, dtype: str):
     from codila_cli.models.dream import load_dlm
 
     return load_dlm(PARITY / "checkpoints" / checkpoint, name=checkpoint, device=torch.device("cpu"),
+                    dtype=getattr(torch, dtype))
+
+
+@lru_cache(maxsize=None)
+def _dreamon_dlm(checkpoint: str, dtype: str):
+    from codila_cli.models.dream import load_dlm
+
+    return load_dlm(DREAMON_DIR / "checkpoints" / checkpoint, name=checkpoint, device=torch.device("cpu"),
                     dtype=getattr(torch, dtype))
 
 
@@ -80,6 +90,24 @@ def run_fast_dllm(case: dict) -> tuple[list[int], int]:
     return ids + res.canvas, res.dlm_forwards
 
 
+def run_dreamon(case: dict) -> tuple[list[int], int]:
+    """codila's DreamOn sampler on a golden case: the official loop's settings mapped 1:1
+    (min_gen_len → initial_masks, max_gen_len → max_middle_tokens, steps → the forward cap; the expansion
+    budget is max_gen_len in both)."""
+    from codila_cli.decoding.config import InfillConfig
+    from codila_cli.decoding.dreamon import decode_dreamon
+
+    s = case["settings"]
+    cfg = InfillConfig(initial_masks=s["min_gen_len"], max_middle_tokens=s["max_gen_len"], steps=s["steps"],
+                       alg=s["alg"], sampling=_sampling(s))
+    assert cfg.budget == s["expand_budget"]
+    torch.manual_seed(case["seed"])
+    res = decode_dreamon(_dreamon_dlm(case["checkpoint"], case["dtype"]), prefix_ids=case["prefix_ids"],
+                         suffix_ids=case["suffix_ids"], config=cfg,
+                         generator=torch.Generator().manual_seed(case["seed"]))
+    return res.middle, res.dlm_forwards
+
+
 def first_forward_sha(case: dict) -> str:
     """SHA-256 of codila's raw logits of the initial canvas, bytes as the golden's (IEEE, little-endian)."""
     import hashlib
@@ -99,6 +127,8 @@ def main() -> None:
     for case in FAST:
         if case["group"] != "block_entropy":
             out[case["id"]] = [run_fast_dllm(case)]
+    for case in DREAMON:
+        out[case["id"]] = [run_dreamon(case)]
     print(json.dumps(out))
 
 

@@ -479,7 +479,7 @@ def test_infill_benchmarks_default_to_dreamons_64_token_middle(tiny, tmp_path, m
         cfg = seen[-1].config
         assert (cfg.max_middle_tokens if middle else cfg.max_new_tokens) == (middle or 128)
         if middle:
-            assert cfg.expand_budget == 64
+            assert cfg.budget == 64
 
 
 def test_a_users_own_task_file_runs_and_bad_ones_are_refused(tiny, tmp_path):

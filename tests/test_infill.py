@@ -358,7 +358,8 @@ def test_special_token_strings_in_a_file_are_text(tiny, monkeypatch, engine):
 
 
 def test_the_expand_budget_is_dreamons_and_can_be_set(tmp_path, tiny):
-    assert InfillConfig().expand_budget == 64
+    assert InfillConfig().budget == 64 and InfillConfig(max_middle_tokens=16).budget == 16  # = max_gen_len
+    assert InfillConfig(max_middle_tokens=16, expand_budget=3).budget == 3
     src = tmp_path / "a.py"
     src.write_text("def f(x):\n    # codila: fill\n    return x\n")
     r = CliRunner().invoke(app, ["infill", str(src), "--dlm", str(tiny["dlm"]), "--seed", "0", "--json",

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from parity_cases import DREAM, FAST, PARITY, _target  # noqa: E402
+from parity_cases import DREAM, DREAMON, DREAMON_DIR, FAST, PARITY, _target  # noqa: E402
 
 AVX2 = platform.machine() in ("x86_64", "AMD64") and "avx2" in Path("/proc/cpuinfo").read_text(errors="ignore") \
     if Path("/proc/cpuinfo").is_file() else False
-pytestmark = [pytest.mark.skipif(not (PARITY / "dream_cases.jsonl").is_file(), reason="no ../shared/parity here"),
-              pytest.mark.skipif(not AVX2, reason="the goldens are pinned to torch's AVX2 CPU kernels")]
+pytestmark = pytest.mark.skipif(not AVX2, reason="the goldens are pinned to torch's AVX2 CPU kernels")
+needs_shared = pytest.mark.skipif(not (PARITY / "dream_cases.jsonl").is_file(), reason="no ../shared/parity here")
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
@@ -37,6 +37,7 @@ def results() -> dict:
     return json.loads(r.stdout)
 
 
+@needs_shared
 def test_the_first_forward_is_the_official_one_bit_for_bit(results):
     """codila's raw logits of every unpadded case's initial canvas, fp32 and bf16, hash as the golden's."""
     want = {c["id"]: c["first_forward_logits_sha256"] for c in DREAM + FAST if c["first_forward_logits_sha256"]}
@@ -47,6 +48,7 @@ def _fp32(cases: list[dict]) -> list[dict]:
     return [c for c in cases if c["dtype"] == "float32"]
 
 
+@needs_shared
 @pytest.mark.parametrize("case", [c for c in _fp32(DREAM) if len(c["input_ids"]) == 1],
                          ids=lambda c: f"{c['id']}-{c['group']}")
 def test_dream_single_rows_match_the_official_loop(case, results):
@@ -56,6 +58,7 @@ def test_dream_single_rows_match_the_official_loop(case, results):
     assert forwards == want_forwards
 
 
+@needs_shared
 @pytest.mark.parametrize("case", [c for c in DREAM if len(c["input_ids"]) > 1], ids=lambda c: c["id"])
 def test_dream_padded_batches_match_row_by_row_where_the_official_rows_do(case, results):
     """Greedy confidence-alg batches: each row equals its unpadded single run, as the official rows do
@@ -67,6 +70,7 @@ def test_dream_padded_batches_match_row_by_row_where_the_official_rows_do(case, 
         assert ids == want[case["attention_mask"][r].count(0):]  # the official row without its left pads
 
 
+@needs_shared
 @pytest.mark.parametrize("case", [c for c in _fp32(FAST) if c["group"] != "block_entropy"],
                          ids=lambda c: f"{c['id']}-{c['group']}-{c['cache']}")
 def test_fast_dllm_threshold_decoding_matches_the_official_loop(case, results):
@@ -76,6 +80,7 @@ def test_fast_dllm_threshold_decoding_matches_the_official_loop(case, results):
     assert forwards == want_forwards
 
 
+@needs_shared
 def test_bf16_cases_mostly_agree(results):
     """bf16: the forward is the official one bit for bit; the ranking runs in fp32, so near-ties of the
     bf16 sampler can break otherwise. Measured: 12 of 14 Dream and 5 of 6 Fast-dLLM cases exact."""
@@ -84,6 +89,7 @@ def test_bf16_cases_mostly_agree(results):
     assert len(bf16) == 20 and exact >= 17
 
 
+@needs_shared
 @pytest.mark.parametrize("case_id, flags", [
     ("dream-004", ["--decoder", "dream", "--steps", "32", "--alg", "maskgit_plus", "--exact-steps"]),
     ("fastdllm-028", ["--decoder", "threshold", "--threshold-convention", "fast-dllm", "--block-length", "8"]),
@@ -110,3 +116,55 @@ def test_the_command_line_reproduces_chat_prompt_cases(case_id, flags):
     assert doc["metrics"]["prompt_tokens"] == len(case["input_ids"][0])
     assert doc["completion"] == dlm.tokenizer.decode(gen[:stop], skip_special_tokens=True)
     assert doc["metrics"]["dlm_forwards"] == forwards
+
+
+def _dreamon_target(case: dict) -> tuple[list[int], int]:
+    """The official middle (mask-banned variant where the ban changes it), without the special ids that
+    the official loop's final decode drops anyway: masks left at the step cap, expand and end-of-text."""
+    ids = case["expected_middle_ids_mask_banned"] if case["mask_ban_changes_output"] else case["expected_middle_ids"]
+    forwards = case["forwards_mask_banned"] if case["mask_ban_changes_output"] else case["forwards"]
+    return [t for t in ids if t not in (512, 516, 517)], forwards  # the fixtures' eos, mask, expand (README)
+
+
+@pytest.mark.parametrize("case", DREAMON, ids=lambda c: f"{c['id']}-{c['checkpoint'][-1]}-{c['settings']['alg']}-{c['dtype']}")
+def test_dreamon_infilling_matches_the_official_loop(case, results):
+    """DreamOn's eval/generator.py (expand/delete, pad-eos-to-right, delete_eos_token) vs decode_dreamon:
+    the same middle ids and the same forward count, fp32 and bf16 (tests/fixtures/dreamon/README.md)."""
+    (middle, forwards), = results[case["id"]]
+    want, want_forwards = _dreamon_target(case)
+    assert middle == want
+    assert forwards == want_forwards
+
+
+def test_dreamon_goldens_exercise_what_they_claim():
+    """The cases cover expansion, deletion, the step cap, bos commits and the mask ban (a checkpoint
+    whose official run commits the mask and spins until the cap), so the test above is not vacuous."""
+    grew = [c for c in DREAMON if len(c["expected_middle_ids"]) > c["settings"]["min_gen_len"]]
+    shrank = [c for c in DREAMON if len(c["expected_middle_ids"]) < c["settings"]["min_gen_len"]]
+    assert len(grew) >= 10 and len(shrank) >= 3
+    assert sum(c["official_emits_bos"] for c in DREAMON) >= 3
+    banned = [c for c in DREAMON if c["mask_ban_changes_output"]]
+    assert len(banned) >= 5 and all(c["forwards"] == c["settings"]["steps"] for c in banned)
+    assert {c["dtype"] for c in DREAMON} == {"float32", "bfloat16"}
+
+
+def test_codila_infill_on_the_command_line_reproduces_a_golden_middle(tmp_path):
+    """`codila infill` with the official settings (--initial-masks = min_gen_len, --max-middle-tokens =
+    max_gen_len, --steps) writes the official middle's text between the golden's prefix and suffix."""
+    from parity_cases import _dreamon_dlm
+
+    case = next(c for c in DREAMON if c["id"] == "dreamon-001")  # greedy entropy, 15-token middle
+    s = case["settings"]
+    dlm = _dreamon_dlm(case["checkpoint"], case["dtype"])
+    src = tmp_path / "f.py"
+    src.write_text(case["prefix"] + "# codila: fill\n" + case["suffix"])
+    args = [sys.executable, "-m", "codila_cli", "infill", str(src), "--dlm", str(DREAMON_DIR / "checkpoints" / case["checkpoint"]),
+            "--dtype", "float32", "--json", "--initial-masks", str(s["min_gen_len"]), "--max-middle-tokens",
+            str(s["max_gen_len"]), "--steps", str(s["steps"])]  # entropy: the default alg
+    r = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **PINNED}, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    want, forwards = _dreamon_target(case)
+    assert doc["metrics"]["dlm_forwards"] == forwards
+    # the fill replaces the marker's whole line, so codila ends it with the line's newline
+    assert doc["middle"] == dlm.tokenizer.decode(want, skip_special_tokens=True) + "\n"

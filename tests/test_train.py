@@ -55,7 +55,7 @@ def test_decontamination_drops_a_planted_humaneval_solution(tmp_path, monkeypatc
     (pkg / "planted.py").write_text(planted + "\n\ndef innocent(x):\n    return [x] * 3\n")
     from codila_cli.train.corpus import SourceFile
 
-    monkeypatch.setattr(corpus_mod, "collect_sources", lambda packages: (
+    monkeypatch.setattr(corpus_mod, "collect_sources", lambda packages, site=None: (
         [SourceFile("test", "pkg/planted.py", (pkg / "planted.py").read_text())], {"test": {"license": "MIT"}}))
     manifest = build_corpus(tmp_path / "corpus", data_dir=None)
     rows = [json.loads(x) for f in ("train.jsonl", "valid.jsonl") for x in (tmp_path / "corpus" / f).read_text().splitlines()]

@@ -11,6 +11,9 @@ built-in default. Example file::
     device = "cuda"
     dtype = "bfloat16"
 
+    [notices]
+    bundled = false           # no "small demonstration models" line when the bundled models run
+
     [gen]
     decoder = "codila"
     block_size = 4
@@ -35,6 +38,7 @@ from codila_cli.errors import UsageError
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "models": {"dlm": (str,), "ar": (str,)},
     "runtime": {"device": (str,), "dtype": (str,)},
+    "notices": {"bundled": (bool,)},  # false: no "demonstration models" line when the bundled models run
     "gen": {
         "decoder": (str,), "max_new_tokens": (int,), "steps": (int,), "tokens_per_step": (int,), "alg": (str,),
         "temperature": (float, int), "top_p": (float, int), "top_k": (int,), "block_length": (int,),
@@ -93,7 +97,7 @@ def load_config(path: Path | None = None) -> UserConfig:
                 warnings.append(f"unknown config key {section}.{key} in {path} (ignored)")
                 continue
             types = SCHEMA[section][key]
-            if isinstance(value, bool) or not isinstance(value, types):
+            if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
                 want = " or ".join(t.__name__ for t in types)
                 raise UsageError(f"config file {path}: {section}.{key} must be {want}, got {value!r}",
                                  hint="fix the value or remove the key")

@@ -36,12 +36,12 @@ def list_models() -> list[dict[str, Any]]:
         repo = cached.get(spec.repo_id)
         rows.append({"alias": alias, "repo": spec.repo_id, "revision": spec.revision, "kind": KIND_NAMES[spec.kind],
                      "cached": repo is not None, "size_bytes": int(repo.size_on_disk) if repo else None,
-                     "location": str(repo.repo_path) if repo else None})
+                     "location": str(repo.repo_path) if repo else None, "demonstration": False})
     for alias, (kind, _) in BUNDLED.items():
         ok = bundled_available(alias)
-        rows.append({"alias": alias, "repo": "(bundled with codila)", "revision": None, "kind": KIND_NAMES[kind],
-                     "cached": ok, "size_bytes": _dir_size(bundled_path(alias)) if ok else None,
-                     "location": str(bundled_path(alias)) if ok else None})
+        rows.append({"alias": alias, "repo": "(bundled with codila: a small demonstration model)", "revision": None,
+                     "kind": KIND_NAMES[kind], "cached": ok, "size_bytes": _dir_size(bundled_path(alias)) if ok else None,
+                     "location": str(bundled_path(alias)) if ok else None, "demonstration": True})
     return rows
 
 

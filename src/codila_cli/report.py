@@ -93,3 +93,26 @@ def samples_verbose_lines(outcome: Any, seeds: list[int], decoder: str, cfg: Any
     return [f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {decoder}  {how}  row forwards: {b['row_dlm_forwards']}"
             f"  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
             f"  decode: {b['wall_seconds']:.2f}s  {peak_memory()}", settings_line(decoder, cfg, models)]
+
+
+def bundled_notice(models: Any, user: Any, *, quiet: bool) -> str | None:
+    """The one stderr line saying that bundled models are running: small demonstration models, and how
+    to use a real one. None when no bundled model runs, with -q, or with ``[notices] bundled = false``."""
+    names = getattr(models, "bundled", ())
+    if quiet or not names or user.get("notices", "bundled") is False:
+        return None
+    return (f"Note: {' + '.join(names)} {'is a' if len(names) == 1 else 'are'} small demonstration "
+            f"model{'' if len(names) == 1 else 's'} (a few M parameters, trained on a CPU), not a code assistant; "
+            "for real use pass --dlm dream-coder (docs/models.md). Silence: [notices] bundled = false in "
+            "`codila config path`.")
+
+
+def note_bundled(models: Any, *, quiet: bool, user: Any = None) -> None:
+    """Write :func:`bundled_notice` to stderr (once per command, after the models load)."""
+    if user is None:
+        from codila_cli.config import load_config
+
+        user = load_config()
+    line = bundled_notice(models, user, quiet=quiet)
+    if line:
+        sys.stderr.write(line + "\n")

@@ -27,6 +27,7 @@ class Models:
     ar: Any | None = None
     bridge: Any | None = None
     load_seconds: float = 0.0
+    bundled: tuple[str, ...] = ()  # the bundled aliases among the loaded models (demonstration-size)
 
     def describe(self) -> dict:
         out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path)}}
@@ -99,7 +100,8 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
 
     dev = choose_device(device)
     dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(dlm_path, name=dlm, role="dlm"))  # "auto" is per model
-    models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt))
+    models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt),
+                    bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
     if ar_spec is not None and ar_path is not None:
         from codila_cli.models.ar import load_ar
         from codila_cli.models.tokens import VocabBridge

@@ -103,6 +103,7 @@ def gen(
     from codila_cli.config import load_config
     from codila_cli.models.cache import helper_mismatch
     from codila_cli.prompts import read_prompt
+    from codila_cli.report import note_bundled
     from codila_cli.resolve import GEN_DEFAULTS, resolve_gen
     from codila_cli.runtime import is_chat, load_models
     from codila_cli.ui import terminal
@@ -123,6 +124,7 @@ def gen(
                       verify_penalty=verify_penalty, stop=tuple(stop or ()), early_stop=not no_early_stop,
                       exact_steps=exact_steps, convention=threshold_convention)
     models = load_models(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model)
+    note_bundled(models, quiet=quiet, user=user)
     err = terminal.stderr_console(color.value)
     live = terminal.stderr_is_tty() and not (json_out or quiet)
     mismatch = helper_mismatch(models) if req.decoder == "codila" else None

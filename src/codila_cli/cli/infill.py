@@ -31,7 +31,7 @@ def infill(
     block_size: Annotated[int, typer.Option("--block-size", "-B", help="codila: block size.")] = 4,
     initial_masks: Annotated[int, typer.Option(help="Masks the middle starts with (n0).")] = 4,
     max_middle_tokens: Annotated[int, typer.Option(help="Longest middle the model may write.")] = 64,
-    expand_budget: Annotated[int, typer.Option("--expand-budget", help="Most <|expand|> steps (one mask becomes two), as DreamOn's evaluation generator.")] = 64,
+    expand_budget: Annotated[int | None, typer.Option("--expand-budget", help="Most <|expand|> steps (one mask becomes two). [default: --max-middle-tokens, as DreamOn's evaluation generator]", show_default=False)] = None,
     steps: Annotated[int | None, typer.Option(help="Cap on DLM forwards. [default: 4 x max-middle-tokens]")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
     top_p: Annotated[float | None, typer.Option(help="Nucleus filter.")] = None,
@@ -50,6 +50,7 @@ def infill(
     """
     from codila_cli.decoding.config import InfillConfig, SamplingConfig
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
+    from codila_cli.report import note_bundled
     from codila_cli.runtime import default_ar, default_infill_dlm, load_models
     from codila_cli.ui import terminal
 
@@ -73,6 +74,7 @@ def infill(
     if codila and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
     models = load_models(dlm=dlm or default_infill_dlm(), ar=ar_name, device=device, dtype=dtype)
+    note_bundled(models, quiet=quiet)
     out = _run(models, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))
     name = file if file != "-" else "stdin"
@@ -116,7 +118,7 @@ def _document(name: str, region: Any, out: Any, cfg: Any, models: Any) -> dict:
     return {"schema_version": 1, "command": "infill", "file": name,
             "region": {"how": region.how, "start_line": region.start + 1, "end_line": region.end},
             "middle": out.middle, "text": out.new_text, "seed": out.seed, "models": models.describe(),
-            "settings": {k: v for k, v in cfg.__dict__.items() if k != "sampling"},
+            "settings": {**{k: v for k, v in cfg.__dict__.items() if k != "sampling"}, "expand_budget": cfg.budget},
             "syntax": out.syntax_after.to_dict(), "syntax_before": out.syntax_before.to_dict(),
             "introduced_errors": out.introduced_errors, "context": out.context_cut, "metrics": out.metrics}
 

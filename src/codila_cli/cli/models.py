@@ -30,6 +30,9 @@ def models(
         for r in rows:
             size = f"{r['size_bytes'] / 2**20:.1f} MiB" if r["size_bytes"] else "-"
             sys.stdout.write(f"{r['alias']:<15} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>9}  {r['repo']}\n")
+        if any(r["demonstration"] for r in rows):
+            sys.stdout.write("\nbundled-*: demonstration models (a few M parameters, trained on a CPU) that run every "
+                             "command offline; not a code assistant (docs/bundled-models.md).\n")
 
 
 def doctor(json_out: json_option() = False) -> None:

@@ -39,6 +39,7 @@ def plan(
     from codila_cli.decoding.config import PlanConfig, SamplingConfig
     from codila_cli.models.registry import default_plan_dlm
     from codila_cli.prompts import read_prompt
+    from codila_cli.report import note_bundled
     from codila_cli.runtime import load_models
     from codila_cli.ui import terminal
 
@@ -53,6 +54,7 @@ def plan(
                      sampling=SamplingConfig(temperature=temperature))
     user_contract = read_contract(contract_file) if contract_file is not None else None
     models = load_models(dlm=dlm or default_plan_dlm(), ar=None, device=device, dtype=dtype)
+    note_bundled(models, quiet=quiet)
     out = _run(models, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))
     if not quiet:
         for w in out["warnings"]:

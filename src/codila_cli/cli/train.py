@@ -102,6 +102,8 @@ def _stage(name: str):
 
     def command(run_dir: RunDir = Path("runs/bundled"), steps: Steps = 1000,
                 data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="corpus: benchmark data for decontamination (shared/data).")] = None,
+                site: Annotated[Path | None, typer.Option("--site", help="corpus: read the packages of scripts/corpus-packages.txt from this `pip install --target` directory.")] = None,
+                reuse: Annotated[Path | None, typer.Option("--reuse", help="tokenizer: keep this checkpoint's tokenizer (to continue its weights) instead of training one.")] = None,
                 init: Annotated[Path | None, typer.Option("--init", help="sft, tasks: start from this Dream checkpoint directory.")] = None,
                 shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
                 frontier: Annotated[float | None, typer.Option("--frontier", help="sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
@@ -109,12 +111,13 @@ def _stage(name: str):
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
         from codila_cli.train import stages
-        from codila_cli.train.options import MODEL_STAGES, check_run_dir, stage_options
+        from codila_cli.train.options import MODEL_STAGES, check_run_dir, check_stage_paths, stage_options
 
         if steps < 1:
             raise UsageError("--steps must be >= 1", hint="e.g. --steps 200")
+        check_stage_paths(name, site=site, reuse=reuse)
         if name == "corpus":
-            out = stages.stage_corpus(run_dir, data_dir=data_dir)
+            out = stages.stage_corpus(run_dir, data_dir=data_dir, site=site)
         elif name == "export":
             out = stages.stage_export(run_dir)
         else:
@@ -122,7 +125,7 @@ def _stage(name: str):
                 if name in MODEL_STAGES else {}
             check_run_dir(name, run_dir)
             if name == "tokenizer":
-                out = stages.stage_tokenizer(run_dir)
+                out = stages.stage_tokenizer(run_dir, reuse=reuse)
             else:
                 from codila_cli.ui.progress import step_progress
 

@@ -176,7 +176,7 @@ class InfillConfig:
     """DreamOn variable-length infilling (algorithms.md §2), optionally with CoDiLA blocks (``tau``).
 
     ``initial_masks`` n0 slots start the middle; a predicted expand turns one mask into two (at most
-    ``expand_budget`` times: 64, as DreamOn's evaluation generator); a predicted delete (end-of-text) removes its
+    ``expand_budget`` times: by default ``max_middle_tokens``, DreamOn's evaluation generator's rule); a predicted delete (end-of-text) removes its
     slot, and with ``broadcast_delete`` every masked slot to its right too. The middle never exceeds
     ``max_middle_tokens``. ``steps`` caps DLM forwards (default 4·max_middle_tokens).
     """
@@ -185,12 +185,17 @@ class InfillConfig:
     max_middle_tokens: int = 64
     steps: int | None = None
     tokens_per_step: int = 1
-    expand_budget: int = 64
+    expand_budget: int | None = None  # None: max_middle_tokens (DreamOn's rule)
     broadcast_delete: bool = True
     alg: str = "entropy"
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     block_size: int = 4
     tau: float | None = None  # set (with an AR helper) = CoDiLA dynamic mode on the middle
+
+    @property
+    def budget(self) -> int:
+        """Expansions allowed: ``expand_budget``, or ``max_middle_tokens`` when it is None."""
+        return self.max_middle_tokens if self.expand_budget is None else self.expand_budget
 
     def __post_init__(self) -> None:
         _check_positive("initial-masks", self.initial_masks, limit=4096)
@@ -200,7 +205,7 @@ class InfillConfig:
         _check_positive("block-size", self.block_size, limit=256)
         if self.initial_masks > self.max_middle_tokens:
             raise ValueError("initial-masks must not exceed max-middle-tokens")
-        if self.expand_budget < 0:
+        if self.expand_budget is not None and self.expand_budget < 0:
             raise ValueError("expand-budget must be >= 0")
         if self.alg not in ALGS[1:]:
             raise ValueError(f"alg must be one of {', '.join(ALGS[1:])}, got {self.alg!r}")

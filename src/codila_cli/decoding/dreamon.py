@@ -1,7 +1,8 @@
 """DreamOn variable-length infilling (Wu et al., DreamOn, arXiv 2602.01326; algorithms.md §2.3).
 
 Sequence: ``[bos] + prefix + [mask]×n0 + suffix + [eos]``; only the middle changes. Per DLM forward
-(shifted logits for the middle [M, V]): mask/bos are never predicted; ``<|expand|>`` is forbidden when
+(shifted logits for the middle [M, V]): the mask is never predicted (codila's one intended difference
+from the official loop, where a committed mask is a wasted step); ``<|expand|>`` is forbidden when
 the middle is full or the budget is spent. K slots are committed by confidence (entropy by default),
 then, as in DreamOn's evaluation generator, **expand before delete**:
 
@@ -45,15 +46,14 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
     head = ([sp.bos] if sp.bos is not None else []) + list(prefix_ids)
     tail = list(suffix_ids) + [sp.eos]
     middle = [mask] * config.initial_masks
-    budget = config.expand_budget
+    budget = config.budget
     cap = config.steps or 4 * config.max_middle_tokens
     f0, a0, t0 = dlm.forwards, (writer.ar.forwards if writer else 0), time.perf_counter()
     expansions = deletions = step = 0
-    banned = [i for i in (mask, sp.bos) if i is not None]
     while mask in middle and dlm.forwards - f0 < cap:
         x = torch.tensor([head + middle + tail], device=dlm.device)
         logits = dlm.logits(x, rows=(len(head), len(head) + len(middle)))[0].clone()  # [M, V]
-        logits[:, banned] = float("-inf")
+        logits[:, mask] = float("-inf")
         if expand is not None and (len(middle) >= config.max_middle_tokens or budget <= 0):
             logits[:, expand] = float("-inf")
         was_masked = [t == mask for t in middle]

@@ -14,7 +14,13 @@ from pathlib import Path
 
 from codila_cli.errors import UsageError
 
-BENCHMARKS = ("humaneval", "mbpp", "heldout", "he-infill-single", "he-infill-multi")
+BENCHMARKS = ("humaneval", "mbpp", "heldout", "dev-ext", "heldout-ext", "everyday", "he-infill-single",
+              "he-infill-multi")
+# signature + docstring sets shipped as package data (syntax-only): heldout (session 3: validation split +
+# packages outside the corpus), dev-ext / heldout-ext (issue 26: only packages outside the corpus;
+# settings are chosen on dev-ext, heldout-ext is reported once per shipped pair)
+PROMPT_SETS = {"heldout": "heldout_prompts.jsonl", "dev-ext": "dev_ext_prompts.jsonl",
+               "heldout-ext": "heldout_ext_prompts.jsonl"}
 INFILL_FILES = {"he-infill-single": "HumanEval-SingleLineInfilling.jsonl.gz",
                 "he-infill-multi": "HumanEval-MultiLineInfilling.jsonl.gz"}
 
@@ -57,7 +63,8 @@ def load_tasks(name: str, *, data: Path | None = None, stop: bool = True) -> lis
     from codila_cli.decoding.stops import HUMANEVAL, MBPP
 
     tasks = _load(name, data)
-    lines = {"humaneval": HUMANEVAL, "heldout": HUMANEVAL, "mbpp": MBPP}.get(name, HUMANEVAL if is_user_file(name) else ())
+    lines = {"mbpp": MBPP}.get(name, HUMANEVAL if name in (*PROMPT_SETS, "humaneval", "everyday") or is_user_file(name)
+                               else ())
     return [replace(t, stop=lines) for t in tasks] if stop and lines else tasks
 
 
@@ -146,10 +153,16 @@ def _load(name: str, data: Path | None) -> list[Task]:
                              hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
         rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
         return [Task(r["task_id"], r["prompt"], "infill", r["test"], r["entry_point"], r["suffix"]) for r in rows]
-    if name == "heldout":
+    if name in PROMPT_SETS:
         from codila_cli.eval.heldout import load_heldout
 
-        return [Task(p["id"], p["prompt"], "complete") for p in load_heldout()]
+        return [Task(p["id"], p["prompt"], "complete") for p in load_heldout(name=PROMPT_SETS[name])]
+    if name == "everyday":  # six one-line prompts a new user types, each with a small test (issue 26)
+        from importlib import resources
+
+        rows = [json.loads(x) for x in (resources.files("codila_cli") / "data" / "everyday.jsonl").read_text(
+            encoding="utf-8").splitlines() if x.strip()]
+        return [Task(r["task_id"], r["prompt"], "complete", r["test"], r["entry_point"]) for r in rows]
     raise UsageError(f"unknown benchmark {name!r}", hint=f"use one of {', '.join(BENCHMARKS)}")
 
 

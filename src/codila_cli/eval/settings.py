@@ -107,6 +107,6 @@ def _config(name: str, kv: dict[str, str], num: Any, max_new_tokens: int, sampli
     else:
         cfg = InfillConfig(tokens_per_step=num("K", int, 1), initial_masks=num("n0", int, 4),
                            max_middle_tokens=num("max", int, max_new_tokens), tau=num("tau", float),
-                           expand_budget=num("exp", int, 64),
+                           expand_budget=num("exp", int),
                            block_size=num("B", int, 4), sampling=sampling)
     return cfg

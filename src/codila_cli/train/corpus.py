@@ -28,7 +28,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# name on PyPI -> import directories to read. Versions are whatever is installed; the manifest records them.
+# name on PyPI -> import names to read (packages or single-file modules). Sessions 1-12: the first 19
+# (read from the running interpreter); session 13 adds the rest (issue 26). Pinned versions of all of
+# them: scripts/corpus-packages.txt, installed with `pip install --no-deps --target SITE` and read with
+# `codila train corpus --site SITE`; the manifest records what was read.
 PACKAGES: dict[str, tuple[str, ...]] = {
     "click": ("click",), "rich": ("rich",), "typer": ("typer",), "jinja2": ("jinja2",),
     "networkx": ("networkx",), "packaging": ("packaging",), "pyparsing": ("pyparsing",),
@@ -37,6 +40,25 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "markdown-it-py": ("markdown_it",), "h11": ("h11",), "filelock": ("filelock",),
     "fsspec": ("fsspec",), "pluggy": ("pluggy",), "iniconfig": ("iniconfig",), "cycler": ("cycler",),
 }
+WIDER_PACKAGES: dict[str, tuple[str, ...]] = {
+    "algorithms": ("algorithms",), "pygorithm": ("pygorithm",), "arrow": ("arrow",), "attrs": ("attr", "attrs"),
+    "babel": ("babel",), "bottle": ("bottle",), "cachetools": ("cachetools",), "cattrs": ("cattrs", "cattr"),
+    "charset-normalizer": ("charset_normalizer",), "colorama": ("colorama",), "decorator": ("decorator",),
+    "docopt": ("docopt",), "flask": ("flask",), "humanize": ("humanize",), "inflection": ("inflection",),
+    "invoke": ("invoke",), "isort": ("isort",), "itsdangerous": ("itsdangerous",), "jedi": ("jedi",),
+    "jsonschema": ("jsonschema",), "marshmallow": ("marshmallow",), "parso": ("parso",),
+    "prompt-toolkit": ("prompt_toolkit",), "pycodestyle": ("pycodestyle",), "pyflakes": ("pyflakes",),
+    "pyrsistent": ("pyrsistent",), "pytz": ("pytz",), "requests": ("requests",), "schedule": ("schedule",),
+    "simplejson": ("simplejson",), "six": ("six",), "sqlparse": ("sqlparse",), "tabulate": ("tabulate",),
+    "tenacity": ("tenacity",), "tomlkit": ("tomlkit",), "urllib3": ("urllib3",), "wcwidth": ("wcwidth",),
+    "werkzeug": ("werkzeug",), "xmltodict": ("xmltodict",),
+}
+CORPUS_PACKAGES = {**PACKAGES, **WIDER_PACKAGES}
+# never trained on: the development prompts (settings are chosen on them) and the external held-out
+# prompts (reported once), issue 26. Both sets are decontaminated against the training functions.
+DEV_PACKAGES: dict[str, tuple[str, ...]] = {"boltons": ("boltons",), "toolz": ("toolz",)}
+EXTERNAL_PACKAGES: dict[str, tuple[str, ...]] = {"pydash": ("pydash",), "funcy": ("funcy",),
+                                                  "more-itertools": ("more_itertools",)}
 PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation")
 SKIP_DIRS = {"test", "tests", "idle_test", "testing", "site-packages", "__pycache__", "lib2to3", "ensurepip",
              "_vendor", "vendor", "turtledemo", "pydoc_data", "encodings"}
@@ -72,15 +94,22 @@ def _walk(root: Path, origin: str, prefix: str) -> Iterator[SourceFile]:
             yield SourceFile(origin, f"{prefix}/{path.relative_to(root).as_posix()}", text)
 
 
-def package_licences(names: Iterable[str]) -> dict[str, dict[str, str]]:
+def package_licences(names: Iterable[str], site: Path | None = None) -> dict[str, dict[str, str]]:
+    """Version and licence of each installed distribution (from ``site`` when given, else sys.path)."""
     import importlib.metadata as md
 
     out = {}
     for name in names:
-        try:
-            dist = md.distribution(name)
-        except md.PackageNotFoundError:
-            continue
+        if site is not None:
+            dists = list(md.distributions(name=name, path=[str(site)]))
+            if not dists:
+                continue
+            dist = dists[0]
+        else:
+            try:
+                dist = md.distribution(name)
+            except md.PackageNotFoundError:
+                continue
         meta = dist.metadata
         lic = meta.get("License-Expression") or ""
         classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License")]
@@ -90,22 +119,43 @@ def package_licences(names: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def collect_sources(packages: dict[str, tuple[str, ...]] = PACKAGES) -> tuple[list[SourceFile], dict]:
+def _module_files(mod: str, site: Path | None, origin: str, prefix: str) -> Iterator[SourceFile]:
+    """The files of an import name: a package directory (walked) or a single-file module."""
+    import importlib.machinery
     import importlib.util
+
+    spec = (importlib.machinery.PathFinder.find_spec(mod, [str(site)]) if site is not None
+            else importlib.util.find_spec(mod))
+    if spec is None:
+        return
+    if spec.submodule_search_locations:
+        yield from _walk(Path(next(iter(spec.submodule_search_locations))), origin, prefix)
+    elif spec.origin and spec.origin.endswith(".py"):
+        path = Path(spec.origin)
+        if path.stat().st_size <= MAX_FILE_BYTES:
+            try:
+                yield SourceFile(origin, f"{prefix}.py", path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, OSError):
+                return
+
+
+def collect_sources(packages: dict[str, tuple[str, ...]] = PACKAGES, site: Path | None = None,
+                    *, stdlib: bool = True) -> tuple[list[SourceFile], dict]:
+    """Files of the standard library (unless ``stdlib=False``) and of the permissively licensed
+    ``packages``, read from ``site`` (a ``pip install --target`` directory) or the running interpreter."""
     import sys
 
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files = list(_walk(stdlib, "stdlib", "stdlib"))
-    licences = {"stdlib": {"version": sys.version.split()[0], "license": "PSF-2.0"}}
-    for name, info in package_licences(packages).items():
+    files: list[SourceFile] = []
+    licences: dict[str, dict[str, str]] = {}
+    if stdlib:
+        files = list(_walk(Path(sysconfig.get_paths()["stdlib"]), "stdlib", "stdlib"))
+        licences["stdlib"] = {"version": sys.version.split()[0], "license": "PSF-2.0"}
+    for name, info in package_licences(packages, site).items():
         if not any(p.lower() in info["license"] or p in info["license"] for p in PERMISSIVE):
             continue
         licences[name] = info
         for mod in packages[name]:
-            spec = importlib.util.find_spec(mod)
-            if spec is None or not spec.submodule_search_locations:
-                continue
-            files.extend(_walk(Path(list(spec.submodule_search_locations)[0]), name, f"{name}/{mod}"))
+            files.extend(_module_files(mod, site, name, f"{name}/{mod}"))
     return files, licences
 
 
@@ -207,10 +257,19 @@ def is_validation(relpath: str) -> bool:
     return int(hashlib.sha256(relpath.encode()).hexdigest()[:8], 16) % 1000 < VALID_PERMILLE
 
 
-def build_corpus(out_dir: Path, *, data_dir: Path | None, packages: dict[str, tuple[str, ...]] = PACKAGES) -> dict:
-    """Write train/valid JSONL ({"kind": "file"|"function", "origin", "path", "text"}) and manifest.json."""
+def build_corpus(out_dir: Path, *, data_dir: Path | None, packages: dict[str, tuple[str, ...]] | None = None,
+                 site: Path | None = None) -> dict:
+    """Write train/valid JSONL ({"kind": "file"|"function", "origin", "path", "text"}) and manifest.json.
+
+    ``site``: read the packages from this ``pip install --target`` directory (scripts/corpus-packages.txt),
+    and by default all of CORPUS_PACKAGES; without it, PACKAGES from the running interpreter (sessions 1–12)."""
+    if packages is None:
+        packages = CORPUS_PACKAGES if site is not None else PACKAGES
+    if site is not None and not site.is_dir():
+        raise FileNotFoundError(f"{site} is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
-    files, licences = collect_sources(packages)
+    files, licences = collect_sources(packages, site)
+    missing = sorted(set(packages) - set(licences))
     decon = Decontaminator(benchmark_texts(data_dir))
     seen: set[str] = set()
     counts = {"files": 0, "duplicates": 0, "functions": 0, "contaminated": 0, "bytes": 0}
@@ -241,6 +300,9 @@ def build_corpus(out_dir: Path, *, data_dir: Path | None, packages: dict[str, tu
         for h in handles.values():
             h.close()
     manifest = {"sources": licences, "counts": counts, "ngram": NGRAM, "valid_permille": VALID_PERMILLE,
+                "not_read": missing, "site": str(site) if site else None,
+                "never_trained_on": {"development prompts": sorted(DEV_PACKAGES),
+                                     "external held-out prompts": sorted(EXTERNAL_PACKAGES)},
                 "decontaminated_against": ["HumanEval", "HumanEval-Infilling (all splits)", "MBPP sanitized"]
                 if data_dir else ["HumanEval"]}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -276,25 +338,13 @@ def _prompt_of(text: str, max_prompt_chars: int) -> tuple[str, str] | None:
     return prompt, "".join(lines[doc.end_lineno :])
 
 
-def heldout_prompts(valid_jsonl: Path, train_jsonl: Path | None = None, *, n: int = 120,
-                    max_prompt_chars: int = 600, per_file: int = 3) -> list[dict]:
-    """Signature + docstring prompts from code the models never trained on.
-
-    Candidates: functions of the validation split and of packages that are not in the corpus
-    (HELDOUT_PACKAGES), with a docstring and a 2–25 line body. A candidate sharing a 20-token window
-    with any training function is dropped. Deterministic: sorted by a hash of the text, at most
-    ``per_file`` per file.
-    """
-    cands = [(r["origin"], r["path"], r["text"]) for r in read_jsonl(valid_jsonl) if r["kind"] == "function"]
-    files, _ = collect_sources(HELDOUT_PACKAGES)
-    for f in files:
-        if f.origin != "stdlib":
-            cands += [(f.origin, f.relpath, fn) for fn in functions_of(f.text)]
-    cands.sort(key=lambda c: hashlib.sha256(c[2].encode()).hexdigest())
-    seen_train = None
-    if train_jsonl is not None:
-        seen_train = Decontaminator(r["text"] for r in read_jsonl(train_jsonl) if r["kind"] == "function")
-    by_origin: dict[str, list[tuple[str, str]]] = {}
+def _pick(cands: list[tuple[str, str, str]], seen_train: Decontaminator | None, *, n: int, prefix: str,
+          max_prompt_chars: int, per_file: int) -> list[dict]:
+    """Deterministic choice of signature + docstring prompts: candidates sorted by a hash of their text,
+    at most ``per_file`` per file, none sharing a 20-token window with a training function, round-robin
+    over origins so no package dominates."""
+    cands = sorted(cands, key=lambda c: hashlib.sha256(c[2].encode()).hexdigest())
+    by_origin: dict[str, list[tuple[str, tuple[str, str]]]] = {}
     count: dict[str, int] = {}
     for origin, path, text in cands:  # eligible prompts per origin, in hash order
         got = _prompt_of(text, max_prompt_chars)
@@ -306,10 +356,39 @@ def heldout_prompts(valid_jsonl: Path, train_jsonl: Path | None = None, *, n: in
         by_origin.setdefault(origin, []).append((path, got))
     picked: list[dict] = []
     queues = {o: list(v) for o, v in sorted(by_origin.items())}
-    while len(picked) < n and any(queues.values()):  # round-robin so no package dominates
+    while len(picked) < n and any(queues.values()):
         for origin, queue in queues.items():
             if queue and len(picked) < n:
                 path, (prompt, ref) = queue.pop(0)
-                picked.append({"id": f"heldout/{len(picked)}", "origin": origin, "path": path,
+                picked.append({"id": f"{prefix}/{len(picked)}", "origin": origin, "path": path,
                                "prompt": prompt, "reference": ref})
     return picked
+
+
+def _train_functions(train_jsonl: Path | None) -> Decontaminator | None:
+    if train_jsonl is None:
+        return None
+    return Decontaminator(r["text"] for r in read_jsonl(train_jsonl) if r["kind"] == "function")
+
+
+def heldout_prompts(valid_jsonl: Path, train_jsonl: Path | None = None, *, n: int = 120,
+                    max_prompt_chars: int = 600, per_file: int = 3) -> list[dict]:
+    """The session-3 held-out set (``heldout``): functions of the validation split and of
+    HELDOUT_PACKAGES (read from the running interpreter), with a docstring and a 2–25 line body."""
+    cands = [(r["origin"], r["path"], r["text"]) for r in read_jsonl(valid_jsonl) if r["kind"] == "function"]
+    files, _ = collect_sources(HELDOUT_PACKAGES)
+    for f in files:
+        if f.origin != "stdlib":
+            cands += [(f.origin, f.relpath, fn) for fn in functions_of(f.text)]
+    return _pick(cands, _train_functions(train_jsonl), n=n, prefix="heldout", max_prompt_chars=max_prompt_chars,
+                 per_file=per_file)
+
+
+def package_prompts(packages: dict[str, tuple[str, ...]], *, site: Path | None, train_jsonl: Path | None,
+                    n: int, prefix: str, max_prompt_chars: int = 1000, per_file: int = 30) -> list[dict]:
+    """Prompts from packages that are not in the corpus (DEV_PACKAGES for ``dev-ext``, EXTERNAL_PACKAGES
+    for ``heldout-ext``, issue 26): no validation-split code, only other people's packages."""
+    files, _ = collect_sources(packages, site, stdlib=False)
+    cands = [(f.origin, f.relpath, fn) for f in files for fn in functions_of(f.text)]
+    return _pick(cands, _train_functions(train_jsonl), n=n, prefix=prefix, max_prompt_chars=max_prompt_chars,
+                 per_file=per_file)

@@ -59,3 +59,18 @@ def check_run_dir(stage: str, run_dir: Path) -> None:
         raise UsageError(f"no corpus in {run_dir}", hint=f"run `codila train corpus --run-dir {run_dir}` first")
     if stage in MODEL_STAGES and not (run_dir / "tokenizer" / "tokenizer.json").is_file():
         raise UsageError(f"no tokenizer in {run_dir}", hint=f"run `codila train tokenizer --run-dir {run_dir}` first")
+
+
+def check_stage_paths(stage: str, *, site: Path | None, reuse: Path | None) -> None:
+    """``--site`` (corpus) is a directory; ``--reuse`` (tokenizer) is a checkpoint with a tokenizer."""
+    if site is not None:
+        _only(stage, ("corpus",), "--site")
+        if not site.is_dir():
+            raise UsageError(f"--site {site} is not a directory",
+                             hint="pip install --no-deps --target DIR -r scripts/corpus-packages.txt")
+    if reuse is not None:
+        _only(stage, ("tokenizer",), "--reuse")
+        missing = [f for f in ("tokenizer.json", "tokenizer_config.json") if not (reuse / f).is_file()]
+        if missing:
+            raise UsageError(f"--reuse {reuse} has no {' or '.join(missing)}",
+                             hint="point at a checkpoint directory, e.g. the bundled DLM (codila models)")

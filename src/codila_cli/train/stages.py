@@ -57,15 +57,24 @@ def _ids(run: Path) -> dict[str, int]:
             "vocab": tok.get_vocab_size()}
 
 
-def stage_corpus(run: Path, *, data_dir: Path | None) -> dict:
+def stage_corpus(run: Path, *, data_dir: Path | None, site: Path | None = None) -> dict:
     from codila_cli.train.corpus import build_corpus
 
-    return build_corpus(run / "corpus", data_dir=data_dir)
+    return build_corpus(run / "corpus", data_dir=data_dir, site=site)
 
 
-def stage_tokenizer(run: Path, *, vocab_size: int = 8192, max_chars: int = 30_000_000) -> dict:
+def stage_tokenizer(run: Path, *, vocab_size: int = 8192, max_chars: int = 30_000_000,
+                    reuse: Path | None = None) -> dict:
+    """Train the BPE on the corpus, or with ``reuse`` (a checkpoint directory, e.g. the bundled DLM)
+    keep that checkpoint's tokenizer, so its weights can be continued on a new corpus; then tokenise."""
     from codila_cli.train.corpus import read_jsonl
     from codila_cli.train.tokenizer import save_tokenizer, train_tokenizer
+
+    if reuse is not None:
+        (run / "tokenizer").mkdir(parents=True, exist_ok=True)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(reuse / f, run / "tokenizer" / f)
+        return _tokenise(run)
 
     def texts():
         total = 0
@@ -78,6 +87,10 @@ def stage_tokenizer(run: Path, *, vocab_size: int = 8192, max_chars: int = 30_00
 
     tok = train_tokenizer(texts(), vocab_size=vocab_size)
     save_tokenizer(tok, run / "tokenizer")
+    return _tokenise(run)
+
+
+def _tokenise(run: Path) -> dict:
     ids = _ids(run)
     out = {}
     for split in ("train", "valid"):

@@ -1,0 +1,179 @@
+"""Issue 26: the bundled models say what they are, the wider corpus reads a `pip install --target`
+directory, and the external prompt sets (dev-ext, heldout-ext) and the everyday prompts are sound."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from codila_cli.cli import app
+from codila_cli.models.registry import bundled_available
+
+NOTE = "small demonstration model"
+
+
+def _models(*names):
+    from codila_cli.runtime import Models
+
+    return Models(dlm=None, bundled=tuple(names))
+
+
+def test_bundled_notice_says_what_runs_and_how_to_silence_it(tmp_path):
+    from codila_cli.config import load_config
+    from codila_cli.report import bundled_notice
+
+    user = load_config(tmp_path / "none.toml")
+    line = bundled_notice(_models("bundled-dlm", "bundled-ar"), user, quiet=False)
+    assert line.startswith("Note: bundled-dlm + bundled-ar are small demonstration models")
+    assert "--dlm dream-coder" in line and "[notices] bundled = false" in line and "\n" not in line
+    assert bundled_notice(_models(), user, quiet=False) is None  # a real model: nothing to say
+    assert bundled_notice(_models("bundled-dlm"), user, quiet=True) is None
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[notices]\nbundled = false\n")
+    assert bundled_notice(_models("bundled-dlm"), load_config(cfg), quiet=False) is None
+    cfg.write_text("[notices]\nbundled = true\n")
+    assert bundled_notice(_models("bundled-dlm"), load_config(cfg), quiet=False) is not None
+
+
+def test_notices_bundled_must_be_a_boolean(tmp_path):
+    from codila_cli.config import load_config
+    from codila_cli.errors import UsageError
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[notices]\nbundled = "no"\n')
+    with pytest.raises(UsageError, match="notices.bundled must be bool"):
+        load_config(cfg)
+    cfg.write_text("[gen]\nmax_new_tokens = true\n")  # booleans are still refused where a number is due
+    with pytest.raises(UsageError, match="gen.max_new_tokens must be int"):
+        load_config(cfg)
+
+
+def test_tiny_models_are_not_bundled(tiny_models):
+    assert tiny_models.bundled == ()
+
+
+@pytest.mark.skipif(not bundled_available("bundled-dlm"), reason="bundled weights not installed")
+def test_gen_on_the_bundled_pair_says_so_once_on_stderr_only(monkeypatch, tmp_path):
+    args = ["gen", "--seed", "0", "--max-new-tokens", "8", "def fib(n):"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count(NOTE) == 1 and NOTE not in r.stdout
+    assert r.stdout.startswith("def fib(n):")
+    quiet = CliRunner().invoke(app, [*args, "-q"])
+    assert NOTE not in quiet.stderr and quiet.stdout == r.stdout
+    cfg = tmp_path / "codila-config.toml"  # the file the autouse fixture points CODILA_CONFIG at
+    cfg.write_text("[notices]\nbundled = false\n")
+    silenced = CliRunner().invoke(app, args)
+    assert silenced.exit_code == 0 and NOTE not in silenced.stderr and silenced.stdout == r.stdout
+
+
+def test_models_marks_bundled_models_as_demonstrations():
+    r = CliRunner().invoke(app, ["models", "--json"])
+    rows = json.loads(r.stdout)["models"]
+    assert {row["alias"] for row in rows if row["demonstration"]} == {
+        "bundled-dlm", "bundled-ar", "bundled-infill", "bundled-plan"}
+    text = CliRunner().invoke(app, ["models"]).stdout
+    assert "demonstration" in text and "not a code assistant" in text
+
+
+def _site(tmp_path: Path) -> Path:
+    """A `pip install --target` layout: a package, a single-file module, and a non-permissive one."""
+    site = tmp_path / "site"
+    (site / "pkga").mkdir(parents=True)
+    (site / "pkga" / "__init__.py").write_text('def double(x):\n    """Twice x."""\n    y = x * 2\n    return y\n')
+    (site / "pkga" / "test_skip.py").write_text("def test_x():\n    assert True\n")
+    (site / "onefile.py").write_text('def triple(x):\n    """Three times x."""\n    y = x * 3\n    return y\n')
+    (site / "closed.py").write_text("def secret():\n    return 1\n")
+    for name, lic in (("pkga", "MIT"), ("onefile", "BSD-3-Clause"), ("closed", "Proprietary")):
+        d = site / f"{name}-1.0.dist-info"
+        d.mkdir()
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nLicense-Expression: {lic}\n")
+    return site
+
+
+def test_corpus_reads_packages_and_single_modules_from_a_site_directory(tmp_path):
+    from codila_cli.train.corpus import collect_sources
+
+    site = _site(tmp_path)
+    files, lic = collect_sources({"pkga": ("pkga",), "onefile": ("onefile",), "closed": ("closed",),
+                                  "absent": ("absent",)}, site, stdlib=False)
+    assert sorted(f.relpath for f in files) == ["onefile/onefile.py", "pkga/pkga/__init__.py"]
+    assert lic == {"pkga": {"version": "1.0", "license": "MIT"}, "onefile": {"version": "1.0", "license": "BSD-3-Clause"}}
+
+
+def test_build_corpus_records_the_site_what_it_missed_and_the_prompt_packages(tmp_path):
+    from codila_cli.train.corpus import build_corpus
+
+    site = _site(tmp_path)
+    m = build_corpus(tmp_path / "corpus", data_dir=None, site=site,
+                     packages={"pkga": ("pkga",), "onefile": ("onefile",), "nothere": ("nothere",)})
+    assert m["site"] == str(site) and m["not_read"] == ["nothere"]
+    assert set(m["never_trained_on"]) == {"development prompts", "external held-out prompts"}
+    rows = [json.loads(x) for f in ("train.jsonl", "valid.jsonl") for x in (tmp_path / "corpus" / f).read_text().splitlines()]
+    assert {r["origin"] for r in rows} >= {"pkga", "onefile"}
+
+
+def test_package_prompts_drop_functions_the_corpus_trained_on(tmp_path):
+    from codila_cli.train.corpus import package_prompts
+
+    site = _site(tmp_path)
+    train = tmp_path / "train.jsonl"
+    train.write_text("")
+    both = package_prompts({"pkga": ("pkga",), "onefile": ("onefile",)}, site=site, train_jsonl=train, n=10, prefix="x")
+    assert sorted(p["origin"] for p in both) == ["onefile", "pkga"]
+    assert all(p["prompt"].rstrip().endswith('"""') and p["reference"].strip() for p in both)
+    seen = (site / "onefile.py").read_text() * 3  # long enough for a 20-token window
+    train.write_text(json.dumps({"kind": "function", "text": seen}) + "\n")
+    left = package_prompts({"pkga": ("pkga",), "onefile": ("onefile",)}, site=site, train_jsonl=train, n=10, prefix="x")
+    assert [p["origin"] for p in left] == ["pkga"] and left[0]["id"] == "x/0"
+
+
+def test_shipped_prompt_sets_come_from_packages_outside_the_corpus():
+    from codila_cli.eval.heldout import load_heldout
+    from codila_cli.train.corpus import CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL_PACKAGES
+
+    assert not (set(DEV_PACKAGES) | set(EXTERNAL_PACKAGES)) & set(CORPUS_PACKAGES)
+    assert not set(DEV_PACKAGES) & set(EXTERNAL_PACKAGES)
+    dev, ext = load_heldout(name="dev_ext_prompts.jsonl"), load_heldout(name="heldout_ext_prompts.jsonl")
+    assert len(dev) == 80 and len(ext) == 120
+    assert {p["origin"] for p in dev} == set(DEV_PACKAGES) and {p["origin"] for p in ext} == set(EXTERNAL_PACKAGES)
+    assert not {p["prompt"] for p in dev} & {p["prompt"] for p in ext}
+    for p in dev + ext:
+        assert p["license"] and p["version"] and p["prompt"].endswith("\n")
+        ast.parse(p["prompt"] + p["reference"])  # the original function, cut after its docstring
+
+
+def test_prompt_set_benchmarks_load_with_stop_lines():
+    from codila_cli.decoding.stops import HUMANEVAL
+    from codila_cli.eval.benchmarks import load_tasks
+
+    for name, n in (("dev-ext", 80), ("heldout-ext", 120), ("everyday", 6)):
+        tasks = load_tasks(name)
+        assert len(tasks) == n and all(t.kind == "complete" and t.stop == HUMANEVAL for t in tasks)
+    assert all(not t.test for t in load_tasks("heldout-ext"))
+
+
+SOLUTIONS = {
+    "fib": "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+    "is_prime": "    if n < 2:\n        return False\n    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n",
+    "gcd": "    while b:\n        a, b = b, a % b\n    return a\n",
+    "reverse_string": "    return s[::-1]\n",
+    "flatten": "    return [x for sub in xs for x in sub]\n",
+    "factorial": "    out = 1\n    for i in range(2, n + 1):\n        out *= i\n    return out\n",
+}
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_everyday_tests_pass_a_right_body_and_fail_a_wrong_one(wrong):
+    from codila_cli.eval.benchmarks import load_tasks
+
+    for task in load_tasks("everyday"):
+        body = "    return None\n" if wrong else SOLUTIONS[task.entry_point]
+        r = subprocess.run([sys.executable, "-c", task.program(body)], capture_output=True, timeout=30, check=False)
+        assert (r.returncode != 0) is wrong, (task.task_id, r.stderr[-300:])
