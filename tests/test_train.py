@@ -330,3 +330,27 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     from codila_cli.train.stages import _export_value
 
     assert [_export_value(v) for v in ("4", "1.3", "dual")] == [4, 1.3, "dual"]
+
+
+def test_train_export_decoding_flags_reach_the_export(tmp_path, monkeypatch):
+    """`codila train export --decoding KEY=VALUE` writes the helper's recommendation (checked first)."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+    from codila_cli.train import stages
+    from codila_cli.train.options import export_decoding
+
+    assert export_decoding(["ar_context=96", "ar_repetition_penalty=1.3", "cache=prefix"]) == {
+        "ar_context": 96, "ar_repetition_penalty": 1.3, "cache": "prefix"}
+    assert export_decoding([]) is None
+    seen = {}
+    monkeypatch.setattr(stages, "stage_export", lambda run, **kw: seen.update(kw) or {"bytes": 0})
+    r = CliRunner().invoke(app, ["train", "export", "--run-dir", str(tmp_path), "--decoding", "ar_context=64",
+                                 "--decoding", "candidate_blocks=1"])
+    assert r.exit_code == 0, r.stderr
+    assert seen["ar_decoding"] == {"ar_context": 64, "candidate_blocks": 1}
+    for bad in (["train", "export", "--run-dir", str(tmp_path), "--decoding", "tau=1"],
+                ["train", "export", "--run-dir", str(tmp_path), "--decoding", "ar_context"],
+                ["train", "sft", "--run-dir", str(tmp_path), "--decoding", "ar_context=64"]):
+        r = CliRunner().invoke(app, bad)
+        assert r.exit_code == 2 and "Error:" in r.stderr and "Hint:" in r.stderr, r.stderr

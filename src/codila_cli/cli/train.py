@@ -104,6 +104,7 @@ def _stage(name: str):
                 data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="corpus: benchmark data for decontamination (shared/data).")] = None,
                 site: Annotated[Path | None, typer.Option("--site", help="corpus: read the packages of scripts/corpus-packages.txt from this `pip install --target` directory.")] = None,
                 reuse: Annotated[Path | None, typer.Option("--reuse", help="tokenizer: keep this checkpoint's tokenizer (to continue its weights) instead of training one.")] = None,
+                decoding: Annotated[list[str] | None, typer.Option("--decoding", help="export: KEY=VALUE for the helper's recommended codila_decoding (repeatable), e.g. ar_context=96.")] = None,
                 init: Annotated[Path | None, typer.Option("--init", help="sft, tasks: start from this Dream checkpoint directory.")] = None,
                 shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
                 frontier: Annotated[float | None, typer.Option("--frontier", help="sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
@@ -111,15 +112,17 @@ def _stage(name: str):
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
         from codila_cli.train import stages
-        from codila_cli.train.options import MODEL_STAGES, check_run_dir, check_stage_paths, stage_options
+        from codila_cli.train.options import MODEL_STAGES, check_run_dir, check_stage_paths, export_decoding, stage_options
 
         if steps < 1:
             raise UsageError("--steps must be >= 1", hint="e.g. --steps 200")
         check_stage_paths(name, site=site, reuse=reuse)
+        if decoding and name != "export":
+            raise UsageError("--decoding applies to the export stage only", hint="drop --decoding for this stage")
         if name == "corpus":
             out = stages.stage_corpus(run_dir, data_dir=data_dir, site=site)
         elif name == "export":
-            out = stages.stage_export(run_dir)
+            out = stages.stage_export(run_dir, ar_decoding=export_decoding(decoding or []))
         else:
             extra = stage_options(name, shape=shape, init=init, frontier=frontier, batch=batch, lr=lr) \
                 if name in MODEL_STAGES else {}

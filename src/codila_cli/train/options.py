@@ -74,3 +74,20 @@ def check_stage_paths(stage: str, *, site: Path | None, reuse: Path | None) -> N
         if missing:
             raise UsageError(f"--reuse {reuse} has no {' or '.join(missing)}",
                              hint="point at a checkpoint directory, e.g. the bundled DLM (codila models)")
+
+
+def export_decoding(pairs: list[str]) -> dict[str, int | float | str] | None:
+    """``--decoding KEY=VALUE`` of ``codila train export``: an int, a float (with a dot) or text, each a
+    setting the helper may recommend (runtime.recommendable); None when none is given."""
+    from codila_cli.runtime import recommendable
+    from codila_cli.train.stages import _export_value
+
+    out: dict[str, int | float | str] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        value = _export_value(text)
+        if not eq or not key or not recommendable(key, value):
+            raise UsageError(f"--decoding {pair!r} is not a recommendable CoDiLA setting",
+                             hint="e.g. --decoding ar_context=96 --decoding ar_repetition_penalty=1.3 (docs/codila.md)")
+        out[key] = value
+    return out or None
