@@ -69,3 +69,38 @@ def test_verbose_and_config_show_name_the_model_as_the_source(dream_with_default
     show = CliRunner().invoke(app, ["config", "show", "--json"])
     rows = {r["key"]: r for r in json.loads(show.stdout)["settings"]}
     assert rows["gen.alg"]["value"] == "maskgit_plus" and "generation_config.json" in rows["gen.alg"]["source"]
+
+
+def test_infill_and_plan_start_from_the_dlms_generation_config(tiny, tmp_path):
+    """Issue 27: a checkpoint's generation_config.json is infill's and plan's default sampling too
+    (alg, temperature, top_p, top_k); a flag wins; --json names where each value came from."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    dlm = tmp_path / "dlm"
+    shutil.copytree(tiny["dlm"], dlm)
+    (dlm / "generation_config.json").write_text(json.dumps(
+        {"alg": "maskgit_plus", "temperature": 0.7, "top_p": 0.9, "top_k": 20, "steps": 3}))
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    # codila: fill\n    return x\n")
+    base = ["infill", str(src), "--dlm", str(dlm), "--seed", "0", "--json", "--max-middle-tokens", "8"]
+    doc = json.loads(CliRunner().invoke(app, base).stdout)
+    assert (doc["settings"]["alg"], doc["settings"]["temperature"], doc["settings"]["top_p"], doc["settings"]["top_k"]) \
+        == ("maskgit_plus", 0.7, 0.9, 20)
+    assert doc["settings_sources"] == {"temperature": "generation_config.json", "top_p": "generation_config.json",
+                                       "top_k": "generation_config.json", "alg": "generation_config.json"}
+    doc = json.loads(CliRunner().invoke(app, [*base, "--temperature", "0", "--top-p", "0.5"]).stdout)
+    assert doc["settings"]["temperature"] == 0.0 and doc["settings"]["top_p"] == 0.5
+    assert doc["settings_sources"]["temperature"] == "flag" and doc["settings_sources"]["alg"] == "generation_config.json"
+    (dlm / "generation_config.json").write_text(json.dumps({"alg": "origin", "do_sample": False}))
+    doc = json.loads(CliRunner().invoke(app, base).stdout)  # origin has no infill sampler: the default stays
+    assert doc["settings"]["alg"] == "entropy" and doc["settings_sources"]["alg"] == "default"
+    assert doc["settings"]["temperature"] == 0.0 and doc["settings_sources"]["temperature"] == "generation_config.json"
+    (dlm / "generation_config.json").write_text(json.dumps({"temperature": 0.4}))
+    r = CliRunner().invoke(app, ["plan", "--dlm", str(dlm), "--seed", "0", "--json", "def add(a, b):"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["settings"]["temperature"] == 0.4

@@ -33,8 +33,8 @@ def infill(
     max_middle_tokens: Annotated[int, typer.Option(help="Longest middle the model may write.")] = 64,
     expand_budget: Annotated[int | None, typer.Option("--expand-budget", help="Most <|expand|> steps (one mask becomes two). [default: --max-middle-tokens, as DreamOn's evaluation generator]", show_default=False)] = None,
     steps: Annotated[int | None, typer.Option(help="Cap on DLM forwards. [default: 4 x max-middle-tokens]")] = None,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
-    top_p: Annotated[float | None, typer.Option(help="Nucleus filter.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (0 = argmax). [default: the DLM's generation_config.json, else 0]", show_default=False)] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus filter. [default: the DLM's generation_config.json, else none]", show_default=False)] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -50,6 +50,7 @@ def infill(
     """
     from codila_cli.decoding.config import InfillConfig, SamplingConfig
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
+    from codila_cli.models.generation import task_sampling
     from codila_cli.report import note_bundled
     from codila_cli.runtime import default_ar, default_infill_dlm, load_models
     from codila_cli.ui import terminal
@@ -66,14 +67,15 @@ def infill(
     src = read_source(file)
     region = find_region(src, line=line, lines_range=lines)
     codila = decoder == InfillDecoder.codila
+    own_dlm, dlm = dlm is not None, dlm or default_infill_dlm()
+    samp, sources = task_sampling(dlm, temperature=temperature, top_p=top_p)  # flag > generation_config > default
     cfg = InfillConfig(initial_masks=initial_masks, max_middle_tokens=max_middle_tokens, steps=steps,
-                       expand_budget=expand_budget,
-                       sampling=SamplingConfig(temperature=temperature, top_p=top_p), block_size=block_size,
-                       tau=tau if codila else None)
-    ar_name = (ar or (default_ar() if dlm is None else None)) if codila else None
+                       expand_budget=expand_budget, alg=samp["alg"], block_size=block_size, tau=tau if codila else None,
+                       sampling=SamplingConfig(temperature=samp["temperature"], top_p=samp["top_p"], top_k=samp["top_k"]))
+    ar_name = (ar or (default_ar() if not own_dlm else None)) if codila else None
     if codila and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
-    models = load_models(dlm=dlm or default_infill_dlm(), ar=ar_name, device=device, dtype=dtype)
+    models = load_models(dlm=dlm, ar=ar_name, device=device, dtype=dtype)
     note_bundled(models, quiet=quiet)
     out = _run(models, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))
@@ -86,7 +88,7 @@ def infill(
     if json_out:
         import json
 
-        sys.stdout.write(json.dumps(_document(name, region, out, cfg, models), ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(_document(name, region, out, cfg, models, sources), ensure_ascii=False) + "\n")
     elif diff:
         sys.stdout.write(unified_diff(src, disk_bytes(src, region, out.middle), name.lstrip("/")))
     elif not in_place:
@@ -114,11 +116,13 @@ def _run(models: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, inst
         return run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction, on_step=view)
 
 
-def _document(name: str, region: Any, out: Any, cfg: Any, models: Any) -> dict:
+def _document(name: str, region: Any, out: Any, cfg: Any, models: Any, sources: dict[str, str]) -> dict:
     return {"schema_version": 1, "command": "infill", "file": name,
             "region": {"how": region.how, "start_line": region.start + 1, "end_line": region.end},
             "middle": out.middle, "text": out.new_text, "seed": out.seed, "models": models.describe(),
-            "settings": {**{k: v for k, v in cfg.__dict__.items() if k != "sampling"}, "expand_budget": cfg.budget},
+            "settings": {**{k: v for k, v in cfg.__dict__.items() if k != "sampling"}, "expand_budget": cfg.budget,
+                         **{k: getattr(cfg.sampling, k) for k in ("temperature", "top_p", "top_k")}},
+            "settings_sources": sources,
             "syntax": out.syntax_after.to_dict(), "syntax_before": out.syntax_before.to_dict(),
             "introduced_errors": out.introduced_errors, "context": out.context_cut, "metrics": out.metrics}
 

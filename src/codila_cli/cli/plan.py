@@ -25,7 +25,7 @@ def plan(
     min_unit_tokens: Annotated[int, typer.Option(help="No unit may end (end-of-text) before this many tokens.")] = 8,
     max_units: Annotated[int, typer.Option(help="Entry slots in the contract template.")] = 4,
     dlm: dlm_option("[default: bundled-plan, else bundled-dlm]", envvar="CODILA_PLAN_MODEL") = None,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = argmax).")] = 0.0,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (0 = argmax). [default: the DLM's generation_config.json, else 0]", show_default=False)] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -37,6 +37,7 @@ def plan(
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, read_contract
     from codila_cli.decoding.config import PlanConfig, SamplingConfig
+    from codila_cli.models.generation import task_sampling
     from codila_cli.models.registry import default_plan_dlm
     from codila_cli.prompts import read_prompt
     from codila_cli.report import note_bundled
@@ -49,11 +50,13 @@ def plan(
     names = parse_defines(defines)
     if contract_file is not None and names:
         raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
+    dlm = dlm or default_plan_dlm()
+    samp, _ = task_sampling(dlm, temperature=temperature, top_p=None)  # flag > generation_config.json > default
     cfg = PlanConfig(max_units=max_units, contract_schedule=contract_schedule, pad_scale=pad_scale,
                      min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, defines=names,
-                     sampling=SamplingConfig(temperature=temperature))
+                     sampling=SamplingConfig(temperature=samp["temperature"], top_p=samp["top_p"], top_k=samp["top_k"]))
     user_contract = read_contract(contract_file) if contract_file is not None else None
-    models = load_models(dlm=dlm or default_plan_dlm(), ar=None, device=device, dtype=dtype)
+    models = load_models(dlm=dlm, ar=None, device=device, dtype=dtype)
     note_bundled(models, quiet=quiet)
     out = _run(models, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))
     if not quiet:
@@ -66,7 +69,8 @@ def plan(
 
         doc = {"schema_version": 1, "command": "plan", **{k: v for k, v in out.items() if k != "syntax"},
                "syntax": out["syntax"].to_dict(), "models": models.describe(),
-               "settings": {k: v for k, v in cfg.__dict__.items() if k != "sampling"}}
+               "settings": {**{k: v for k, v in cfg.__dict__.items() if k != "sampling"},
+                            **{k: getattr(cfg.sampling, k) for k in ("temperature", "top_p", "top_k")}}}
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(out["text"])

@@ -64,3 +64,23 @@ def dlm_generation_defaults(name: str) -> dict[str, Any]:
         return generation_defaults(resolve_local_dir(resolve_spec(name, kind="dlm")))[0]
     except CodilaError:
         return {}
+
+
+def task_sampling(name: str, *, temperature: float | None, top_p: float | None,
+                  algs: tuple[str, ...] = ("maskgit_plus", "topk_margin", "entropy")) -> tuple[dict[str, Any], dict[str, str]]:
+    """``codila infill`` / ``plan``'s sampling: each of temperature, top_p, top_k and alg from the flag
+    when given, else the DLM's generation_config.json, else the built-in default (greedy, no filter,
+    entropy); returns (values, where each came from: "flag", "generation_config.json" or "default").
+    An alg the task's sampler lacks (``origin`` for infill) is left at the default."""
+    own = dlm_generation_defaults(name)
+    built_in = {"temperature": 0.0, "top_p": None, "top_k": None, "alg": "entropy"}
+    given = {"temperature": temperature, "top_p": top_p}
+    values, sources = {}, {}
+    for key, default in built_in.items():
+        if given.get(key) is not None:
+            values[key], sources[key] = given[key], "flag"
+        elif key in own and (key != "alg" or own[key] in algs):
+            values[key], sources[key] = own[key], "generation_config.json"
+        else:
+            values[key], sources[key] = default, "default"
+    return values, sources
