@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -81,8 +82,8 @@ def main() -> None:
         res: dict = {"dlm": dlm, "ar": ar, "default_setting": rec, "bytes": _size(dlm) + _size(ar)}
         if not args.skip_quality:
             models = load_models(dlm=dlm, ar=ar, device="cpu", dtype="auto")
-            k8 = rec.replace("B=4", "B=8") if "B=4" in rec else rec + ",B=8"
-            labels = [rec, k8, "dream:K=8"]
+            k8 = re.sub(r"B=\d+", "B=8", rec)
+            labels = list(dict.fromkeys([rec, k8, "dream:K=8"]))  # the default may be K = B = 8 itself
             settings = [parse_setting(s, max_new_tokens=args.max_new_tokens) for s in labels]
             rows = run_eval(models, load_tasks(args.benchmark), settings, seed=0)
             res["quality"] = {s["setting"]: s for s in summarize(rows)}

@@ -82,8 +82,17 @@ def test_alignment_lowers_the_validation_loss_and_writes_a_helper_that_decodes(p
 def test_gen_warns_when_the_helper_was_aligned_to_another_dlm(pair, tmp_path):
     out = tmp_path / "helper"
     assert _align(pair, out, steps=1).exit_code == 0
+    copy = tmp_path / "copied-dlm"  # a copy has the same weights (fingerprint): the same model, no warning
+    shutil.copytree(pair["dlm"], copy)
+    g = CliRunner().invoke(app, ["gen", "--dlm", str(copy), "--ar", str(out), "--max-new-tokens", "4", "t1"])
+    assert g.exit_code == 0 and "Warning" not in g.stderr, g.stderr
     other = tmp_path / "other-dlm"
     shutil.copytree(pair["dlm"], other)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(other / "model.safetensors")
+    weights = {k: v * 1.5 for k, v in weights.items()}
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
     g = CliRunner().invoke(app, ["gen", "--dlm", str(other), "--ar", str(out), "--max-new-tokens", "4", "t1"])
     assert g.exit_code == 0, g.stderr
     assert "Warning: the AR helper" in g.stderr and str(pair["dlm"].resolve()) in g.stderr

@@ -354,3 +354,42 @@ def test_train_export_decoding_flags_reach_the_export(tmp_path, monkeypatch):
                 ["train", "sft", "--run-dir", str(tmp_path), "--decoding", "ar_context=64"]):
         r = CliRunner().invoke(app, bad)
         assert r.exit_code == 2 and "Error:" in r.stderr and "Hint:" in r.stderr, r.stderr
+
+
+def test_export_re_records_the_pair_so_gen_does_not_warn(tiny, tmp_path):
+    """A helper aligned to RUN/sft/final records that directory; exported together, the pair moves, and
+    the helper then records the exported DLM (same weights: same fingerprint), so no mismatch warning;
+    a DLM with other weights still gets one."""
+    import shutil
+
+    from codila_cli.models.cache import fingerprint, helper_mismatch, identity, same_model
+    from codila_cli.models.registry import resolve_spec
+    from codila_cli.runtime import load_models
+    from codila_cli.train.stages import stage_export
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny["dlm"], run / "sft" / "final")
+    shutil.copytree(tiny["ar"], run / "align" / "final")
+    cfg_file = run / "align" / "final" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    dlm_dir = run / "sft" / "final"
+    cfg["codila_training"] = {"dlm": identity(resolve_spec(str(dlm_dir), kind="dlm"), dlm_dir)}
+    cfg_file.write_text(json.dumps(cfg))
+    assert fingerprint(dlm_dir) == fingerprint(tiny["dlm"]) and fingerprint(tmp_path) is None
+    stage_export(run, target=tmp_path / "pkg")
+    rec = json.loads((tmp_path / "pkg" / "ar" / "config.json").read_text())["codila_training"]["dlm"]
+    assert rec["name"] == "bundled-dlm" and rec["fingerprint"] == fingerprint(tmp_path / "pkg" / "dlm")
+    assert rec["exported_from"]["path"] == str(dlm_dir.resolve())
+    models = load_models(dlm=str(tmp_path / "pkg" / "dlm"), ar=str(tmp_path / "pkg" / "ar"), device="cpu", dtype="float32")
+    assert helper_mismatch(models) is None
+    other = tmp_path / "other"
+    shutil.copytree(tiny["dlm"], other)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(other / "model.safetensors")
+    name = next(iter(weights))
+    weights[name] = weights[name] + 1
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    assert not same_model(rec, identity(resolve_spec(str(other), kind="dlm"), other))
+    moved = load_models(dlm=str(other), ar=str(tmp_path / "pkg" / "ar"), device="cpu", dtype="float32")
+    assert "was aligned to" in helper_mismatch(moved)

@@ -82,17 +82,42 @@ def _check_dir(path: Path, spec: ModelSpec) -> None:
         )
 
 
+def fingerprint(path: Path) -> str | None:
+    """A cheap content fingerprint of a checkpoint directory's weights: SHA-256 over each
+    ``*.safetensors`` file's name, size and 17 evenly spaced 64 KiB samples (about 1 MiB read per file,
+    however large), so a copied or moved checkpoint keeps its identity. None without weight files."""
+    import hashlib
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        h.update(f.name.encode() + size.to_bytes(8, "little"))
+        with open(f, "rb") as fh:
+            for k in range(17):
+                fh.seek(size * k // 17)
+                h.update(fh.read(65536))
+    return h.hexdigest()
+
+
 def identity(spec: ModelSpec, path: Path) -> dict:
     """How a trained helper records a model (``codila_training.dlm``): its spec, repository and the
-    snapshot's commit when it came from the hub cache, and the resolved directory."""
+    snapshot's commit when it came from the hub cache, the resolved directory, and the weights'
+    :func:`fingerprint`."""
     revision = spec.revision
     if spec.repo_id and path.parent.name == "snapshots":
         revision = path.name
-    return {"name": spec.name, "repo_id": spec.repo_id, "revision": revision, "path": str(path.resolve())}
+    return {"name": spec.name, "repo_id": spec.repo_id, "revision": revision, "path": str(path.resolve()),
+            "fingerprint": fingerprint(path)}
 
 
 def same_model(recorded: dict, current: dict) -> bool:
-    """The same repository (and revision, when both are known), else the same directory."""
+    """The same weights when both sides have a fingerprint (a copied or moved checkpoint is the same
+    model), else the same repository (and revision, when both are known), else the same directory."""
+    if recorded.get("fingerprint") and current.get("fingerprint"):
+        return recorded["fingerprint"] == current["fingerprint"]
     if recorded.get("repo_id") and current.get("repo_id"):
         rev = recorded.get("revision")
         return recorded["repo_id"] == current["repo_id"] and (rev is None or rev == current.get("revision"))

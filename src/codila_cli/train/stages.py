@@ -452,12 +452,29 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
         for f in src.iterdir():  # the files only: an aligned helper's training/ state stays behind
             if f.is_file():
                 shutil.copy2(f, dst / f.name)
+    cfg_file = target / "ar" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
     if ar_decoding:
-        cfg_file = target / "ar" / "config.json"
-        cfg = json.loads(cfg_file.read_text())
         cfg["codila_decoding"] = dict(ar_decoding)
-        cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    _rerecord_pair(cfg, pairs["dlm"], target / "dlm")
+    cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return {"bytes": total, "target": str(target)}
+
+
+def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
+    """The exported pair moves into the package: when the helper records (``codila_train align``) that it
+    was aligned to the DLM being exported with it, record that DLM as it now is, ``bundled-dlm`` at its
+    new place (same weights, same fingerprint), so `codila gen` does not warn about a mismatch."""
+    from codila_cli.models.cache import identity, same_model
+    from codila_cli.models.registry import resolve_spec
+
+    recorded = (ar_config.get("codila_training") or {}).get("dlm")
+    if not isinstance(recorded, dict):
+        return
+    src = identity(resolve_spec(str(dlm_src), kind="dlm"), dlm_src)
+    if same_model(recorded, src) or recorded.get("path") == src["path"]:
+        ar_config["codila_training"]["dlm"] = {**identity(resolve_spec(str(dlm_dst), kind="dlm"), dlm_dst),
+                                               "name": "bundled-dlm", "path": None, "exported_from": recorded}
 
 
 def stage_args(stage: str, args: list[str]) -> dict:
