@@ -82,8 +82,10 @@ def run_fast_dllm(case: dict) -> tuple[list[int], int]:
     s = case["settings"]
     ids = case["input_ids"][0]
     block = s.get("block_length") or s["max_new_tokens"] // s["steps"]  # no cache: the quota L / steps
+    entropy = s["steps"] if s["alg"] == "entropy" else None  # group block_entropy: the cached entropy mode
     cfg = ThresholdConfig(max_new_tokens=s["max_new_tokens"], block_length=block, threshold=s["threshold"],
-                          sampling=_sampling(s), early_stop=False, cache=case["cache"], convention="fast-dllm")
+                          sampling=_sampling(s), early_stop=False, cache=case["cache"], convention="fast-dllm",
+                          entropy_steps=entropy)
     torch.manual_seed(case["seed"])
     res = decode_threshold(_dlm(case["checkpoint"], case["dtype"]), ids, config=cfg,
                            generator=torch.Generator().manual_seed(case["seed"]))
@@ -125,8 +127,7 @@ def main() -> None:
         rows = range(len(case["input_ids"])) if case["attention_mask"] is not None else [0]
         out[case["id"]] = [run_dream(case, r) for r in rows]
     for case in FAST:
-        if case["group"] != "block_entropy":
-            out[case["id"]] = [run_fast_dllm(case)]
+        out[case["id"]] = [run_fast_dllm(case)]
     for case in DREAMON:
         out[case["id"]] = [run_dreamon(case)]
     print(json.dumps(out))

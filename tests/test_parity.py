@@ -71,7 +71,7 @@ def test_dream_padded_batches_match_row_by_row_where_the_official_rows_do(case, 
 
 
 @needs_shared
-@pytest.mark.parametrize("case", [c for c in _fp32(FAST) if c["group"] != "block_entropy"],
+@pytest.mark.parametrize("case", _fp32(FAST),
                          ids=lambda c: f"{c['id']}-{c['group']}-{c['cache']}")
 def test_fast_dllm_threshold_decoding_matches_the_official_loop(case, results):
     (ids, forwards), = results[case["id"]]
@@ -168,3 +168,25 @@ def test_codila_infill_on_the_command_line_reproduces_a_golden_middle(tmp_path):
     assert doc["metrics"]["dlm_forwards"] == forwards
     # the fill replaces the marker's whole line, so codila ends it with the line's newline
     assert doc["middle"] == dlm.tokenizer.decode(want, skip_special_tokens=True) + "\n"
+
+
+def test_the_cached_entropy_mode_is_reachable_and_checked(tiny):
+    """`--entropy-steps` / eval key `esteps`: Fast-dLLM's cached entropy mode (group block_entropy above);
+    without the fast-dllm convention and a cache, or with steps that do not divide into the blocks, it
+    is a usage error (exit 2), not a silent fallback."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+    from codila_cli.eval.settings import parse_setting
+
+    cfg = parse_setting("threshold:0.9,conv=fast-dllm,cache=prefix,block=8,esteps=8", max_new_tokens=32).config
+    assert cfg.entropy_steps == 8 and cfg.cache == "prefix"
+    base = ["gen", "--dlm", str(tiny["dlm"]), "--decoder", "threshold", "--max-new-tokens", "16", "--block-length", "8",
+            "--seed", "0", "--json", "--no-early-stop", "t1 t2"]
+    ok = CliRunner().invoke(app, [*base, "--threshold-convention", "fast-dllm", "--cache", "dual", "--entropy-steps", "4"])
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["metrics"]["dlm_forwards"] == 4  # 2 blocks × (1 full + 1 cached)
+    for bad in (["--entropy-steps", "4"], ["--threshold-convention", "fast-dllm", "--entropy-steps", "4"],
+                ["--threshold-convention", "fast-dllm", "--cache", "prefix", "--entropy-steps", "3"]):
+        r = CliRunner().invoke(app, [*base, *bad])
+        assert r.exit_code == 2 and "Error:" in r.stderr, r.stderr

@@ -81,7 +81,7 @@ class Layers:
 def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, ar: str | None,
                 alg_temp: float | None = None, ar_verify: bool = False, verify_penalty: float = 0.5,
                 stop: tuple[str, ...] = (), early_stop: bool = True, exact_steps: bool = False,
-                convention: str = "codila") -> GenRequest:
+                convention: str = "codila", entropy_steps: int | None = None) -> GenRequest:
     """``flags`` holds the layered options by GEN_DEFAULTS key (None = not given); ``dlm``/``ar`` the
     ``--dlm``/``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
     from codila_cli.decoding.config import SamplingConfig
@@ -120,7 +120,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     try:
         configs = _configs(opt, chosen, sampling, alg_name, ar_temperature, alg_temp=alg_temp, ar_verify=ar_verify,
                            verify_penalty=verify_penalty, stop=stop, early_stop=early_stop, exact_steps=exact_steps,
-                           convention=convention)
+                           convention=convention, entropy_steps=entropy_steps)
     except ValueError as exc:
         raise _where(str(exc), opt) from None
     if chosen != "dream" and opt.lookup("tokens_per_step")[1] in ("flag", "env"):
@@ -146,7 +146,7 @@ def _where(message: str, opt: Layers) -> UsageError:
 
 def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperature: float, *, alg_temp: float | None,
              ar_verify: bool, verify_penalty: float, stop: tuple[str, ...], early_stop: bool, exact_steps: bool,
-             convention: str) -> dict[str, Any]:
+             convention: str, entropy_steps: int | None = None) -> dict[str, Any]:
     """Every decoder's config, so a bad value is an error whichever decoder runs."""
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
 
@@ -155,7 +155,7 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperat
         "dream": DreamConfig(steps=opt("steps"), tokens_per_step=opt("tokens_per_step"), alg=alg_name,
                              alg_temp=alg_temp, exact_steps=exact_steps, **common),
         "threshold": ThresholdConfig(block_length=opt("block_length"), threshold=opt("threshold"),
-                                     cache=opt("cache"), convention=convention, **common),
+                                     cache=opt("cache"), convention=convention, entropy_steps=entropy_steps, **common),
         "codila": CodilaConfig(block_size=opt("block_size"), tau=opt("tau"), candidate_blocks=opt("candidate_blocks"),
                                parallel_blocks=opt("parallel_blocks"), conditioning=opt("conditioning"),
                                ar_temperature=ar_temperature, ar_context=opt("ar_context"),

@@ -60,6 +60,7 @@ def gen(
     block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help="threshold: block length. [default: 32]")] = None,
     threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help="threshold: commit every slot with p >= this. [default: 0.9]")] = None,
     threshold_convention: Annotated[str, typer.Option("--threshold-convention", help="threshold: codila, or fast-dllm (the reference code's rules, token for token; docs/decoders.md, Parity).")] = "codila",
+    entropy_steps: Annotated[int | None, typer.Option("--entropy-steps", help="threshold, fast-dllm convention with --cache prefix|dual: Fast-dLLM's cached entropy mode with this many forwards (a multiple of the blocks) instead of the threshold.")] = None,
     block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: the helper's recommendation, else 4]")] = None,
     tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
     candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
@@ -122,7 +123,8 @@ def gen(
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = resolve_gen(layered, user=user, dlm=dlm, ar=ar, alg_temp=alg_temp, ar_verify=ar_verify,
                       verify_penalty=verify_penalty, stop=tuple(stop or ()), early_stop=not no_early_stop,
-                      exact_steps=exact_steps, convention=threshold_convention)
+                      exact_steps=exact_steps, convention=threshold_convention,
+                      entropy_steps=entropy_steps)
     models = load_models(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model)
     note_bundled(models, quiet=quiet, user=user)
     err = terminal.stderr_console(color.value)

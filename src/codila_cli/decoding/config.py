@@ -87,6 +87,7 @@ class ThresholdConfig:
     stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
     cache: str = "none"
     convention: str = "codila"  # or "fast-dllm": the reference code's rules (decoding/threshold.py)
+    entropy_steps: int | None = None  # fast-dllm with a cache: its cached entropy mode, this many forwards in all
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -101,6 +102,15 @@ class ThresholdConfig:
                              "--block-length (its quota of slots per step)")
         if not (0.0 < self.threshold <= 1.0):
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.entropy_steps is not None:
+            _check_positive("entropy-steps", self.entropy_steps)
+            blocks = -(-self.max_new_tokens // self.block_length)
+            if self.convention != "fast-dllm" or self.cache == "none":
+                raise ValueError("entropy steps are Fast-dLLM's cached entropy mode: they need the fast-dllm "
+                                 "convention and a cache (prefix or dual)")
+            if self.entropy_steps % blocks:
+                raise ValueError(f"entropy steps ({self.entropy_steps}) must be a multiple of the number of "
+                                 f"blocks ({blocks})")
 
 
 @dataclass(frozen=True)

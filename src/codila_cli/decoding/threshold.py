@@ -102,6 +102,11 @@ def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
         full = cache.refresh(c.x, P, P + L, rows=(0, P + L))[0]  # every position is sampled
         _, x0, _ = sample_scored(full, s, generator, "maskgit_plus")
         c.commit(torch.tensor([start]), x0[P + start : P + start + 1], source="dlm", block=(start, end))
+        if config.entropy_steps is not None:
+            _entropy_block(c, cache, config, start, end, generator)
+            if c.done(early_stop=config.early_stop):
+                return c.result()
+            continue
         while bool(c.masked()[start:end].any()):
             if c.done(early_stop=config.early_stop):
                 return c.result()
@@ -116,3 +121,32 @@ def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
         if c.done(early_stop=config.early_stop):
             return c.result()
     return c.result()
+
+
+def _entropy_block(c, cache, config: ThresholdConfig, start: int, end: int, generator) -> None:
+    """Fast-dLLM's cached entropy mode for one block, after its first full forward: forwards i = 1, 2, …
+    over the cached slice (shifted inside it); each ranks the block's masked slots by −H and reveals
+    n = ⌊masked·(1 − t_{i+1}/t_i)⌋ of them (all at i = S − 1), with t = linspace(1, 10⁻³, S + 1) in fp32
+    and S = entropy_steps / blocks; the ranking row spans the slice with −inf outside the block's masked
+    slots (the reference's layout, so ties fall the same way). At i = S the forward runs and the block ends."""
+    L, P, s = config.max_new_tokens, c.prompt_len, config.sampling
+    per = config.entropy_steps // -(-L // config.block_length)
+    ts = torch.linspace(1, 1e-3, per + 1)
+    hi = L if config.cache == "prefix" else end
+    i = 1
+    while True:
+        logits = cache.logits(c.x, P + start, P + end, rows=(P + start, P + hi), fast_dllm=True)[0]
+        if i == per:
+            return
+        idx = c.masked()[start:end].nonzero().flatten()
+        _, x0, conf = sample_scored(logits[idx], s, generator, "entropy")
+        n = int(torch.tensor(float(len(idx))) * (1 - ts[i + 1] / ts[i])) if i < per - 1 else len(idx)
+        if n > 0:
+            row = torch.full((hi - start,), float("-inf"))
+            row[idx] = conf.float()
+            where = torch.topk(row, n).indices
+            slots = torch.searchsorted(idx, where)
+            c.commit(start + idx[slots], x0[slots], source="dlm", block=(start, end))
+        i += 1
+        if not bool(c.masked()[start:end].any()):
+            return

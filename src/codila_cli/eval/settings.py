@@ -2,7 +2,7 @@
 
 Grammar: ``DECODER[:ARGS]`` with ARGS a comma list of ``key=value`` (or a bare number for threshold).
 Infill: ``dreamon:K=1``, ``dreamon:tau=0.5`` (CoDiLA on DreamOn marginals), keys K/n0/max/tau/B/exp (expand budget).
-Keys: dream K/steps/alg; threshold t (threshold)/block/cache/conv (codila or fast-dllm); codila B/tau/W/P (parallel blocks)/cond/verify/cache/cb (cache window, blocks)/ctx (AR left context)/arT (AR temperature)/rp (AR repetition penalty).
+Keys: dream K/steps/alg; threshold t (threshold)/block/cache/conv (codila or fast-dllm)/esteps (Fast-dLLM's cached entropy mode); codila B/tau/W/P (parallel blocks)/cond/verify/cache/cb (cache window, blocks)/ctx (AR left context)/arT (AR temperature)/rp (AR repetition penalty).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Setting:
 
 KEYS: dict[str, tuple[str, ...]] = {  # the keys each decoder takes, in the order the docs list them
     "dream": ("K", "steps", "alg"),
-    "threshold": ("t", "block", "cache", "conv"),
+    "threshold": ("t", "block", "cache", "conv", "esteps"),
     "codila": ("B", "tau", "W", "P", "cond", "verify", "cache", "cb", "ctx", "arT", "rp"),
     "dreamon": ("K", "n0", "max", "tau", "B", "exp"),
 }
@@ -94,7 +94,8 @@ def _config(name: str, kv: dict[str, str], num: Any, max_new_tokens: int, sampli
                                **common)
     elif name == "threshold":
         cfg = ThresholdConfig(threshold=num("t", float, 0.9), block_length=num("block", int, 32),
-                              cache=kv.get("cache", "none"), convention=kv.get("conv", "codila"), **common)
+                              cache=kv.get("cache", "none"), convention=kv.get("conv", "codila"),
+                              entropy_steps=num("esteps", int), **common)
     elif name == "codila":
         if kv.get("verify", "0") not in ("0", "1"):
             raise ValueError(f"verify must be 0 or 1, got {kv['verify']!r}")
