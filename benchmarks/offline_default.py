@@ -46,11 +46,11 @@ def _pair(text: str) -> tuple[str, str, str]:
     return name, dlm, ar
 
 
-def _size(spec: str) -> int:
+def _size(spec: str, kind: str) -> int:
     from codila_cli.models.cache import resolve_local_dir
     from codila_cli.models.registry import resolve_spec
 
-    path = resolve_local_dir(resolve_spec(spec, kind="dlm"))
+    path = resolve_local_dir(resolve_spec(spec, kind=kind))
     return sum(f.stat().st_size for f in Path(path).iterdir() if f.is_file())
 
 
@@ -79,7 +79,7 @@ def main() -> None:
     out: dict = {"benchmark": args.benchmark, "max_new_tokens": args.max_new_tokens, "pairs": {}}
     for name, dlm, ar in pairs:
         rec = recommended_label(recommended_decoding(ar))
-        res: dict = {"dlm": dlm, "ar": ar, "default_setting": rec, "bytes": _size(dlm) + _size(ar)}
+        res: dict = {"dlm": dlm, "ar": ar, "default_setting": rec, "bytes": _size(dlm, "dlm") + _size(ar, "ar")}
         if not args.skip_quality:
             models = load_models(dlm=dlm, ar=ar, device="cpu", dtype="auto")
             k8 = re.sub(r"B=\d+", "B=8", rec)

@@ -472,7 +472,7 @@ def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
     if not isinstance(recorded, dict):
         return
     src = identity(resolve_spec(str(dlm_src), kind="dlm"), dlm_src)
-    if same_model(recorded, src) or recorded.get("path") == src["path"]:
+    if same_model(recorded, src):  # by fingerprint, else by directory (a record made before fingerprints)
         ar_config["codila_training"]["dlm"] = {**identity(resolve_spec(str(dlm_dst), kind="dlm"), dlm_dst),
                                                "name": "bundled-dlm", "path": None, "exported_from": recorded}
 
