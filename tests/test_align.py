@@ -148,6 +148,59 @@ def test_the_loss_never_depends_on_the_chunk_size(pair, monkeypatch):
     assert abs(values[0][0] - values[1][0]) < 1e-5 and torch.allclose(values[0][1], values[1][1], atol=1e-6)
 
 
+def test_a_run_reading_the_marginals_cache_skips_the_dlm_and_gives_the_writing_runs_parameters(
+        pair, tmp_path, monkeypatch):
+    import codila_cli.train.align.trainer as trainer
+
+    cache = tmp_path / "marginals"
+    flags = ("--marginals-cache", str(cache), "--marginals-top-k", "5", "--frontier", "0.1", "--context", "8")
+    assert _align(pair, tmp_path / "a", *flags, steps=3).exit_code == 0  # steps 0, 1 frontier, 2 not
+    assert [row["dlm_forwards"] for row in _log(tmp_path / "a")] == [1, 1, 1]
+    (key_dir,) = cache.iterdir()
+    assert json.loads((key_dir / "key.json").read_text())["top_k"] == 5 and len(list(key_dir.rglob("*.npz"))) == 3 * 4
+
+    def no_dlm(*a, **k):
+        raise AssertionError("the DLM ran although the cache holds these rows")
+
+    monkeypatch.setattr(trainer, "block_topk", no_dlm)
+    r = _align(pair, tmp_path / "b", *flags, "--grad-accum", "2", steps=3)  # other micro-batches: the same rows
+    assert r.exit_code == 0, r.stderr
+    assert [row["dlm_forwards"] for row in _log(tmp_path / "b")] == [0, 0, 0]
+    a = torch.load(tmp_path / "a" / "training" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "b" / "training" / "ckpt.pt", weights_only=True)["model"]
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    r = _align(pair, tmp_path / "c", *flags, "--lr", "1e-3", "--context", "4", "--weighting", "mean", steps=2)
+    assert r.exit_code == 0, r.stderr  # what the marginals do not depend on may change
+    assert json.loads((tmp_path / "c" / "config.json").read_text())["codila_training"]["marginals_top_k"] == 5
+    r = _align(pair, tmp_path / "d", *flags, "--seed", "3", steps=1)
+    assert r.exit_code != 0 and "the DLM ran" in r.stderr + repr(r.exception)  # other rows: new marginals
+    assert len(list(cache.iterdir())) == 2  # under a key of their own
+
+
+def test_top_k_marginals_with_k_at_least_the_shared_set_give_the_full_objective(pair):
+    from codila_cli.train.align import AlignConfig, inspect_pair
+    from codila_cli.train.align.loss import block_topk
+    from codila_cli.train.align.trainer import Models, Step, make_rows
+
+    cfg = AlignConfig(dlm=str(pair["dlm"]), ar=str(pair["ar"]), data=str(pair["data"]), output=pair["root"] / "x",
+                      seq_len=48, blocks_per_row=3, context=8, device="cpu")
+    models = Models(cfg, inspect_pair(cfg), torch.device("cpu"))
+    x0 = make_rows(torch.randint(1, 150, (500,)).numpy(), [0, 1], seed=0, step=0, seq_len=48, bos=None)
+    st = Step(cfg, 0)
+    plans = st.plans([0, 1], 48)
+    results = []
+    for k in (None, len(models.ids.shared), 3):
+        topk = None if k is None else block_topk(models.dlm, x0, plans, ids=models.ids, block=st.block,
+                                                 head_s=models.head_s, k=k)
+        models.ar.zero_grad()
+        loss = models.loss(models.ar, x0, st, plans, weighting="nelbo", topk=topk)
+        loss.backward()
+        results.append((float(loss.detach()), models.ar.get_input_embeddings().weight.grad.clone()))
+    (full, g_full), (all_k, g_all), (three, _) = results
+    assert abs(full - all_k) < 2e-3 * abs(full) and torch.allclose(g_full, g_all, atol=2e-4)  # float16 probabilities
+    assert abs(full - three) > 1e-4  # truncation to 3 ids is another objective
+
+
 def test_resume_is_exact(pair, tmp_path):
     """4 steps straight, or 2 steps then --resume to 4: the same losses and the same parameters (with
     frontier steps and left context in the mix)."""
@@ -202,7 +255,8 @@ def test_nproc_hands_torchrun_the_same_settings(pair, tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "torchrun", lambda n, cfg: seen.append((n, cfg)) or 0)
     r = _align(pair, tmp_path / "h", "--nproc", "2", "--context", "16", "--frontier", "0.25", "--resume", steps=7)
     assert r.exit_code == 2 and "--resume" in r.stderr and not seen  # preflight runs before any process starts
-    r = _align(pair, tmp_path / "h", "--nproc", "2", "--context", "16", "--frontier", "0.25", "--no-grad-checkpointing")
+    r = _align(pair, tmp_path / "h", "--nproc", "2", "--context", "16", "--frontier", "0.25", "--no-grad-checkpointing",
+               "--marginals-cache", str(tmp_path / "m"), "--marginals-top-k", "7")
     assert r.exit_code == 0, r.stderr
     n, cfg = seen[-1]
     parsed = []
@@ -210,6 +264,7 @@ def test_nproc_hands_torchrun_the_same_settings(pair, tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["train", "align", *launch.align_args(cfg)])
     assert r.exit_code == 0, r.stderr
     assert n == 2 and parsed[0] == cfg and cfg.context == 16 and cfg.grad_checkpointing is False
+    assert cfg.marginals_cache == tmp_path / "m" and cfg.marginals_top_k == 7
 
 
 def _jsonl(path: Path, docs: list[str]) -> None:
@@ -290,6 +345,8 @@ def test_bad_inputs_fail_before_any_model_loads(pair, tmp_path, monkeypatch):
         (["--block-sizes", "2,x"], "--block-sizes"),
         (["--batch", "3", "--grad-accum", "2"], "multiple"),
         (["--weighting", "sum"], "--weighting"),
+        (["--marginals-cache", str(blocker)], "--marginals-cache"),
+        (["--marginals-top-k", "0"], "--marginals-top-k"),
     ]
     for flags, message in cases:
         base = {"--dlm": str(pair["dlm"]), "--ar": str(pair["ar"]), "--data": str(pair["data"]),

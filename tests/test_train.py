@@ -195,6 +195,32 @@ def test_split_function_cuts_after_signature_or_docstring():
     assert prompt == "@dec\ndef f(a,\n      b):\n" and body.startswith('    """Doc.')
     assert split_function("def g(): pass\n") is None  # nothing to split
     assert split_function("x = 1\n") is None
+    # a bare signature answered with code: the docstring is in neither part
+    assert split_function(text, keep_docstring=False, drop_docstring=True) == (
+        "@dec\ndef f(a,\n      b):\n", "    x = a + b\n    return x\n")
+    plain = "def h(a):\n    # add\n    return a + 1\n"  # no docstring: nothing to drop
+    assert split_function(plain, keep_docstring=False, drop_docstring=True) == split_function(plain, keep_docstring=False)
+
+
+def test_bare_body_code_drops_the_docstring_of_bare_signature_examples(tmp_path, tok):
+    from codila_cli.train.data import load_prompted, tokenize_prompted
+
+    src = tmp_path / "c.jsonl"
+    src.write_text(json.dumps({"kind": "function", "text": 'def f(x):\n    """Double."""\n    return 2 * x\n'}) + "\n")
+    tok.save(str(tmp_path / "tokenizer.json"))
+    texts = {}
+    for mode in ("as-written", "code"):
+        tokenize_prompted(src, tmp_path / "tokenizer.json", tmp_path / f"{mode}.npz", bare_body=mode)
+        data = load_prompted(tmp_path / f"{mode}.npz")
+        texts[mode] = sorted((tok.decode(list(map(int, p)), skip_special_tokens=False),
+                              tok.decode(list(map(int, b)), skip_special_tokens=False))
+                             for p, b in (data.pair(i) for i in range(len(data))))
+    docstring_prompt = [p for p, _ in texts["code"] if "Double" in p]
+    assert len(docstring_prompt) == 1  # the signature + docstring example is the same in both
+    bare = {mode: [b for p, b in texts[mode] if "Double" not in p] for mode in texts}
+    assert "Double" in bare["as-written"][0] and "Double" not in bare["code"][0] and "return" in bare["code"][0]
+    with pytest.raises(ValueError, match="bare_body"):
+        tokenize_prompted(src, tmp_path / "tokenizer.json", tmp_path / "x.npz", bare_body="none")
 
 
 def test_prompted_rows_noise_only_the_canvas(tmp_path, tok):
@@ -254,7 +280,8 @@ def test_train_init_only_for_sft_and_tasks(tmp_path):
         assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr
     for flags, name in ((["dlm", "--frontier", "0.5"], "--frontier"), (["sft", "--frontier", "1.5"], "--frontier"),
                         (["sft", "--context", "8"], "--context"), (["ar", "--batch", "0"], "--batch"),
-                        (["sft", "--lr", "0"], "--lr")):
+                        (["sft", "--lr", "0"], "--lr"), (["ar", "--bare-body", "code"], "--bare-body"),
+                        (["sft", "--bare-body", "none"], "--bare-body")):
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and name in r.stderr, (flags, r.stderr)
 
@@ -272,7 +299,10 @@ def test_train_lr_reaches_the_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(stages, "stage_sft", lambda run, **kw: seen.append(kw) or {"step": kw["steps"]})
     r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--steps", "3", "--lr", "3e-4", "-q"])
     assert r.exit_code == 0, r.stderr
-    assert seen[-1]["lr"] == 3e-4 and seen[-1]["steps"] == 3
+    assert seen[-1]["lr"] == 3e-4 and seen[-1]["steps"] == 3 and "bare_body" not in seen[-1]
+    r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--steps", "3", "--bare-body", "code", "-q"])
+    assert r.exit_code == 0 and seen[-1]["bare_body"] == "code", r.stderr
+    assert stages.stage_args("sft", ["bare_body=code"]) == {"bare_body": "code"}
     assert stages.stage_args("sft", ["/x/init", "frontier=0.75", "lr=3e-4"]) == {
         "init": Path("/x/init"), "frontier": 0.75, "lr": 3e-4}
     assert stages.stage_args("tasks", ["batch=16"]) == {"batch": 16}

@@ -55,6 +55,8 @@ def align(
     select_decoding: Annotated[int, typer.Option("--select-decoding", help="Held-out function prompts for choosing the recorded codila_decoding (0 = skip).")] = 24,
     optimizer: Annotated[str, typer.Option(help="adamw, or adamw8bit (bitsandbytes, CUDA).")] = "adamw",
     grad_checkpointing: Annotated[bool | None, typer.Option("--grad-checkpointing/--no-grad-checkpointing", help="Recompute the helper's activations in backward. [default: on with CUDA]", show_default=False)] = None,
+    marginals_cache: Annotated[Path | None, typer.Option("--marginals-cache", help="Keep the DLM's top-k block marginals here; a later run over the same rows (another lr, context or helper) skips the DLM.")] = None,
+    marginals_top_k: Annotated[int, typer.Option("--marginals-top-k", help="With --marginals-cache: ids kept per position (the soft embedding uses these k).")] = 64,
     seed: Annotated[int, typer.Option(help="Seed of windows, masks and blocks.")] = 0,
     resume: Annotated[bool, typer.Option(help="Continue the run in --output exactly where it stopped.")] = False,
     nproc: Annotated[int, typer.Option("--nproc", help="Processes on this machine (torchrun; one per GPU).")] = 1,
@@ -74,7 +76,8 @@ def align(
                       blocks_per_row=blocks_per_row, context=context, context_share=context_share, frontier=frontier,
                       weighting=weighting, valid_fraction=valid_fraction, valid_every=valid_every, valid_rows=valid_rows,
                       ckpt_every=ckpt_every, select_decoding=select_decoding, optimizer=optimizer,
-                      grad_checkpointing=grad_checkpointing, seed=seed, resume=resume, device=device, dtype=dtype)
+                      grad_checkpointing=grad_checkpointing, seed=seed, resume=resume, device=device, dtype=dtype,
+                      marginals_cache=marginals_cache, marginals_top_k=marginals_top_k)
     if not 1 <= nproc <= 64:
         raise UsageError(f"--nproc must be between 1 and 64, got {nproc}", hint="one process per GPU")
     if nproc > 1:  # fail here, once, rather than in every process
@@ -108,6 +111,7 @@ def _stage(name: str):
                 init: Annotated[Path | None, typer.Option("--init", help="sft, tasks: start from this Dream checkpoint directory.")] = None,
                 shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
                 frontier: Annotated[float | None, typer.Option("--frontier", help="sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
+                bare_body: Annotated[str | None, typer.Option("--bare-body", help="sft: after a bare signature, the corpus's docstring and code (as-written) or the code only (code). [default: as-written]")] = None,
                 batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
@@ -124,7 +128,8 @@ def _stage(name: str):
         elif name == "export":
             out = stages.stage_export(run_dir, ar_decoding=export_decoding(decoding or []))
         else:
-            extra = stage_options(name, shape=shape, init=init, frontier=frontier, batch=batch, lr=lr) \
+            extra = stage_options(name, shape=shape, init=init, frontier=frontier, batch=batch, lr=lr,
+                                  bare_body=bare_body) \
                 if name in MODEL_STAGES else {}
             check_run_dir(name, run_dir)
             if name == "tokenizer":

@@ -228,10 +228,14 @@ def functions_of(text: str) -> list[str]:
     return out
 
 
-def split_function(text: str, *, keep_docstring: bool = True) -> tuple[str, str] | None:
+def split_function(text: str, *, keep_docstring: bool = True,
+                   drop_docstring: bool = False) -> tuple[str, str] | None:
     """(prompt, body) of a function sample: decorators + signature (+ docstring when ``keep_docstring``
     and it has one) as the prompt, the remaining lines as the body. Both end in a newline, so the
-    prompt stops exactly where a user's signature/docstring prompt would. None when nothing is left."""
+    prompt stops exactly where a user's signature/docstring prompt would. None when nothing is left.
+
+    ``drop_docstring`` (with ``keep_docstring=False``): the docstring is in neither part, so a bare
+    signature is followed by code, as a user who types ``def fib(n):`` expects."""
     try:
         node = ast.parse(text).body[0]
     except (SyntaxError, IndexError, ValueError):
@@ -239,14 +243,17 @@ def split_function(text: str, *, keep_docstring: bool = True) -> tuple[str, str]
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     body = node.body
+    lines = text.splitlines(keepends=True)
     if keep_docstring and ast.get_docstring(node) and len(body) > 1:
         cut = body[0].end_lineno
+    elif drop_docstring and ast.get_docstring(node) and len(body) > 1 and body[0].lineno > node.lineno:
+        prompt, rest = "".join(lines[: body[0].lineno - 1]), "".join(lines[body[0].end_lineno :])
+        return (prompt, rest) if rest.strip() and prompt.endswith("\n") else None
     else:
         first = body[0]
         cut = (first.lineno - 1) if first.lineno > node.lineno else None
         if cut is None:  # one-line def: nothing to split
             return None
-    lines = text.splitlines(keepends=True)
     prompt, rest = "".join(lines[:cut]), "".join(lines[cut:])
     if not rest.strip() or not prompt.endswith("\n"):
         return None

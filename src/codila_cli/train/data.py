@@ -88,13 +88,21 @@ class PromptedData:
                 self.body_tokens[self.body_offsets[i] : self.body_offsets[i + 1]])
 
 
-def tokenize_prompted(jsonl: Path, tokenizer_file: Path, out: Path) -> PromptedData:
+BARE_BODIES = ("as-written", "code")
+
+
+def tokenize_prompted(jsonl: Path, tokenizer_file: Path, out: Path, *, bare_body: str = "as-written") -> PromptedData:
     """Each function sample gives up to two examples: signature + docstring → rest, and signature → rest.
-    Prompt and body are encoded separately, exactly as a prompt is encoded at generation time."""
+    Prompt and body are encoded separately, exactly as a prompt is encoded at generation time.
+
+    ``bare_body``: what follows a bare signature: ``as-written`` (its docstring, then the code, as the
+    corpus has it) or ``code`` (the code only: the docstring is dropped from that example)."""
     from tokenizers import Tokenizer
 
     from codila_cli.train.corpus import split_function
 
+    if bare_body not in BARE_BODIES:
+        raise ValueError(f"bare_body must be one of {', '.join(BARE_BODIES)}, got {bare_body!r}")
     tok = Tokenizer.from_file(str(tokenizer_file))
     prompts, bodies = [], []
     with open(jsonl, encoding="utf-8") as fh:
@@ -102,7 +110,8 @@ def tokenize_prompted(jsonl: Path, tokenizer_file: Path, out: Path) -> PromptedD
             row = json.loads(line)
             if row["kind"] != "function":
                 continue
-            variants = {split_function(row["text"], keep_docstring=k) for k in (True, False)}
+            variants = {split_function(row["text"]),
+                        split_function(row["text"], keep_docstring=False, drop_docstring=bare_body == "code")}
             for v in sorted(v for v in variants if v is not None):
                 prompts.append(v[0])
                 bodies.append(v[1])

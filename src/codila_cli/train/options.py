@@ -20,7 +20,7 @@ def _only(stage: str, stages: tuple[str, ...], flag: str) -> None:
 
 
 def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, frontier: float | None = None,
-                  batch: int | None = None, lr: float | None = None) -> dict[str, Any]:
+                  batch: int | None = None, lr: float | None = None, bare_body: str | None = None) -> dict[str, Any]:
     """The keyword arguments of ``stages.stage_<stage>`` for the flags given (None = the stage's own)."""
     from codila_cli.train.stages import AR_SHAPES
 
@@ -42,6 +42,15 @@ def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, 
         if not 0.0 <= frontier <= 1.0:
             raise UsageError(f"--frontier must be between 0 and 1, got {frontier}", hint="e.g. --frontier 0.75")
         extra["frontier"] = frontier
+    if bare_body is not None:
+        from codila_cli.train.data import BARE_BODIES
+
+        if stage != "sft":
+            raise UsageError("--bare-body applies to the sft stage only", hint="drop --bare-body for this stage")
+        if bare_body not in BARE_BODIES:
+            raise UsageError(f"--bare-body must be one of {', '.join(BARE_BODIES)}, got {bare_body!r}",
+                             hint="e.g. --bare-body code")
+        extra["bare_body"] = bare_body
     if batch is not None:
         if not 1 <= batch <= 4096:
             raise UsageError(f"--batch must be between 1 and 4096, got {batch}", hint="e.g. --batch 32")

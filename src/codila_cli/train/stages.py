@@ -220,7 +220,7 @@ def _final_dlm_dir(run: Path) -> Path:
 
 def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, canvas: int = 128,
               prompted_share: float = 0.5, seed: int = 7, lr: float = 4e-4, frontier: float = 0.0,
-              init: Path | None = None, on_log: Log | None = None) -> dict:
+              init: Path | None = None, bare_body: str = "as-written", on_log: Log | None = None) -> dict:
     """Continue the DLM with prompt-conditioned diffusion (Dream's SFT recipe): for a share of the rows
     the prompt (signature, with or without docstring) stays visible and only the canvas after it (body,
     then end-of-text) is noised, the exact situation `codila gen` puts the model in; the other rows keep
@@ -230,17 +230,21 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     ``diffusion_loss(frontier=…)``): a random prefix of the body stays visible, as when blocks are
     committed left to right, the next slot is masked and the rest at rate t.
 
+    ``bare_body``: what a bare-signature example's canvas holds, ``as-written`` (docstring, then code) or
+    ``code`` (the docstring dropped; data.py ``tokenize_prompted``). Each has its own token file.
+
     Starts from ``RUN/dlm/ckpt.pt``, or from the Dream checkpoint directory ``init`` (e.g. the bundled
     DLM, to continue it on a machine that has only the package)."""
     from codila_cli.train.data import load_prompted, tokenize_prompted
     from codila_cli.train.objectives import diffusion_loss
 
     ids = _ids(run)
+    suffix = "" if bare_body == "as-written" else f".{bare_body}"
     for split in ("train", "valid"):
-        if not (run / f"prompted_{split}.npz").exists():
+        if not (run / f"prompted_{split}{suffix}.npz").exists():
             tokenize_prompted(run / "corpus" / f"{split}.jsonl", run / "tokenizer" / "tokenizer.json",
-                              run / f"prompted_{split}.npz")
-    prompted = {s: load_prompted(run / f"prompted_{s}.npz") for s in ("train", "valid")}
+                              run / f"prompted_{split}{suffix}.npz", bare_body=bare_body)
+    prompted = {s: load_prompted(run / f"prompted_{s}{suffix}.npz") for s in ("train", "valid")}
     if init is not None:
         model = _dlm_from_final(run, "sft", ids, init=init)
     else:
@@ -292,7 +296,8 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     last = run_loop(model=model, stage_dir=run / "sft", cfg=cfg, train_step=train_step, valid_loss=vloss,
                     on_log=on_log)
     meta = {"stage": "sft", "steps": steps, "batch": batch, "seq_len": seq_len, "canvas": canvas,
-            "prompted_share": prompted_share, "frontier": frontier, "init": init.name if init else "dlm", "lr": lr,
+            "prompted_share": prompted_share, "frontier": frontier, "bare_body": bare_body,
+            "init": init.name if init else "dlm", "lr": lr,
             "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
     _export(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
@@ -479,9 +484,10 @@ def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
 
 def stage_args(stage: str, args: list[str]) -> dict:
     """Keyword arguments of a model stage from the command line of ``python -m codila_cli.train.stages``
-    after STEPS: ``lr=F``/``batch=N`` (any stage), ``frontier=F`` (sft), a bare INIT_DIR (sft, tasks) or
-    SHAPE (ar)."""
-    table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft",)), "batch": ("batch", int, None)}
+    after STEPS: ``lr=F``/``batch=N`` (any stage), ``frontier=F`` and ``bare_body=code`` (sft), a bare INIT_DIR
+    (sft, tasks) or SHAPE (ar)."""
+    table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft",)), "batch": ("batch", int, None),
+             "bare_body": ("bare_body", str, ("sft",))}
     extra: dict = {}
     for arg in args:
         key, eq, value = arg.partition("=")
@@ -501,7 +507,7 @@ if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
     #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=VALUE ...]]]
     #                                   | STAGE STEPS          | tasks STEPS [INIT_DIR] | ar STEPS [small|base]
-    #                                   | sft STEPS [INIT_DIR] [frontier=F]
+    #                                   | sft STEPS [INIT_DIR] [frontier=F] [bare_body=code]
     #                                   (every model stage also takes lr=F: the peak learning rate)
     import sys
 

@@ -59,6 +59,8 @@ class AlignConfig:
     optimizer: str = "adamw"
     resume: bool = False
     select_decoding: int = 24  # validation prompts for choosing codila_decoding (0: skip)
+    marginals_cache: Path | None = None  # top-k block marginals on disk (cache.py); None: none
+    marginals_top_k: int = 64
 
     def __post_init__(self) -> None:
         def positive(name: str, value: float) -> None:
@@ -66,7 +68,7 @@ class AlignConfig:
                 raise UsageError(f"--{name} must be >= 1, got {value}", hint=f"e.g. --{name} 8")
 
         for name in ("steps", "batch", "grad_accum", "seq_len", "blocks_per_row", "valid_every", "ckpt_every",
-                     "valid_rows"):
+                     "valid_rows", "marginals_top_k"):
             positive(name.replace("_", "-"), getattr(self, name))
         if not self.block_sizes or any(b < 1 for b in self.block_sizes):
             raise UsageError(f"--block-sizes must be positive integers, got {self.block_sizes}", hint="e.g. --block-sizes 2,4,8")
@@ -101,7 +103,10 @@ class AlignConfig:
         keep = ("dlm", "ar", "data", "field", "glob", "block_sizes", "batch", "seq_len", "blocks_per_row", "context",
                 "context_share", "frontier", "weighting", "seed", "valid_fraction")
         d = asdict(self)
-        return {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keep}
+        out = {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keep}
+        if self.marginals_cache is not None:  # the truncation changes the objective
+            out["marginals_top_k"] = self.marginals_top_k
+        return out
 
 
 def parse_block_sizes(text: str) -> tuple[int, ...]:
@@ -135,6 +140,16 @@ def check(cfg: AlignConfig, *, world: int | None = None) -> None:
     except OSError as exc:
         raise UsageError(f"--output {out} is not writable ({exc.strerror or exc})",
                          hint="give a directory you can write to") from None
+    if cfg.marginals_cache is not None:
+        cache = cfg.marginals_cache
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            probe = cache / ".codila-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise UsageError(f"--marginals-cache {cache} is not a writable directory ({exc.strerror or exc})",
+                             hint="give a directory you can write to") from None
     ckpt = cfg.state_dir / "ckpt.pt"
     if ckpt.exists() and not cfg.resume:
         raise UsageError(f"{out} holds a training run already", hint="add --resume to continue it, or give another --output")

@@ -15,7 +15,8 @@ Memory: the DLM runs once per row batch and returns hidden states [b, n, d] (bf1
 only the rows of the chosen blocks are projected onto S, in chunks of ``CHUNK`` rows, and straight
 into the helper's embedding space (:class:`SoftEmbed`), so no [b, n, V] tensor ever exists (at
 Dream-Coder-7B × 2,048 tokens × 152k ids one row batch of 8 would be ~10 GB in fp32). The backward
-pass recomputes each chunk's π instead of keeping it.
+pass recomputes each chunk's π instead of keeping it. With ``--marginals-cache`` (cache.py) the blocks'
+π is truncated to its top k ids (:func:`block_topk`) and read from disk when another run wrote it.
 
 Weighting (``weighting``): ``nelbo`` is Eq. 2, the masked-diffusion NELBO: every masked token of a
 row at masking rate t counts with weight 1/t, summed over the row's masked blocks and divided by the
@@ -139,23 +140,58 @@ def normaliser(plans: list[RowPlan], *, n: int, block: int, weighting: str, fron
     return sum(len(p.starts) for p in plans) * block
 
 
-def alignment_loss(dlm, ar, x0: torch.Tensor, plans: list[RowPlan], *, ids: PairIds, block: int,
-                   weighting: str, frontier: bool, head_s: torch.Tensor, ar_embedding: torch.Tensor,
-                   banned: torch.Tensor | None = None) -> torch.Tensor:
-    """The scalar loss of a row batch x0 [b, n] under its plans. ``dlm``: the frozen DLM network;
-    ``ar``: the helper (or its DDP wrapper: its forward is what gets called); ``head_s`` = W_head[S]
-    of the DLM, ``ar_embedding`` = E_AR (trainable); ``banned`` [V_ar] bool: helper outputs outside S."""
-    n = x0.shape[1]
+def _block_hidden(dlm, x0: torch.Tensor, plans: list[RowPlan], *, mask: int, block: int):
+    """(masked [b, n], rows [m], cols [m, B], hidden [m, B, d]) of the scored blocks, the DLM under no-grad."""
     device = x0.device
     masked = torch.stack([p.masked for p in plans]).to(device)
-    xt = torch.where(masked, torch.full_like(x0, ids.mask), x0)
     rows = torch.tensor([r for r, p in enumerate(plans) for _ in p.starts], device=device)
     cols = torch.tensor([s for p in plans for s in p.starts], device=device)[:, None] + torch.arange(block, device=device)
-    m = len(rows)
+    if dlm is None:
+        return masked, rows, cols, None
+    xt = torch.where(masked, torch.full_like(x0, mask), x0)
     with torch.no_grad():
         hidden = final_hidden(dlm, xt)[rows[:, None], cols - 1]  # [m, B, d]: row i−1 predicts token i
+    return masked, rows, cols, hidden
+
+
+def block_topk(dlm, x0: torch.Tensor, plans: list[RowPlan], *, ids: PairIds, block: int, head_s: torch.Tensor,
+               k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k most likely shared ids of each scored position and their probabilities renormalised over
+    the k, rounded to float16 (what ``--marginals-cache`` stores): (idx [m, B, k] long into S,
+    probs [m, B, k] float32)."""
+    _, _, _, hidden = _block_hidden(dlm, x0, plans, mask=ids.mask, block=block)
+    m = hidden.shape[0]
+    h = hidden.reshape(m * block, -1)
+    idx = torch.empty(m * block, k, dtype=torch.long, device=h.device)
+    probs = torch.empty(m * block, k, dtype=torch.float32, device=h.device)
+    with torch.no_grad(), torch.autocast(h.device.type, enabled=False):
+        for i in range(0, h.shape[0], CHUNK):
+            pi = torch.softmax((h[i : i + CHUNK] @ head_s.T).float(), dim=-1)
+            top, where = pi.topk(k, dim=-1)
+            probs[i : i + CHUNK] = (top / top.sum(-1, keepdim=True)).half().float()
+            idx[i : i + CHUNK] = where
+    return idx.view(m, block, k), probs.view(m, block, k)
+
+
+def alignment_loss(dlm, ar, x0: torch.Tensor, plans: list[RowPlan], *, ids: PairIds, block: int,
+                   weighting: str, frontier: bool, head_s: torch.Tensor, ar_embedding: torch.Tensor,
+                   banned: torch.Tensor | None = None,
+                   topk: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """The scalar loss of a row batch x0 [b, n] under its plans. ``dlm``: the frozen DLM network;
+    ``ar``: the helper (or its DDP wrapper: its forward is what gets called); ``head_s`` = W_head[S]
+    of the DLM, ``ar_embedding`` = E_AR (trainable); ``banned`` [V_ar] bool: helper outputs outside S.
+    ``topk``: the blocks' truncated marginals (:func:`block_topk`, cache.py); the DLM is then not run."""
+    n = x0.shape[1]
+    device = x0.device
+    masked, rows, cols, hidden = _block_hidden(None if topk is not None else dlm, x0, plans, mask=ids.mask,
+                                               block=block)
+    m = len(rows)
     emb_s = ar_embedding[: len(ids.shared)] if ids.contiguous else ar_embedding[ids.shared.to(device)]
-    soft = SoftEmbed.apply(hidden.reshape(m * block, -1), head_s, emb_s, CHUNK).view(m, block, -1)
+    if topk is None:
+        soft = SoftEmbed.apply(hidden.reshape(m * block, -1), head_s, emb_s, CHUNK).view(m, block, -1)
+    else:  # Σ_{top-k} π̂(v)·E_AR[v]
+        idx, probs = (t.to(device) for t in topk)
+        soft = (probs[..., None] * emb_s[idx].float()).sum(-2)
     tgt = x0[rows[:, None], cols]  # [m, B]
     blk_masked = masked[rows[:, None], cols]
     soft = torch.where(blk_masked[..., None], soft, ar_embedding[tgt].float())  # committed: one-hot

@@ -43,6 +43,7 @@ def write_helper(cfg: Any, pair: Any, ar: Any, *, meta: dict, last: dict, decodi
         "steps": last.get("step"), "block_sizes": list(cfg.block_sizes), "batch": cfg.batch, "seq_len": cfg.seq_len,
         "lr": cfg.lr, "weighting": cfg.weighting, "context": cfg.context, "frontier": cfg.frontier, "seed": cfg.seed,
         "valid_block_ce": last.get("valid_by_block"), "selection": decoding.pop("_measured", None),
+        "marginals_top_k": cfg.marginals_top_k if cfg.marginals_cache is not None else None,
     }
     if decoding:
         src_cfg["codila_decoding"] = decoding

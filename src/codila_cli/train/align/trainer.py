@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from codila_cli.train.align.loss import PairIds, alignment_loss, plan_row
+from codila_cli.train.align.loss import PairIds, alignment_loss, block_topk, plan_row
 
 
 def _row_seed(*parts: int) -> int:
@@ -84,7 +84,8 @@ class Models:
         from codila_cli.models.dream import load_dlm
         from codila_cli.models.loading import choose_dtype
 
-        self.denoiser = load_dlm(pair.dlm_path, name=cfg.dlm, device=device, dtype=choose_dtype(cfg.dtype, device))
+        self.dlm_dtype = choose_dtype(cfg.dtype, device)
+        self.denoiser = load_dlm(pair.dlm_path, name=cfg.dlm, device=device, dtype=self.dlm_dtype)
         self.dlm = self.denoiser.model.requires_grad_(False).eval()
         self.helper = load_ar(pair.ar_path, name=cfg.ar, device=device, dtype=torch.float32, engine="transformers")
         self.ar = self.helper.model.requires_grad_(True).train()  # the loader hands out frozen, eval-mode networks
@@ -99,10 +100,19 @@ class Models:
         self.ids = PairIds(mask=pair.dlm_specials.mask, open_ids=open_ids, close_ids=close_ids,
                            shared=bridge.shared_ids, contiguous=bridge.contiguous)
 
-    def loss(self, wrapped: Any, x0: torch.Tensor, step: Step, plans: list, *, weighting: str) -> torch.Tensor:
+    def loss(self, wrapped: Any, x0: torch.Tensor, step: Step, plans: list, *, weighting: str,
+             topk: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         return alignment_loss(self.dlm, wrapped, x0, plans, ids=self.ids, block=step.block, weighting=weighting,
                               frontier=step.frontier, head_s=self.head_s,
-                              ar_embedding=self.ar.get_input_embeddings().weight, banned=self.banned)
+                              ar_embedding=self.ar.get_input_embeddings().weight, banned=self.banned, topk=topk)
+
+    def marginals(self, cache: Any, x0: torch.Tensor, step: Step, rows: list[int], plans: list):
+        """The rows' top-k block marginals: read from ``cache``, else computed by the DLM and stored."""
+        got = cache.get(step.step, rows)
+        if got is None:
+            got = block_topk(self.dlm, x0, plans, ids=self.ids, block=step.block, head_s=self.head_s, k=cache.k)
+            cache.put(step.step, rows, [len(p.starts) for p in plans], *got)
+        return got
 
 
 def _autocast(device: torch.device):
@@ -147,6 +157,12 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
         model = DDP(models.ar, device_ids=[device.index] if device.type == "cuda" else None)
     opt = _optimizer(cfg, models.ar, device)
     state_dir = cfg.state_dir
+    cache = None
+    if cfg.marginals_cache is not None:
+        from codila_cli.train.align.cache import MarginalsCache, cache_key
+
+        cache = MarginalsCache(cfg.marginals_cache, cache_key(cfg, pair, dtype=str(models.dlm_dtype).removeprefix("torch.")),
+                               main=shard.main)
     ckpt_path, log_path = state_dir / "ckpt.pt", state_dir / "log.jsonl"
     step = 0
     if cfg.resume:
@@ -175,12 +191,15 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
                 group["lr"] = lr_at(step, cfg)
             st = Step(cfg, step)
             total = torch.zeros((), device=device)
+            misses = cache.misses if cache else 0
             for k, rows in enumerate(micro):
                 x0 = make_rows(train_stream, rows, seed=cfg.seed, step=step, seq_len=cfg.seq_len, bos=bos).to(device)
+                plans = st.plans(rows, cfg.seq_len)
                 sync = contextlib.nullcontext() if k == len(micro) - 1 or shard.world == 1 else model.no_sync()
                 with sync:
                     with _autocast(device):
-                        loss = models.loss(model, x0, st, st.plans(rows, cfg.seq_len), weighting=cfg.weighting)
+                        topk = models.marginals(cache, x0, st, rows, plans) if cache else None
+                        loss = models.loss(model, x0, st, plans, weighting=cfg.weighting, topk=topk)
                     (loss / cfg.grad_accum).backward()
                 total += loss.detach() / cfg.grad_accum
             gnorm = torch.nn.utils.clip_grad_norm_(models.ar.parameters(), cfg.grad_clip)
@@ -198,6 +217,8 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
                     "tokens_per_second": round(cfg.batch * cfg.seq_len / dt, 1),
                     "blocks_per_second": round(cfg.batch * (1 if st.frontier else cfg.blocks_per_row) / dt, 2),
                     "elapsed": round(time.perf_counter() - t_start, 1)}
+            if cache:  # micro-batches of this rank whose marginals the DLM computed (0: all read from the cache)
+                last["dlm_forwards"] = cache.misses - misses
             if step % cfg.valid_every == 0 or step == cfg.steps:
                 if shard.main:
                     last.update(validate(cfg, models, valid_stream, bos, device))
