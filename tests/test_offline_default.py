@@ -159,6 +159,24 @@ def test_prompt_set_benchmarks_load_with_stop_lines():
     assert all(not t.test for t in load_tasks("heldout-ext"))
 
 
+def test_bare_prompt_sets_are_the_same_functions_cut_to_their_signature():
+    import ast
+
+    from codila_cli.decoding.stops import HUMANEVAL
+    from codila_cli.eval.benchmarks import load_tasks
+
+    for base in ("dev-ext", "heldout-ext"):
+        full = {t.task_id.removeprefix(base): t for t in load_tasks(base)}
+        bare = load_tasks(f"{base}-bare")
+        assert len(bare) == len(full) and all(t.stop == HUMANEVAL and not t.test for t in bare)
+        for t in bare:
+            src = full[t.task_id.removeprefix(f"{base}-bare")].prompt
+            assert src.startswith(t.prompt) and len(t.prompt) < len(src)  # the same function, cut shorter
+            assert t.prompt.endswith("\n")
+            fn = ast.parse(t.prompt + "    pass\n").body[0]
+            assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(fn) is None
+
+
 SOLUTIONS = {
     "fib": "    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
     "is_prime": "    if n < 2:\n        return False\n    return all(n % d for d in range(2, int(n ** 0.5) + 1))\n",

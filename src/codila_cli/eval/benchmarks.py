@@ -14,13 +14,16 @@ from pathlib import Path
 
 from codila_cli.errors import UsageError
 
-BENCHMARKS = ("humaneval", "mbpp", "heldout", "dev-ext", "heldout-ext", "everyday", "he-infill-single",
-              "he-infill-multi")
+BENCHMARKS = ("humaneval", "mbpp", "heldout", "dev-ext", "heldout-ext", "dev-ext-bare", "heldout-ext-bare", "everyday",
+              "he-infill-single", "he-infill-multi")
 # signature + docstring sets shipped as package data (syntax-only): heldout (session 3: validation split +
 # packages outside the corpus), dev-ext / heldout-ext (issue 26: only packages outside the corpus;
 # settings are chosen on dev-ext, heldout-ext is reported once per shipped pair)
 PROMPT_SETS = {"heldout": "heldout_prompts.jsonl", "dev-ext": "dev_ext_prompts.jsonl",
                "heldout-ext": "heldout_ext_prompts.jsonl"}
+# the same functions cut to their bare signature (decorators + def line, no docstring): what a user who
+# types `def fib(n):` gives the model. Settings are chosen on dev-ext and dev-ext-bare together.
+BARE_SETS = {"dev-ext-bare": "dev-ext", "heldout-ext-bare": "heldout-ext"}
 INFILL_FILES = {"he-infill-single": "HumanEval-SingleLineInfilling.jsonl.gz",
                 "he-infill-multi": "HumanEval-MultiLineInfilling.jsonl.gz"}
 
@@ -63,7 +66,7 @@ def load_tasks(name: str, *, data: Path | None = None, stop: bool = True) -> lis
     from codila_cli.decoding.stops import HUMANEVAL, MBPP
 
     tasks = _load(name, data)
-    lines = {"mbpp": MBPP}.get(name, HUMANEVAL if name in (*PROMPT_SETS, "humaneval", "everyday") or is_user_file(name)
+    lines = {"mbpp": MBPP}.get(name, HUMANEVAL if name in (*PROMPT_SETS, *BARE_SETS, "humaneval", "everyday") or is_user_file(name)
                                else ())
     return [replace(t, stop=lines) for t in tasks] if stop and lines else tasks
 
@@ -157,6 +160,17 @@ def _load(name: str, data: Path | None) -> list[Task]:
         from codila_cli.eval.heldout import load_heldout
 
         return [Task(p["id"], p["prompt"], "complete") for p in load_heldout(name=PROMPT_SETS[name])]
+    if name in BARE_SETS:
+        from codila_cli.eval.heldout import load_heldout
+        from codila_cli.train.corpus import split_function
+
+        base = BARE_SETS[name]
+        tasks = []
+        for p in load_heldout(name=PROMPT_SETS[base]):
+            cut = split_function(p["prompt"] + p["reference"], keep_docstring=False, drop_docstring=True)
+            if cut is not None:
+                tasks.append(Task(name + p["id"].removeprefix(base), cut[0], "complete"))
+        return tasks
     if name == "everyday":  # six one-line prompts a new user types, each with a small test (issue 26)
         from importlib import resources
 
