@@ -23,7 +23,7 @@ from codila_cli.eval.runner import reference_label
 from codila_cli.eval.settings import parse_setting
 from codila_cli.runtime import context_overflow, default_ar, default_dlm, generate, load_models
 
-R = "codila:B=4,W=1,ctx=96,rp=1.3"  # the bundled helper's recommendation without its cache
+R = "codila:B=4,W=1,ctx=64,rp=1.3"  # the bundled helper's recommendation without its cache
 # R with prefix,cb=8 is what `codila gen` runs on the bundled pair (its recommended cache)
 SETTINGS = [R, f"{R},cache=prefix,cb=8", f"{R},cache=dual,cb=4", "threshold:0.9", "threshold:0.9,cache=dual"]
 

@@ -39,10 +39,10 @@ from codila_cli.runtime import default_ar, default_dlm, generate, load_models
 SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0.9,cache=prefix",
             "threshold:0.9,cache=dual", "codila:B=4", "codila:B=4,cache=prefix", "codila:B=4,cache=dual",
             "codila:B=4,tau=0.5", "codila:B=4,P=2",
-            "codila:B=4,W=1,ctx=96,rp=1.3",  # R: the bundled helper's recommendation without its cache
-            "codila:B=4,W=1,ctx=96,rp=1.3 noguess",  # the same, one AR forward per token (no guesses checked)
-            "codila:B=4,W=1,ctx=96,rp=1.3,cache=prefix,cb=8",  # what `codila gen` runs on the bundled pair
-            "codila:B=4,W=1,ctx=96,rp=1.3,cache=dual,cb=4"]
+            "codila:B=4,W=1,ctx=64,rp=1.3",  # R: the bundled helper's recommendation without its cache
+            "codila:B=4,W=1,ctx=64,rp=1.3 noguess",  # the same, one AR forward per token (no guesses checked)
+            "codila:B=4,W=1,ctx=64,rp=1.3,cache=prefix,cb=8",  # what `codila gen` runs on the bundled pair
+            "codila:B=4,W=1,ctx=64,rp=1.3,cache=dual,cb=4"]
 # A label ending in " noguess" runs the AR helper without checking guesses in its forwards
 # (decoding/soft_ar.py: the same text, one forward per token), to measure what the guesses save.
 

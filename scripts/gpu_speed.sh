@@ -46,7 +46,7 @@ print(f"codila gen end to end ({engine}): {time.perf_counter() - t:.1f} s, rc {r
 print("\n".join(r.stderr.strip().splitlines()[-2:]))
 PY
 done
-R="codila:B=4,W=1,ctx=96,rp=1.3"  # the bundled helper's recommendation; gen adds its cache=prefix,cb=8
+R="codila:B=4,W=1,ctx=64,rp=1.3"  # the bundled helper's recommendation; gen adds its cache=prefix,cb=8
 for engine in $ENGINES; do
     CODILA_ENGINE="$engine" python3 benchmarks/perf.py --out "$DEST/$engine" --dlm "$SHAPED/dlm" --ar "$SHAPED/ar" \
         --device "$DEVICE" --dtype "$DTYPE" --prompts "$PROMPTS" --max-new-tokens "$TOKENS" --repeats "$REPEATS" \
