@@ -346,7 +346,8 @@ def test_bad_inputs_fail_before_any_model_loads(pair, tmp_path, monkeypatch):
         (["--batch", "3", "--grad-accum", "2"], "multiple"),
         (["--weighting", "sum"], "--weighting"),
         (["--marginals-cache", str(blocker)], "--marginals-cache"),
-        (["--marginals-top-k", "0"], "--marginals-top-k"),
+        (["--marginals-top-k", "0", "--marginals-cache", str(tmp_path / "m")], "--marginals-top-k"),
+        (["--marginals-top-k", "8"], "with --marginals-cache only"),
     ]
     for flags, message in cases:
         base = {"--dlm": str(pair["dlm"]), "--ar": str(pair["ar"]), "--data": str(pair["data"]),

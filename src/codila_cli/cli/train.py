@@ -56,7 +56,7 @@ def align(
     optimizer: Annotated[str, typer.Option(help="adamw, or adamw8bit (bitsandbytes, CUDA).")] = "adamw",
     grad_checkpointing: Annotated[bool | None, typer.Option("--grad-checkpointing/--no-grad-checkpointing", help="Recompute the helper's activations in backward. [default: on with CUDA]", show_default=False)] = None,
     marginals_cache: Annotated[Path | None, typer.Option("--marginals-cache", help="Keep the DLM's top-k block marginals here; a later run over the same rows (another lr, context or helper) skips the DLM.")] = None,
-    marginals_top_k: Annotated[int, typer.Option("--marginals-top-k", help="With --marginals-cache: ids kept per position (the soft embedding uses these k).")] = 64,
+    marginals_top_k: Annotated[int | None, typer.Option("--marginals-top-k", help="With --marginals-cache: ids kept per position (the soft embedding uses these k). [default: 64]")] = None,
     seed: Annotated[int, typer.Option(help="Seed of windows, masks and blocks.")] = 0,
     resume: Annotated[bool, typer.Option(help="Continue the run in --output exactly where it stopped.")] = False,
     nproc: Annotated[int, typer.Option("--nproc", help="Processes on this machine (torchrun; one per GPU).")] = 1,
@@ -70,6 +70,8 @@ def align(
     """
     from codila_cli.train.align import AlignConfig, parse_block_sizes, preflight, run
 
+    if marginals_top_k is not None and marginals_cache is None:
+        raise UsageError("--marginals-top-k applies with --marginals-cache only", hint="add --marginals-cache DIR")
     cfg = AlignConfig(dlm=dlm, ar=ar, data=data, output=output, field=field, glob=glob,
                       block_sizes=parse_block_sizes(block_sizes), steps=steps, batch=batch, grad_accum=grad_accum,
                       lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip, seq_len=seq_len,
@@ -77,7 +79,7 @@ def align(
                       weighting=weighting, valid_fraction=valid_fraction, valid_every=valid_every, valid_rows=valid_rows,
                       ckpt_every=ckpt_every, select_decoding=select_decoding, optimizer=optimizer,
                       grad_checkpointing=grad_checkpointing, seed=seed, resume=resume, device=device, dtype=dtype,
-                      marginals_cache=marginals_cache, marginals_top_k=marginals_top_k)
+                      marginals_cache=marginals_cache, marginals_top_k=64 if marginals_top_k is None else marginals_top_k)
     if not 1 <= nproc <= 64:
         raise UsageError(f"--nproc must be between 1 and 64, got {nproc}", hint="one process per GPU")
     if nproc > 1:  # fail here, once, rather than in every process

@@ -15,6 +15,8 @@ def align_args(cfg: Any) -> list[str]:
     out: list[str] = []
     for f in fields(cfg):
         value, flag = getattr(cfg, f.name), "--" + f.name.replace("_", "-")
+        if f.name == "marginals_top_k" and cfg.marginals_cache is None:
+            continue  # it applies with a cache only
         if isinstance(value, bool) or value is None:
             if f.name == "grad_checkpointing" and value is not None:
                 out.append(flag if value else "--no-grad-checkpointing")
