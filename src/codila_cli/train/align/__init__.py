@@ -122,6 +122,18 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def _writable_dir(flag: str, path: Path) -> None:
+    """Create ``path`` (a directory) if missing and prove it writable, or raise a UsageError naming ``flag``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".codila-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag} {path} is not writable ({exc.strerror or exc})",
+                         hint="give a directory you can write to") from None
+
+
 def check(cfg: AlignConfig, *, world: int | None = None) -> None:
     """Flags against each other, the output directory, the resume state: no model, no data read.
     ``world``: the number of processes (default: torchrun's WORLD_SIZE, else 1)."""
@@ -132,24 +144,9 @@ def check(cfg: AlignConfig, *, world: int | None = None) -> None:
     out = cfg.output
     if out.exists() and not out.is_dir():
         raise UsageError(f"--output {out} exists and is not a directory", hint="give a directory (created if missing)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".codila-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"--output {out} is not writable ({exc.strerror or exc})",
-                         hint="give a directory you can write to") from None
+    _writable_dir("--output", out)
     if cfg.marginals_cache is not None:
-        cache = cfg.marginals_cache
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            probe = cache / ".codila-write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
-        except OSError as exc:
-            raise UsageError(f"--marginals-cache {cache} is not a writable directory ({exc.strerror or exc})",
-                             hint="give a directory you can write to") from None
+        _writable_dir("--marginals-cache", cfg.marginals_cache)
     ckpt = cfg.state_dir / "ckpt.pt"
     if ckpt.exists() and not cfg.resume:
         raise UsageError(f"{out} holds a training run already", hint="add --resume to continue it, or give another --output")
