@@ -243,18 +243,16 @@ def split_function(text: str, *, keep_docstring: bool = True,
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     body = node.body
-    lines = text.splitlines(keepends=True)
-    if keep_docstring and ast.get_docstring(node) and len(body) > 1:
-        cut = body[0].end_lineno
-    elif drop_docstring and ast.get_docstring(node) and len(body) > 1 and body[0].lineno > node.lineno:
-        prompt, rest = "".join(lines[: body[0].lineno - 1]), "".join(lines[body[0].end_lineno :])
-        return (prompt, rest) if rest.strip() and prompt.endswith("\n") else None
+    has_doc = bool(ast.get_docstring(node)) and len(body) > 1
+    if keep_docstring and has_doc:
+        end = start = body[0].end_lineno  # prompt lines [:end], body lines [start:]
     else:
-        first = body[0]
-        cut = (first.lineno - 1) if first.lineno > node.lineno else None
-        if cut is None:  # one-line def: nothing to split
+        if body[0].lineno <= node.lineno:  # one-line def: nothing to split
             return None
-    prompt, rest = "".join(lines[:cut]), "".join(lines[cut:])
+        end = body[0].lineno - 1
+        start = body[0].end_lineno if drop_docstring and has_doc else end
+    lines = text.splitlines(keepends=True)
+    prompt, rest = "".join(lines[:end]), "".join(lines[start:])
     if not rest.strip() or not prompt.endswith("\n"):
         return None
     return prompt, rest

@@ -62,10 +62,9 @@ class MarginalsCache:
     """Entries of one key under ``root/<key>/``: ``get`` and ``put`` per (step, row), atomically written."""
 
     def __init__(self, root: Path, key: dict, *, main: bool = True) -> None:
-        self.key = key
         self.k = int(key["top_k"])
         self.dir = root / _digest(key)[:20]
-        self.hits = self.misses = 0
+        self.misses = 0  # calls of get that found a row missing (trainer.py logs them as dlm_forwards)
         if main:
             self.dir.mkdir(parents=True, exist_ok=True)
             if not (self.dir / "key.json").is_file():
@@ -87,7 +86,6 @@ class MarginalsCache:
                 return None
             with np.load(path) as z:
                 parts.append((z["idx"], z["probs"]))
-        self.hits += 1
         idx = torch.from_numpy(np.concatenate([p[0] for p in parts])).long()
         probs = torch.from_numpy(np.concatenate([p[1] for p in parts]).astype(np.float32))
         return idx, probs

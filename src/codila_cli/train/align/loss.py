@@ -140,18 +140,21 @@ def normaliser(plans: list[RowPlan], *, n: int, block: int, weighting: str, fron
     return sum(len(p.starts) for p in plans) * block
 
 
-def _block_hidden(dlm, x0: torch.Tensor, plans: list[RowPlan], *, mask: int, block: int):
-    """(masked [b, n], rows [m], cols [m, B], hidden [m, B, d]) of the scored blocks, the DLM under no-grad."""
+def _layout(x0: torch.Tensor, plans: list[RowPlan], *, block: int):
+    """(masked [b, n], rows [m], cols [m, B]): the rows' masks and the positions of their scored blocks."""
     device = x0.device
     masked = torch.stack([p.masked for p in plans]).to(device)
     rows = torch.tensor([r for r, p in enumerate(plans) for _ in p.starts], device=device)
     cols = torch.tensor([s for p in plans for s in p.starts], device=device)[:, None] + torch.arange(block, device=device)
-    if dlm is None:
-        return masked, rows, cols, None
+    return masked, rows, cols
+
+
+def _block_hidden(dlm, x0: torch.Tensor, masked: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, *,
+                  mask: int) -> torch.Tensor:
+    """hidden [m, B, d] of the scored blocks: the DLM on x_t under no-grad, row i−1 for token i."""
     xt = torch.where(masked, torch.full_like(x0, mask), x0)
     with torch.no_grad():
-        hidden = final_hidden(dlm, xt)[rows[:, None], cols - 1]  # [m, B, d]: row i−1 predicts token i
-    return masked, rows, cols, hidden
+        return final_hidden(dlm, xt)[rows[:, None], cols - 1]
 
 
 def block_topk(dlm, x0: torch.Tensor, plans: list[RowPlan], *, ids: PairIds, block: int, head_s: torch.Tensor,
@@ -159,7 +162,7 @@ def block_topk(dlm, x0: torch.Tensor, plans: list[RowPlan], *, ids: PairIds, blo
     """The k most likely shared ids of each scored position and their probabilities renormalised over
     the k, rounded to float16 (what ``--marginals-cache`` stores): (idx [m, B, k] long into S,
     probs [m, B, k] float32)."""
-    _, _, _, hidden = _block_hidden(dlm, x0, plans, mask=ids.mask, block=block)
+    hidden = _block_hidden(dlm, x0, *_layout(x0, plans, block=block), mask=ids.mask)
     m = hidden.shape[0]
     h = hidden.reshape(m * block, -1)
     idx = torch.empty(m * block, k, dtype=torch.long, device=h.device)
@@ -183,11 +186,11 @@ def alignment_loss(dlm, ar, x0: torch.Tensor, plans: list[RowPlan], *, ids: Pair
     ``topk``: the blocks' truncated marginals (:func:`block_topk`, cache.py); the DLM is then not run."""
     n = x0.shape[1]
     device = x0.device
-    masked, rows, cols, hidden = _block_hidden(None if topk is not None else dlm, x0, plans, mask=ids.mask,
-                                               block=block)
+    masked, rows, cols = _layout(x0, plans, block=block)
     m = len(rows)
     emb_s = ar_embedding[: len(ids.shared)] if ids.contiguous else ar_embedding[ids.shared.to(device)]
     if topk is None:
+        hidden = _block_hidden(dlm, x0, masked, rows, cols, mask=ids.mask)
         soft = SoftEmbed.apply(hidden.reshape(m * block, -1), head_s, emb_s, CHUNK).view(m, block, -1)
     else:  # Σ_{top-k} π̂(v)·E_AR[v]
         idx, probs = (t.to(device) for t in topk)
