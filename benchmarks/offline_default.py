@@ -8,7 +8,7 @@ measures an old and a new pair side by side in one run):
 
 * quality on the benchmark (default heldout-ext: 120 prompts from packages outside the corpus) with the
   default settings (what ``codila gen`` runs: the helper's recommendation), CoDiLA at K = B = 8 with the
-  same recommendation, and the plain DLM at K = 8: valid (parses, non-empty), valid and not repetitive,
+  helper's recommendation for B = 8 (what ``codila gen -B 8`` runs), and the plain DLM at K = 8: valid (parses, non-empty), valid and not repetitive,
   syntax-error rate, and the ratio of CoDiLA's to the DLM's syntax-error rate at K = 8 (target ≤ 1/3);
 * the six everyday prompts (``-b everyday``) with the default settings: each completion verbatim and
   whether its test passed (run in the eval sandbox; needs bubblewrap, or pass --unsafe-local-exec);
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -82,7 +81,7 @@ def main() -> None:
         res: dict = {"dlm": dlm, "ar": ar, "default_setting": rec, "bytes": _size(dlm, "dlm") + _size(ar, "ar")}
         if not args.skip_quality:
             models = load_models(dlm=dlm, ar=ar, device="cpu", dtype="auto")
-            k8 = re.sub(r"B=\d+", "B=8", rec)
+            k8 = recommended_label({**recommended_decoding(ar, block_size=8), "block_size": 8})  # what `gen -B 8` runs
             labels = list(dict.fromkeys([rec, k8, "dream:K=8"]))  # the default may be K = B = 8 itself
             settings = [parse_setting(s, max_new_tokens=args.max_new_tokens) for s in labels]
             rows = run_eval(models, load_tasks(args.benchmark), settings, seed=0)

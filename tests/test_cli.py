@@ -104,6 +104,46 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
     assert recommended_decoding(str(ar))["cache"] == "prefix" and "cache_blocks" not in recommended_decoding(str(ar))
 
 
+
+def test_helper_recommendation_for_one_block_size_applies_at_that_size(tiny, tmp_path, monkeypatch):
+    """``by_block_size`` {"8": {...}} replaces the general recommendation when the block size is 8 (the
+    user's -B, config or environment), and nowhere else; its own block_size and bad values are ignored."""
+    import shutil
+
+    from codila_cli.runtime import recommended_decoding
+
+    ar = tmp_path / "ar"
+    shutil.copytree(tiny["ar"], ar)
+    cfg = json.loads((ar / "config.json").read_text())
+    cfg["codila_decoding"] = {"ar_context": 8, "ar_repetition_penalty": 1.3,
+                              "by_block_size": {"8": {"ar_repetition_penalty": 1.7, "block_size": 2, "ar_context": "x"},
+                                                "2": "not a table"}}
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert recommended_decoding(str(ar)) == {"ar_context": 8, "ar_repetition_penalty": 1.3}  # default B = 4
+    assert recommended_decoding(str(ar), block_size=8) == {"ar_context": 8, "ar_repetition_penalty": 1.7}
+    assert recommended_decoding(str(ar), block_size=2) == {"ar_context": 8, "ar_repetition_penalty": 1.3}
+    base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
+    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]  # noqa: E731
+    assert settings()["ar_repetition_penalty"] == 1.3
+    s = settings("-B", "8")
+    assert (s["block_size"], s["ar_repetition_penalty"], s["ar_context"]) == (8, 1.7, 8)
+    assert settings("-B", "8", "--ar-repetition-penalty", "1.1")["ar_repetition_penalty"] == 1.1  # a flag wins
+    conf = tmp_path / "config.toml"
+    conf.write_text(f"[models]\nar = {json.dumps(str(ar))}\n[gen]\nblock_size = 8\n")
+    monkeypatch.setenv("CODILA_CONFIG", str(conf))
+    assert settings()["ar_repetition_penalty"] == 1.7
+    from codila_cli.config import load_config
+    from codila_cli.info import effective_settings
+
+    rows = {r["key"]: r for r in effective_settings(load_config())}
+    assert rows["gen.ar_repetition_penalty"]["value"] == 1.7 and "recommended by" in rows["gen.ar_repetition_penalty"]["source"]
+    # the helper itself recommends B = 8: its B = 8 settings apply without a flag
+    monkeypatch.delenv("CODILA_CONFIG")
+    cfg["codila_decoding"]["block_size"] = 8
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert recommended_decoding(str(ar))["ar_repetition_penalty"] == 1.7
+    assert settings("-B", "4")["ar_repetition_penalty"] == 1.3
+
 def test_stdout_is_payload_only(tiny):
     r = gen("--dlm", str(tiny["dlm"]), "-K", "4", "--max-new-tokens", "8", "--seed", "1", "def f(", "-v")
     assert r.exit_code == 0

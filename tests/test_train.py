@@ -352,11 +352,16 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     assert "codila_decoding" not in json.loads((run / "align" / "final" / "config.json").read_text())  # source untouched
     with pytest.raises(ValueError, match="recommendable"):
         stage_export(run, target=tmp_path / "bad", ar_decoding={"tau": 1})
-    for bad in ({"cache": "fast"}, {"ar_context": -1}):
+    for bad in ({"cache": "fast"}, {"ar_context": -1}, {"by_block_size": {"8": {"tau": 1}}},
+                {"by_block_size": {"8": {"block_size": 4}}}, {"by_block_size": {"x": {"ar_context": 4}}},
+                {"by_block_size": {}}):
         with pytest.raises(ValueError, match="recommendable"):
             stage_export(run, target=tmp_path / "bad", ar_decoding=bad)
     stage_export(run, target=tmp_path / "out2", ar_decoding={"cache": "dual", "cache_blocks": 4})
     assert recommended_decoding(str(tmp_path / "out2" / "ar")) == {"cache": "dual", "cache_blocks": 4}
+    stage_export(run, target=tmp_path / "out3", ar_decoding={"ar_repetition_penalty": 1.3,
+                                                              "by_block_size": {"8": {"ar_repetition_penalty": 1.7}}})
+    assert recommended_decoding(str(tmp_path / "out3" / "ar"), block_size=8) == {"ar_repetition_penalty": 1.7}
     from codila_cli.train.stages import _export_value
 
     assert [_export_value(v) for v in ("4", "1.3", "dual")] == [4, 1.3, "dual"]
@@ -368,11 +373,17 @@ def test_train_export_decoding_flags_reach_the_export(tmp_path, monkeypatch):
 
     from codila_cli.cli import app
     from codila_cli.train import stages
+    from codila_cli.errors import UsageError
     from codila_cli.train.options import export_decoding
 
     assert export_decoding(["ar_context=96", "ar_repetition_penalty=1.3", "cache=prefix"]) == {
         "ar_context": 96, "ar_repetition_penalty": 1.3, "cache": "prefix"}
     assert export_decoding([]) is None
+    assert export_decoding(["ar_repetition_penalty=1.3", "B8.ar_repetition_penalty=1.7", "B8.ar_context=48"]) == {
+        "ar_repetition_penalty": 1.3, "by_block_size": {"8": {"ar_repetition_penalty": 1.7, "ar_context": 48}}}
+    for bad in (["B8.block_size=4"], ["B0.ar_context=4"], ["B8.tau=1"], ["Bx.ar_context=4"]):
+        with pytest.raises(UsageError):
+            export_decoding(bad)
     seen = {}
     monkeypatch.setattr(stages, "stage_export", lambda run, **kw: seen.update(kw) or {"bytes": 0})
     r = CliRunner().invoke(app, ["train", "export", "--run-dir", str(tmp_path), "--decoding", "ar_context=64",

@@ -75,7 +75,8 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
 
     dlm = (explicit("models", "dlm") or (None,))[0]
     ar = (explicit("models", "ar") or (None,))[0] or (default_ar() if dlm in (None, "bundled-dlm") else None)
-    recommended = recommended_decoding(ar) if ar else {}
+    given_b = str((explicit("gen", "block_size") or ("",))[0])  # the user's B picks by_block_size settings
+    recommended = recommended_decoding(ar, block_size=int(given_b) if given_b.isdigit() else None) if ar else {}
     from codila_cli.resolve import model_defaults
 
     model = model_defaults(dlm or "bundled-dlm", user_steps=any(explicit("gen", k) for k in ("steps", "tokens_per_step")),

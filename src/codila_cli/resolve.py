@@ -98,7 +98,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     if chosen == "codila" and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
     if chosen == "codila":
-        opt.recommended.update(recommended_decoding(ar_name))
+        opt.recommended.update(recommended_decoding(ar_name, block_size=opt.given("block_size")))  # user's B, if set
         if opt("cache") == "none":  # a recommended cache window is for when a cache is on
             opt.recommended.pop("cache_blocks", None)
     opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None

@@ -65,13 +65,16 @@ def recommendable(key: str, value: object) -> bool:
     return ok and value >= 0
 
 
-def recommended_decoding(ar: str) -> dict[str, int | float | str]:
+def recommended_decoding(ar: str, *, block_size: int | None = None) -> dict[str, int | float | str]:
     """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
     a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in
     RECOMMENDABLE with values of their type count (an int is accepted for a float); flags, environment
     variables and the user's config file override them. ``cache`` (none / prefix / dual) is recommended
     where it was measured to keep quality on that pair (the bundled one: docs/results.md §2, session 11);
-    ``cache_blocks`` applies only when a cache is on."""
+    ``cache_blocks`` applies only when a cache is on.
+
+    ``by_block_size`` {"8": {...}} holds settings chosen for one block size: they replace the general
+    ones when the block size is ``block_size`` (the user's), or else the recommended or default one."""
     import json
 
     from codila_cli.errors import CodilaError
@@ -84,7 +87,16 @@ def recommended_decoding(ar: str) -> dict[str, int | float | str]:
     rec = cfg.get("codila_decoding") if isinstance(cfg, dict) else None
     if not isinstance(rec, dict):
         return {}
-    return {k: RECOMMENDABLE[k](v) for k, v in rec.items() if recommendable(k, v)}
+    out = {k: RECOMMENDABLE[k](v) for k, v in rec.items() if recommendable(k, v)}
+    if block_size is None:
+        from codila_cli.resolve import GEN_DEFAULTS
+
+        block_size = out.get("block_size", GEN_DEFAULTS["block_size"])
+    per = rec.get("by_block_size")
+    one = per.get(str(block_size)) if isinstance(per, dict) else None
+    if isinstance(one, dict):
+        out.update({k: RECOMMENDABLE[k](v) for k, v in one.items() if k != "block_size" and recommendable(k, v)})
+    return out
 
 
 def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False) -> Models:

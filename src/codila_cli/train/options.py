@@ -85,18 +85,27 @@ def check_stage_paths(stage: str, *, site: Path | None, reuse: Path | None) -> N
                              hint="point at a checkpoint directory, e.g. the bundled DLM (codila models)")
 
 
-def export_decoding(pairs: list[str]) -> dict[str, int | float | str] | None:
+def export_decoding(pairs: list[str]) -> dict | None:
     """``--decoding KEY=VALUE`` of ``codila train export``: an int, a float (with a dot) or text, each a
-    setting the helper may recommend (runtime.recommendable); None when none is given."""
+    setting the helper may recommend (runtime.recommendable); ``B8.KEY=VALUE`` recommends it for block
+    size 8 only (``by_block_size``); None when none is given."""
+    import re
+
     from codila_cli.runtime import recommendable
     from codila_cli.train.stages import _export_value
 
-    out: dict[str, int | float | str] = {}
+    out: dict = {}
     for pair in pairs:
         key, eq, text = pair.partition("=")
         value = _export_value(text)
-        if not eq or not key or not recommendable(key, value):
+        scoped = re.fullmatch(r"B([1-9][0-9]*)\.(\w+)", key)
+        name = scoped.group(2) if scoped else key
+        if not eq or not name or not recommendable(name, value) or (scoped and name == "block_size"):
             raise UsageError(f"--decoding {pair!r} is not a recommendable CoDiLA setting",
-                             hint="e.g. --decoding ar_context=96 --decoding ar_repetition_penalty=1.3 (docs/codila.md)")
-        out[key] = value
+                             hint="e.g. --decoding ar_context=96 --decoding ar_repetition_penalty=1.3, or "
+                                  "B8.ar_repetition_penalty=1.7 for block size 8 only (docs/codila.md)")
+        if scoped:
+            out.setdefault("by_block_size", {}).setdefault(scoped.group(1), {})[name] = value
+        else:
+            out[key] = value
     return out or None

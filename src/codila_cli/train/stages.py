@@ -427,11 +427,12 @@ def _export_value(text: str) -> int | float | str:
 
 
 def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None,
-                 tasks: Path | None = None, ar_decoding: dict[str, int | float | str] | None = None) -> dict:
+                 tasks: Path | None = None, ar_decoding: dict | None = None) -> dict:
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
     there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
     defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
-    exported helper's config.json as ``codila_decoding`` (runtime.recommended_decoding)."""
+    exported helper's config.json as ``codila_decoding`` (runtime.recommended_decoding; ``by_block_size``
+    {"8": {...}} holds settings for one block size)."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
@@ -441,7 +442,10 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = tasks or run / "tasks" / "final"
     for key, value in (ar_decoding or {}).items():
-        if not recommendable(key, value):
+        scoped = value.items() if key == "by_block_size" and isinstance(value, dict) else ()
+        ok = all(str(b).isdigit() and int(b) > 0 and isinstance(one, dict) and "block_size" not in one
+                 and all(recommendable(k, v) for k, v in one.items()) for b, one in scoped)
+        if not (recommendable(key, value) or (scoped and ok)):
             raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
