@@ -144,6 +144,30 @@ def test_helper_recommendation_for_one_block_size_applies_at_that_size(tiny, tmp
     assert recommended_decoding(str(ar))["ar_repetition_penalty"] == 1.7
     assert settings("-B", "4")["ar_repetition_penalty"] == 1.3
 
+
+def test_syntax_guard_comes_from_flag_env_config_or_helper(tiny, tmp_path, monkeypatch):
+    """``ar_syntax_guard`` is off by default; a helper may recommend it; the config file, CODILA_AR_SYNTAX_GUARD
+    and --ar-syntax-guard / --no-ar-syntax-guard override in that order; -v names it."""
+    import shutil
+
+    ar = tmp_path / "ar"
+    shutil.copytree(tiny["ar"], ar)
+    base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
+    guard = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]["ar_syntax_guard"]  # noqa: E731
+    assert guard() is False and guard("--ar-syntax-guard") is True
+    cfg = json.loads((ar / "config.json").read_text())
+    cfg["codila_decoding"] = {"ar_syntax_guard": True}
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert guard() is True and guard("--no-ar-syntax-guard") is False
+    conf = tmp_path / "config.toml"
+    conf.write_text("[gen]\nar_syntax_guard = false\n")
+    monkeypatch.setenv("CODILA_CONFIG", str(conf))
+    assert guard() is False
+    monkeypatch.setenv("CODILA_AR_SYNTAX_GUARD", "1")
+    assert guard() is True
+    r = gen("-v", *[a for a in base if a != "--json"])
+    assert r.exit_code == 0 and "sg=1" in r.stderr
+
 def test_stdout_is_payload_only(tiny):
     r = gen("--dlm", str(tiny["dlm"]), "-K", "4", "--max-new-tokens", "8", "--seed", "1", "def f(", "-v")
     assert r.exit_code == 0

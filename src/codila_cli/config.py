@@ -44,7 +44,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "temperature": (float, int), "top_p": (float, int), "top_k": (int,), "block_length": (int,),
         "threshold": (float, int), "block_size": (int,), "tau": (float, int), "candidate_blocks": (int,),
         "parallel_blocks": (int,), "conditioning": (str,), "ar_temperature": (float, int), "ar_context": (int,),
-        "ar_repetition_penalty": (float, int), "cache": (str,), "cache_blocks": (int,),
+        "ar_repetition_penalty": (float, int), "cache": (str,), "cache_blocks": (int,), "ar_syntax_guard": (bool,),
     },
 }
 

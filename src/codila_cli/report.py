@@ -33,7 +33,7 @@ def settings_line(decoder: str, cfg: Any, models: Any) -> str:
     what dtype; `--json`'s ``settings`` has every value."""
     if decoder == "codila":
         parts = [f"B={cfg.block_size}", f"W={cfg.candidate_blocks}"] + ([f"tau={cfg.tau:g}"] if cfg.tau is not None else [])
-        parts += [f"ctx={cfg.ar_context}", f"rp={cfg.ar_repetition_penalty:g}"]
+        parts += [f"ctx={cfg.ar_context}", f"rp={cfg.ar_repetition_penalty:g}"] + (["sg=1"] if cfg.ar_syntax_guard else [])
     elif decoder == "threshold":
         parts = [f"threshold={cfg.threshold:g}", f"block={cfg.block_length}"]
     else:

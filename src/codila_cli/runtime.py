@@ -50,7 +50,8 @@ def default_ar() -> str | None:
 
 
 RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "ar_context": int,
-                                  "ar_repetition_penalty": float, "cache": str, "cache_blocks": int}
+                                  "ar_repetition_penalty": float, "cache": str, "cache_blocks": int,
+                                  "ar_syntax_guard": bool}
 
 
 def recommendable(key: str, value: object) -> bool:
@@ -61,6 +62,8 @@ def recommendable(key: str, value: object) -> bool:
     kind = RECOMMENDABLE.get(key)
     if kind is str:
         return value in CACHES
+    if kind is bool:
+        return type(value) is bool
     ok = type(value) is int if kind is int else kind is float and type(value) in (int, float)
     return ok and value >= 0
 
@@ -217,9 +220,20 @@ def context_overflow(models: Models, prompt: str, *, config: Any, system: str | 
     return _overflow(models, len(ids), config)
 
 
+def syntax_guard(ar: Any) -> Any:
+    """The helper's SyntaxGuard (decoding/syntax_guard.py), built once per loaded helper."""
+    from codila_cli.decoding.syntax_guard import SyntaxGuard
+
+    base = getattr(ar, "_ar", ar)  # a RowAR view (decoding/batch.py) shares its helper's guard
+    if "_syntax_guard" not in base.__dict__:
+        base.__dict__["_syntax_guard"] = SyntaxGuard(base.tokenizer, base.vocab_rows)
+    return base.__dict__["_syntax_guard"]
+
+
 def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
-            on_step: OnStep) -> Any:
-    """Run one sampler on one sequence; ``dlm``/``ar`` may be per-row views of the loaded models."""
+            on_step: OnStep, raw: bool = True) -> Any:
+    """Run one sampler on one sequence; ``dlm``/``ar`` may be per-row views of the loaded models; ``raw``:
+    a raw completion prompt (a chat answer is not code from its first token, so it gets no syntax guard)."""
     if decoder == "dream":
         from codila_cli.decoding.dream import decode_dream
 
@@ -234,8 +248,9 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
         if ar is None:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
+        guard = syntax_guard(ar) if config.ar_syntax_guard and raw else None
         writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk,
-                                 repetition_penalty=config.ar_repetition_penalty)
+                                 repetition_penalty=config.ar_repetition_penalty, guard=guard)
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
     raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
 
@@ -285,7 +300,7 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
         on_step(event)
 
     t0 = time.perf_counter()
-    res = _decode(models, dlm, models.ar, ids, decoder=decoder, config=config, gen=gen, on_step=tee)
+    res = _decode(models, dlm, models.ar, ids, decoder=decoder, config=config, gen=gen, on_step=tee, raw=mode == "raw")
     return _result(models, prompt, mode, ids, res, decoder=decoder, config=config, seed=seed, recorder=recorder,
                    wall=time.perf_counter() - t0)
 
@@ -360,7 +375,8 @@ def generate_many(models: Models, prompts: list[str], *, decoder: str, config: A
 
         t = time.perf_counter()
         ar = RowAR(models.ar) if models.ar is not None else None
-        out = _decode(models, row_dlm, ar, prepared[r][0], decoder=decoder, config=config, gen=gen, on_step=tee)
+        out = _decode(models, row_dlm, ar, prepared[r][0], decoder=decoder, config=config, gen=gen, on_step=tee,
+                      raw=prepared[r][1] == "raw")
         walls[r] = time.perf_counter() - t
         return out
 

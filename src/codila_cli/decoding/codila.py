@@ -71,12 +71,12 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
     start, end = span
     seg = c.gen[start:end]
     forced = [None if t == c.mask_id else t for t in seg.tolist()]
-    seen = None
-    if cfg.ar_repetition_penalty != 1.0:  # the text before the block: prompt and committed slots
-        left = c.x[0, : c.prompt_len + start]
-        seen = left[left != c.mask_id]
+    left = c.x[0, : c.prompt_len + start]  # the text before the block: prompt and committed slots
+    holes = left == c.mask_id
+    seen = left[~holes] if cfg.ar_repetition_penalty != 1.0 else None
+    whole = left.tolist() if writer.guard is not None and not bool(holes.any()) else None  # the guard's text
     out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), seen=seen,
-                       generator=gen)
+                       left=whole, generator=gen)
     new = (seg == c.mask_id).nonzero().flatten()
     c.commit(start + new, out[new.cpu()], source="ar", block=span)
 

@@ -49,8 +49,10 @@ def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
 
 class SoftBlockWriter:
     def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None,
-                 repetition_penalty: float = 1.0, guess: bool = True) -> None:
+                 repetition_penalty: float = 1.0, guess: bool = True, guard=None) -> None:
         self.ar = ar
+        self.guard = guard  # decoding/syntax_guard.py::SyntaxGuard, or None (off)
+        self._lex: tuple[list[int], object] = ([], None)  # the last left text the guard read, and its state
         self.guess = guess and temperature == 0  # check guesses in the forward (greedy only; see write)
         self.repetition_penalty = repetition_penalty
         self.bridge = bridge
@@ -84,9 +86,11 @@ class SoftBlockWriter:
         return q.to(self.table.dtype) @ self.table
 
     def write(self, pi: torch.Tensor, forced: list[int | None], *, context: list[int] | None = None,
-              seen: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+              seen: torch.Tensor | None = None, left: list[int] | None = None,
+              generator: torch.Generator | None = None) -> torch.Tensor:
         """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals; ``seen`` [n] the
-        ids of the text before the block (read only when repetition_penalty != 1).
+        ids of the text before the block (read only when repetition_penalty != 1); ``left`` the whole
+        text before the block when it has no hole (read only by the guard; None: the guard is off).
 
         Greedy writing checks a guess in the same forward (exact, as speculative decoding with greedy
         acceptance): the guess for slot j is its forced id, else the top id of its soft token. A forward
@@ -125,11 +129,14 @@ class SoftBlockWriter:
             hit = {t for t in seen.tolist() if t < V}
         out: list[int] = []
         fed = guess  # the guesses behind rows 1 … of the current forward
+        lex = self._left_state(left)
         while True:
-            choices = self._choose(logits[0], hit, fed, generator)  # every row, as if its guesses held
+            states = self._states(lex, fed)
+            choices = self._choose(logits[0], hit, fed, generator, states)  # every row, as if its guesses held
             for r, tok in enumerate(choices):  # row r predicts slot len(out)
                 tok = forced[len(out)] if forced[len(out)] is not None else tok
                 out.append(tok)
+                lex = self.guard.step(lex, tok) if lex is not None else None  # a forced token may turn it off
                 if tok < V:
                     hit.add(tok)
                 if len(out) == m:
@@ -141,9 +148,31 @@ class SoftBlockWriter:
             step = torch.tensor([out[-1]] + fed, device=emb.device)
             logits, cache = self.ar.forward(inputs_embeds=emb[step].unsqueeze(0), cache=cache, keep=len(fed) + 1)
 
-    def _choose(self, z: torch.Tensor, hit: set[int], fed: list[int], generator) -> list[int]:
+    def _left_state(self, left: list[int] | None):
+        """The guard's state after ``left``; the text it read last time is not read again."""
+        if self.guard is None or left is None:
+            return None
+        prev, state = self._lex
+        if state is not None and left[: len(prev)] == prev:
+            state = self.guard.feed_ids(state, left[len(prev) :])
+        else:
+            state = self.guard.initial(left)
+        self._lex = (list(left), state)
+        return state
+
+    def _states(self, lex, fed: list[int]) -> list | None:
+        """The guard's state before each row of a forward fed ``fed`` (None where it is off)."""
+        if lex is None:
+            return None
+        states = [lex]
+        for tok in fed:
+            states.append(self.guard.step(states[-1], tok) if states[-1] is not None else None)
+        return states
+
+    def _choose(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None) -> list[int]:
         """The AR's choice for each row of ``z`` [k + 1, V] at once: row r sees the ids in ``hit`` and the
-        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S.
+        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S and,
+        with a guard, to the ids it allows from ``states[r]``.
 
         Greedy: the penalty and the ban only ever lower a logit, so a row's winner is among its top
         ``_TOP`` raw logits whenever the best of them after penalty and ban is still above the row's
@@ -151,26 +180,27 @@ class SoftBlockWriter:
         scored in Python; a row that fails the check (rare) takes the full-vocabulary path. Same choice,
         ties to the lowest id as ``max``; a handful of ops instead of one per penalised column."""
         if self.temperature > 0 or z.shape[-1] <= _TOP:
-            return self._choose_full(z, hit, fed, generator)
+            return self._choose_full(z, hit, fed, generator, states)
         vals, cols = z.topk(_TOP, dim=-1)
         rho, banned, out = self.repetition_penalty, self._banned_set, []
         raw = vals.tolist()
         pens = torch.where(vals > 0, vals / rho, vals * rho).tolist() if rho != 1.0 else raw  # fp32, as in the full path
         for r, (vs, ps, cs) in enumerate(zip(raw, pens, cols.tolist())):
             best, best_c = float("-inf"), -1
+            lex = states[r] if states is not None else None
             for v, p, c in zip(vs, ps, cs):
-                if c in banned:
+                if c in banned or (lex is not None and not self.guard.allowed(lex, c)):
                     continue
                 if rho != 1.0 and (c in hit or c in fed[:r]):  # row r also sees guesses 0 … r − 1
                     v = p
                 if v > best or (v == best and c < best_c):
                     best, best_c = v, c
             if not best > vs[-1]:  # a column outside the top few could still win: decide on all of them
-                return self._choose_full(z, hit, fed, generator)
+                return self._choose_full(z, hit, fed, generator, states)
             out.append(best_c)
         return out
 
-    def _choose_full(self, z: torch.Tensor, hit: set[int], fed: list[int], generator) -> list[int]:
+    def _choose_full(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None) -> list[int]:
         """``_choose`` over the whole vocabulary: penalised columns only (the ids in the text), the ids
         outside S set to −inf column by column, no [k + 1, V] temporaries. Also the sampling path."""
         z = z.float().clone()
@@ -187,6 +217,10 @@ class SoftBlockWriter:
                     added.add(tok)
                     z[r + 1 :, tok] = penalise(z[r + 1 :, tok])
         z[:, self.banned] = float("-inf")
+        for r, lex in enumerate((states or [])[: z.shape[0]]):
+            ban = self.guard.banned(lex) if lex is not None else []
+            if ban:
+                z[r, ban] = float("-inf")
         if self.temperature > 0:  # one row: sampling guesses nothing
             return [int(torch.multinomial(torch.softmax(z[0] / self.temperature, -1), 1, generator=generator))]
         return z.max(-1).indices.tolist()

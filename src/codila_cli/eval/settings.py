@@ -28,7 +28,7 @@ class Setting:
 KEYS: dict[str, tuple[str, ...]] = {  # the keys each decoder takes, in the order the docs list them
     "dream": ("K", "steps", "alg"),
     "threshold": ("t", "block", "cache", "conv", "esteps"),
-    "codila": ("B", "tau", "W", "P", "cond", "verify", "cache", "cb", "ctx", "arT", "rp"),
+    "codila": ("B", "tau", "W", "P", "cond", "verify", "cache", "cb", "ctx", "arT", "rp", "sg"),
     "dreamon": ("K", "n0", "max", "tau", "B", "exp"),
 }
 
@@ -43,6 +43,8 @@ def recommended_label(recommended: dict) -> str:
     ("…,rp=1.3,cache=dual,cb=4"); ``cache_blocks`` alone is left out (it applies only with a cache)."""
     parts = [f"B={recommended.get('block_size', 4)}"]
     parts += [f"{short}={recommended[k]}" for k, short in _SHORT.items() if k in recommended and k != "block_size"]
+    if recommended.get("ar_syntax_guard"):
+        parts.append("sg=1")
     if recommended.get("cache", "none") != "none":
         parts.append(f"cache={recommended['cache']}")
         if "cache_blocks" in recommended:
@@ -97,14 +99,15 @@ def _config(name: str, kv: dict[str, str], num: Any, max_new_tokens: int, sampli
                               cache=kv.get("cache", "none"), convention=kv.get("conv", "codila"),
                               entropy_steps=num("esteps", int), **common)
     elif name == "codila":
-        if kv.get("verify", "0") not in ("0", "1"):
-            raise ValueError(f"verify must be 0 or 1, got {kv['verify']!r}")
+        for flag in ("verify", "sg"):
+            if kv.get(flag, "0") not in ("0", "1"):
+                raise ValueError(f"{flag} must be 0 or 1, got {kv[flag]!r}")
         cfg = CodilaConfig(block_size=num("B", int, 4), tau=num("tau", float), candidate_blocks=num("W", int, 10),
                            parallel_blocks=num("P", int, 1), conditioning=kv.get("cond", "soft"),
                            ar_verify=kv.get("verify") == "1", cache=kv.get("cache", "none"),
                            ar_context=num("ctx", int, 0), cache_blocks=num("cb", int),
                            ar_temperature=num("arT", float, 0.0), ar_repetition_penalty=num("rp", float, 1.0),
-                           **common)
+                           ar_syntax_guard=kv.get("sg") == "1", **common)
     else:
         cfg = InfillConfig(tokens_per_step=num("K", int, 1), initial_masks=num("n0", int, 4),
                            max_middle_tokens=num("max", int, max_new_tokens), tau=num("tau", float),
