@@ -364,7 +364,7 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     assert recommended_decoding(str(tmp_path / "out3" / "ar"), block_size=8) == {"ar_repetition_penalty": 1.7}
     from codila_cli.train.stages import _export_value
 
-    assert [_export_value(v) for v in ("4", "1.3", "dual")] == [4, 1.3, "dual"]
+    assert [_export_value(v) for v in ("4", "1.3", "dual", "true", "false")] == [4, 1.3, "dual", True, False]
 
 
 def test_train_export_decoding_flags_reach_the_export(tmp_path, monkeypatch):
@@ -379,6 +379,7 @@ def test_train_export_decoding_flags_reach_the_export(tmp_path, monkeypatch):
     assert export_decoding(["ar_context=96", "ar_repetition_penalty=1.3", "cache=prefix"]) == {
         "ar_context": 96, "ar_repetition_penalty": 1.3, "cache": "prefix"}
     assert export_decoding([]) is None
+    assert export_decoding(["ar_syntax_guard=true"]) == {"ar_syntax_guard": True}
     assert export_decoding(["ar_repetition_penalty=1.3", "B8.ar_repetition_penalty=1.7", "B8.ar_context=48"]) == {
         "ar_repetition_penalty": 1.3, "by_block_size": {"8": {"ar_repetition_penalty": 1.7, "ar_context": 48}}}
     for bad in (["B8.block_size=4"], ["B0.ar_context=4"], ["B8.tau=1"], ["Bx.ar_context=4"]):

@@ -418,8 +418,10 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     return last
 
 
-def _export_value(text: str) -> int | float | str:
-    """``KEY=VALUE`` of `stages export`: an int, a float (with a dot), else the text (cache=dual)."""
+def _export_value(text: str) -> bool | int | float | str:
+    """``KEY=VALUE`` of `stages export`: true / false, an int, a float (with a dot), else the text (cache=dual)."""
+    if text in ("true", "false"):
+        return text == "true"
     try:
         return float(text) if "." in text else int(text)
     except ValueError:
