@@ -91,10 +91,10 @@ def recommended_decoding(ar: str, *, block_size: int | None = None) -> dict[str,
     if not isinstance(rec, dict):
         return {}
     out = {k: RECOMMENDABLE[k](v) for k, v in rec.items() if recommendable(k, v)}
-    if block_size is None:
-        from codila_cli.resolve import GEN_DEFAULTS
+    if block_size is None:  # the library default, as `codila gen` uses it (resolve.GEN_DEFAULTS)
+        from codila_cli.decoding.config import CodilaConfig
 
-        block_size = out.get("block_size", GEN_DEFAULTS["block_size"])
+        block_size = out.get("block_size", CodilaConfig.__dataclass_fields__["block_size"].default)
     per = rec.get("by_block_size")
     one = per.get(str(block_size)) if isinstance(per, dict) else None
     if isinstance(one, dict):

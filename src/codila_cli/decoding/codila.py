@@ -74,9 +74,11 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
     left = c.x[0, : c.prompt_len + start]  # the text before the block: prompt and committed slots
     holes = left == c.mask_id
     seen = left[~holes] if cfg.ar_repetition_penalty != 1.0 else None
-    whole = left.tolist() if writer.guard is not None and not bool(holes.any()) else None  # the guard's text
+    extra = {}
+    if getattr(writer, "guard", None) is not None:  # a guarded writer reads the whole text, if it has no hole
+        extra["left"] = None if bool(holes.any()) else left.tolist()
     out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), seen=seen,
-                       left=whole, generator=gen)
+                       generator=gen, **extra)
     new = (seg == c.mask_id).nonzero().flatten()
     c.commit(start + new, out[new.cpu()], source="ar", block=span)
 
