@@ -1,12 +1,13 @@
-"""Build the dev-ext and heldout-ext prompt sets (issue 26) into the package data.
+"""Build the dev-ext, heldout-ext and heldout-ext2 prompt sets (issue 26) into the package data.
 
-    python scripts/make_prompt_sets.py --run-dir RUN --site SITE
+    python scripts/make_prompt_sets.py --run-dir RUN --site SITE [--only heldout_ext2]
 
 RUN is a run directory whose corpus was built with `codila train corpus --site SITE` (its
 corpus/train.jsonl is what the prompts are decontaminated against); SITE holds the packages of
 scripts/corpus-packages.txt. dev-ext (80 prompts) comes from DEV_PACKAGES, heldout-ext (120) from
-EXTERNAL_PACKAGES; neither is in the corpus. Settings are chosen on dev-ext only; heldout-ext is
-reported once per shipped pair.
+EXTERNAL_PACKAGES, heldout-ext2 (120, session 15) from EXTERNAL2_PACKAGES; none is in the corpus.
+Settings are chosen on dev-ext (+ dev-ext-bare) only; the held-out sets are reported once per shipped
+default. ``--only`` rebuilds one set and leaves the others as they are.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from codila_cli.train.corpus import DEV_PACKAGES, EXTERNAL_PACKAGES, package_licences, package_prompts
+from codila_cli.train.corpus import (DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL_PACKAGES, package_licences,
+                                     package_prompts)
 
 DATA = Path(__file__).resolve().parent.parent / "src" / "codila_cli" / "data"
 
@@ -24,9 +26,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", type=Path, required=True)
     ap.add_argument("--site", type=Path, required=True)
+    ap.add_argument("--only", choices=("dev_ext", "heldout_ext", "heldout_ext2"))
     args = ap.parse_args()
     train = args.run_dir / "corpus" / "train.jsonl"
-    for name, packages, n in (("dev_ext", DEV_PACKAGES, 80), ("heldout_ext", EXTERNAL_PACKAGES, 120)):
+    sets = (("dev_ext", DEV_PACKAGES, 80), ("heldout_ext", EXTERNAL_PACKAGES, 120), ("heldout_ext2", EXTERNAL2_PACKAGES, 120))
+    for name, packages, n in sets:
+        if args.only and name != args.only:
+            continue
         licences = package_licences(packages, args.site)
         rows = package_prompts(packages, site=args.site, train_jsonl=train, n=n, prefix=name.replace("_", "-"))
         for r in rows:

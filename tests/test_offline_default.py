@@ -114,7 +114,8 @@ def test_build_corpus_records_the_site_what_it_missed_and_the_prompt_packages(tm
     m = build_corpus(tmp_path / "corpus", data_dir=None, site=site,
                      packages={"pkga": ("pkga",), "onefile": ("onefile",), "nothere": ("nothere",)})
     assert m["site"] == str(site) and m["not_read"] == ["nothere"]
-    assert set(m["never_trained_on"]) == {"development prompts", "external held-out prompts"}
+    assert set(m["never_trained_on"]) == {"development prompts", "external held-out prompts",
+                                          "second external held-out prompts"}
     rows = [json.loads(x) for f in ("train.jsonl", "valid.jsonl") for x in (tmp_path / "corpus" / f).read_text().splitlines()]
     assert {r["origin"] for r in rows} >= {"pkga", "onefile"}
 
@@ -136,15 +137,19 @@ def test_package_prompts_drop_functions_the_corpus_trained_on(tmp_path):
 
 def test_shipped_prompt_sets_come_from_packages_outside_the_corpus():
     from codila_cli.eval.heldout import load_heldout
-    from codila_cli.train.corpus import CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL_PACKAGES
+    from codila_cli.train.corpus import CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL_PACKAGES
 
-    assert not (set(DEV_PACKAGES) | set(EXTERNAL_PACKAGES)) & set(CORPUS_PACKAGES)
-    assert not set(DEV_PACKAGES) & set(EXTERNAL_PACKAGES)
+    groups = [set(DEV_PACKAGES), set(EXTERNAL_PACKAGES), set(EXTERNAL2_PACKAGES)]
+    assert not set.union(*groups) & set(CORPUS_PACKAGES)
+    assert sum(map(len, groups)) == len(set.union(*groups))  # no package in two sets
     dev, ext = load_heldout(name="dev_ext_prompts.jsonl"), load_heldout(name="heldout_ext_prompts.jsonl")
-    assert len(dev) == 80 and len(ext) == 120
+    ext2 = load_heldout(name="heldout_ext2_prompts.jsonl")
+    assert len(dev) == 80 and len(ext) == 120 and len(ext2) == 120
     assert {p["origin"] for p in dev} == set(DEV_PACKAGES) and {p["origin"] for p in ext} == set(EXTERNAL_PACKAGES)
+    assert {p["origin"] for p in ext2} == set(EXTERNAL2_PACKAGES)
     assert not {p["prompt"] for p in dev} & {p["prompt"] for p in ext}
-    for p in dev + ext:
+    assert not {p["prompt"] for p in dev + ext} & {p["prompt"] for p in ext2}
+    for p in dev + ext + ext2:
         assert p["license"] and p["version"] and p["prompt"].endswith("\n")
         ast.parse(p["prompt"] + p["reference"])  # the original function, cut after its docstring
 
@@ -153,7 +158,7 @@ def test_prompt_set_benchmarks_load_with_stop_lines():
     from codila_cli.decoding.stops import HUMANEVAL
     from codila_cli.eval.benchmarks import load_tasks
 
-    for name, n in (("dev-ext", 80), ("heldout-ext", 120), ("everyday", 6)):
+    for name, n in (("dev-ext", 80), ("heldout-ext", 120), ("heldout-ext2", 120), ("everyday", 6)):
         tasks = load_tasks(name)
         assert len(tasks) == n and all(t.kind == "complete" and t.stop == HUMANEVAL for t in tasks)
     assert all(not t.test for t in load_tasks("heldout-ext"))
@@ -165,7 +170,7 @@ def test_bare_prompt_sets_are_the_same_functions_cut_to_their_signature():
     from codila_cli.decoding.stops import HUMANEVAL
     from codila_cli.eval.benchmarks import load_tasks
 
-    for base in ("dev-ext", "heldout-ext"):
+    for base in ("dev-ext", "heldout-ext", "heldout-ext2"):
         full = {t.task_id.removeprefix(base): t for t in load_tasks(base)}
         bare = load_tasks(f"{base}-bare")
         assert len(bare) == len(full) and all(t.stop == HUMANEVAL and not t.test for t in bare)

@@ -59,6 +59,11 @@ CORPUS_PACKAGES = {**PACKAGES, **WIDER_PACKAGES}
 DEV_PACKAGES: dict[str, tuple[str, ...]] = {"boltons": ("boltons",), "toolz": ("toolz",)}
 EXTERNAL_PACKAGES: dict[str, tuple[str, ...]] = {"pydash": ("pydash",), "funcy": ("funcy",),
                                                   "more-itertools": ("more_itertools",)}
+# heldout-ext2 (session 15): a second held-out set, because heldout-ext has been reported for four defaults
+EXTERNAL2_PACKAGES: dict[str, tuple[str, ...]] = {
+    "glom": ("glom",), "natsort": ("natsort",), "tinydb": ("tinydb",), "dpath": ("dpath",), "jmespath": ("jmespath",),
+    "parse": ("parse",), "webcolors": ("webcolors",), "multipledispatch": ("multipledispatch",),
+    "toposort": ("toposort",), "cssselect": ("cssselect",)}
 PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation")
 SKIP_DIRS = {"test", "tests", "idle_test", "testing", "site-packages", "__pycache__", "lib2to3", "ensurepip",
              "_vendor", "vendor", "turtledemo", "pydoc_data", "encodings"}
@@ -307,7 +312,8 @@ def build_corpus(out_dir: Path, *, data_dir: Path | None, packages: dict[str, tu
     manifest = {"sources": licences, "counts": counts, "ngram": NGRAM, "valid_permille": VALID_PERMILLE,
                 "not_read": missing, "site": str(site) if site else None,
                 "never_trained_on": {"development prompts": sorted(DEV_PACKAGES),
-                                     "external held-out prompts": sorted(EXTERNAL_PACKAGES)},
+                                     "external held-out prompts": sorted(EXTERNAL_PACKAGES),
+                                     "second external held-out prompts": sorted(EXTERNAL2_PACKAGES)},
                 "decontaminated_against": ["HumanEval", "HumanEval-Infilling (all splits)", "MBPP sanitized"]
                 if data_dir else ["HumanEval"]}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
