@@ -68,6 +68,14 @@ def recommendable(key: str, value: object) -> bool:
     return ok and value >= 0
 
 
+def recommendable_per_block_size(value: object) -> bool:
+    """A ``by_block_size`` table a helper may recommend: {"8": {KEY: value, …}, …}, block sizes as positive
+    integers, each table of recommendable settings other than ``block_size``."""
+    return isinstance(value, dict) and bool(value) and all(
+        str(b).isdigit() and int(b) > 0 and isinstance(one, dict) and "block_size" not in one
+        and all(recommendable(k, v) for k, v in one.items()) for b, one in value.items())
+
+
 def recommended_decoding(ar: str, *, block_size: int | None = None) -> dict[str, int | float | str]:
     """CoDiLA settings an AR helper checkpoint recommends: ``codila_decoding`` in its config.json (the way
     a generation_config.json carries a model's sampling defaults); {} when it has none. Only the keys in

@@ -438,16 +438,13 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
-    from codila_cli.runtime import recommendable
+    from codila_cli.runtime import recommendable, recommendable_per_block_size
 
     pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = tasks or run / "tasks" / "final"
     for key, value in (ar_decoding or {}).items():
-        scoped = value.items() if key == "by_block_size" and isinstance(value, dict) else ()
-        ok = all(str(b).isdigit() and int(b) > 0 and isinstance(one, dict) and "block_size" not in one
-                 and all(recommendable(k, v) for k, v in one.items()) for b, one in scoped)
-        if not (recommendable(key, value) or (scoped and ok)):
+        if not (recommendable_per_block_size(value) if key == "by_block_size" else recommendable(key, value)):
             raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
