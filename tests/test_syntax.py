@@ -75,3 +75,14 @@ def test_stderr_syntax_line_gives_the_messages():
     assert _syntax_line(check_python("x = 1\n")) == "syntax: valid"
     many = _syntax_line(check_python("".join(f"x{i} = (\n" for i in range(7)) + "if x\n"))
     assert many.startswith("syntax: ") and many.count("; ") <= 4
+
+
+def test_the_checked_codes_syntax_warnings_are_not_raised():
+    """``1.0(2)`` compiles with a SyntaxWarning ("'float' object is not callable"); checking it must not
+    warn (a warning would be printed among `codila gen`'s own stderr lines) nor fail."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert check_python("x = 1.0(2)\n").valid
+    assert not [w for w in seen if issubclass(w.category, SyntaxWarning)]

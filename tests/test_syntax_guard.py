@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codila_cli.decoding.syntax_guard import LexState, SyntaxGuard, feed
+from codila_cli.decoding.syntax_guard import LexState, SyntaxGuard, after_token, feed, finished
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "codila_cli"
 
@@ -20,13 +20,87 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "codila_cli"
     ("f'{x}'", True), ("d = {'a': [1]}", True), ("d = {'a': [1})", False), ("'' ')'", True), ("x = 1\n)", False),
 ])
 def test_rules_agree_with_pythons_tokenizer(text, ok):
-    """Where the guard says a text breaks a rule, Python's own parser fails on it for that reason (an
+    """Where the guard says a text breaks rule 1 or 2, Python's own parser fails on it for that reason (an
     unmatched bracket, an unterminated one-line string), whatever would follow."""
     assert (feed(LexState(), text) is not None) == ok
     if not ok:
         for tail in ("", "\n", " x]\n"):
             with pytest.raises(SyntaxError, match="unmatched|does not match|unterminated string"):
                 compile(text + tail, "<guard>", "exec")
+
+
+# rules 3 to 5: each text breaks one, and no text that follows it can make the program valid
+BROKEN = [
+    ("def f(x):\n    return x\n        y", "unexpected indent"),
+    ("def f(x):\nreturn x", "expected an indented block"),
+    ("def f(x):\n    # a comment\n\n    if x:\n    return", "expected an indented block"),
+    ("class A:\n    def f(self):\n        pass\n  x", "unindent does not match"),
+    ("def f(x):\n    return x = 1", "invalid syntax|cannot assign|Maybe you meant"),
+    ("if a = b", "invalid syntax|cannot assign|Maybe you meant"),
+    ("while x: return y = 2", "invalid syntax|cannot assign|Maybe you meant"),
+    ("x = 1; assert x = ", "invalid syntax|cannot assign|Maybe you meant"),
+    ("return\ufffd", "invalid character|invalid non-printable"),
+    ("x = \ufffd", "invalid character|invalid non-printable"),
+    ("if x\n", "expected ':'|invalid syntax"),
+    ("def f(x):\n    for y in x\n", "expected ':'|invalid syntax"),
+    ("class A(B)  # no colon\n", "expected ':'|invalid syntax"),
+    ("x = a === b", "invalid syntax"),
+    ("if a <==", "invalid syntax"),
+    (">>> f(x)", "invalid syntax"),
+    ("def f(x):\n    return x\n    >", "invalid syntax"),
+    ("x = 1;;", "invalid syntax"),
+    ("if x: , y", "invalid syntax"),
+    ("if isinstance(x, int: ", "invalid syntax|never closed"),
+    ("print(a: b", "invalid syntax|never closed"),
+    ("x = [f(y: 1", "invalid syntax|never closed"),
+]
+# valid programs close to those rules (each must be read without a break)
+FINE = [
+    "if x: y = 1\n", "for k in d: d[k] = 1\n", "return lambda x=1: x\n", "x: None = None\n",
+    "if (n := len(a)) > 1:\n    pass\n", "while chunk := f.read():\n    pass\n", "match = 1\ntype = 2\n",
+    "if a == b and c <= d != e:\n    x **= 2\n", "def f(a, *, b=1) -> int:\n    return a\n",
+    "if x:  # a comment\n\n# at column 0\n    y = 1\n", "x = (1,\n2)\n", "if a and \\\n   b:\n    pass\n",
+    "class A:\n    def f(self):\n        return 1\n\n    x = 2\ny = 3\n", "s = '\ufffd'  # \ufffd\n",
+    "x = 1 if a \\\n    else 2\n", "try: x = 1\nexcept E as e: y = 2\nfinally: z = 3\n",
+    "def f():\n    '''doc\nstring'''\n    return [\n  1]\n", "else_ = 1\nreturned = 2\n", "x = ''\n'a'\n",
+    "async def f():\n    await g(x=1)\n", "sorted(a, key=lambda v: v)\n", "print(f'{x=}')\n",
+    "if x:\t# a tab before a comment\n    y = 1\n", "while x := f():\n    pass\n", "if (a and\n    b):\n    pass\n",
+    "class A(B): pass\nelse_ = [x for x in y if x]\n", "def f(x):\n    match x:\n        case 1: return x\n",
+    "def g():\n    x = (yield from y)\n    raise ValueError('x') from None\n", "from a import (b,\n    c)\n",
+    "async def f():\n    async with a as b:\n        pass\n", "x = a if b else c\ny = [i for i in x if not i]\n",
+    "f(*a, **k)\n.5\n-x\n*a, b = c\n~x\n", "x = 1 ;y = 2\n", "x = a == b >= c\nx **= 2\nx //= 3\nx >>= 1\n",
+    "pass_ = returned = class_ = 1\nobj.passes = 2\n", "sorted(a, key=lambda v: v[1:])\nf(lambda: 0, lambda x: x)\n",
+    "def f(a: int, b: dict[str, int] = {}) -> None:\n    pass\n", "async def f(x: int):\n    pass\n",
+    "if (n := 1) and f(m:=2):\n    pass\n", "x = f(a[1:2], {b: c})\n", "class A:\n    def m(self, x: 'A' = None): pass\n", "if x:\n    pass\nelif y: pass\nelse: z = 1\n",
+]
+
+
+@pytest.mark.parametrize("text, why", BROKEN)
+def test_indentation_assignment_and_partial_character_rules_agree_with_compile(text, why):
+    assert feed(LexState(), text) is None
+    for tail in ("", "\n", " x\n", "=1\n", "\n    pass\n"):
+        with pytest.raises(SyntaxError, match=why):
+            compile(text + tail, "<guard>", "exec")
+
+
+@pytest.mark.parametrize("text", FINE)
+def test_valid_programs_near_the_rules_are_read_without_a_break(text):
+    try:
+        compile(text, "<guard>", "exec")
+    except SyntaxError as e:  # only `return` outside a function: the guard reads statements, not scopes
+        assert "outside function" in str(e)
+    state = feed(LexState(), text)
+    assert state is not None and state.stack == () and state.quote == ""
+
+
+def test_the_line_state_follows_indentation_and_statements():
+    s = feed(LexState(), "def f(x):\n")
+    assert s.expect and s.col == 0 and s.indents == (0,)
+    s = feed(s, "    if x:\n        return x\n")
+    assert s.indents == (0, 4, 8) and not s.expect
+    assert feed(s, "    y") is not None and feed(s, "      y") is None and feed(s, "  # ok\n") is not None
+    assert feed(LexState(), "return x =").eq and feed(LexState(), "return x ==").eq is False
+    assert feed(LexState(), "\tx = 1\n").indents is None  # a tab: rule 3 is off from there on
 
 
 def test_no_complete_source_file_breaks_a_rule():
@@ -49,19 +123,55 @@ def test_state_follows_strings_brackets_and_comments():
     assert feed(feed(LexState(), "x = 1  # a (comment"), "\n)") is None
 
 
+@pytest.mark.parametrize("text, done", [
+    ("x = (1", False), ("x = 1\n", True), ("if x:", False), ("if x:\n", False), ("if x:\n    # body?\n", False),
+    ("if x:\n    y\n", True), ("assert x =", False), ("s = '''a", False), ("x = 1  # (", True), ("x = 1 + \\", False),
+    ("class A:  # c", False), ("", True), ("while x", False), ("if x: y", True), ("def f(x):\n    '''doc'''\n", True),
+])
+def test_where_a_text_may_end_agrees_with_compile(text, done):
+    """Rule 6: the guard lets the text end exactly where Python would accept it as a whole program (for
+    these texts, which break no other rule)."""
+    state = feed(LexState(), text)
+    assert state is not None and finished(state) == done
+    if done:
+        compile(text, "<guard>", "exec")
+    else:
+        with pytest.raises(SyntaxError):
+            compile(text, "<guard>", "exec")
+
+
+def test_an_end_of_text_id_is_banned_where_the_text_may_not_end(tiny_models):
+    tok = tiny_models.ar.tokenizer
+    eos = tiny_models.ar.specials.eos
+    guard = SyntaxGuard(tok, tiny_models.ar.vocab_rows, end_ids=(eos,))
+    assert eos in guard.risky
+    for text, done in (("x = f(a", False), ("x = 1\n", True), ("def f(x):\n", False)):
+        state = feed(LexState(), text)
+        assert guard.allowed(state, eos) == done and (eos in guard.banned(state)) != done
+    plain = SyntaxGuard(tok, tiny_models.ar.vocab_rows)  # no end ids: an end-of-text id is just text ""
+    assert plain.allowed(feed(LexState(), "x = f(a"), eos)
+
+
 @pytest.fixture(scope="module")
 def guard(tiny_models):
     return SyntaxGuard(tiny_models.ar.tokenizer, tiny_models.ar.vocab_rows)
 
 
 def test_banned_ids_are_exactly_those_that_break_a_rule(guard):
-    """``banned`` looks at the ids with a closing bracket or a line break only; no other id can break a rule."""
+    """In mid-line ``banned`` looks at the ids with a closing bracket, a line break, '=' or U+FFFD only;
+    at a line's start and after a keyword-led '=' at every id. Either way it bans exactly the ids that
+    break a rule."""
     assert guard.risky, "the tiny tokenizer has ids with ) ] } or a line break"
-    for text in ("f(x", "a = [1, {2", "s = 'ab", "x = 1", "'''doc"):
+    for text in ("f(x", "a = [1, {2", "s = 'ab", "x = 1", "'''doc", "def f(x):\n", "def f(x):\n    y = 1\n",
+                 "def f(x):\n    return x =", "if x: return y", "if x:", "x = 1;", "y = f(a, re",
+                 "def f(x):\n    return x", "x = a ==", "s = f(x) ", "for a in b:\n    y = g(a,\n"):
         state = feed(LexState(), text)
-        every = [i for i, t in enumerate(guard.texts) if feed(state, t) is None]
-        assert guard.banned(state) == every
-    assert guard.banned(feed(LexState(), "x = 1")) == [i for i, t in enumerate(guard.texts) if any(c in t for c in ")]}")]
+        every = [i for i, t in enumerate(guard.texts) if after_token(state, t) is None]
+        assert guard.banned(state) == every, text
+    mid = guard.banned(feed(LexState(), "x = 1"))
+    assert all(i in mid for i, t in enumerate(guard.texts) if any(c in t for c in ")]}\ufffd"))
+    at_start = guard.banned(feed(LexState(), "def f(x):\n    if x:\n"))
+    assert any(guard.texts[i].strip() and not guard.texts[i].startswith(" ") for i in at_start)
 
 
 def test_choose_with_a_guard_equals_the_full_vocabulary_path(tiny_models, guard):
@@ -102,6 +212,24 @@ def test_guarded_generation_never_breaks_a_rule(tiny_models):
     assert broken[False, 2.0] > 0
 
 
+def test_the_writer_ends_the_text_only_where_it_may_end(tiny_models):
+    """Rule 6 in the writer: an end-of-text id on top of every row is taken where the text may end and
+    passed over where it may not, by the greedy short path and by the sampling path alike."""
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    eos = tiny_models.dlm.specials.eos
+    guard = SyntaxGuard(tiny_models.ar.tokenizer, tiny_models.ar.vocab_rows, end_ids=tiny_models.dlm.specials.stop_ids)
+    for temp in (0.0, 0.5):
+        w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, temperature=temp, guard=guard)
+        assert w.allowed[eos], "the tiny helper may write end-of-text"
+        z = torch.zeros(1, len(w.allowed))
+        z[0, eos] = 50.0
+        for text, done in (("def f(x):\n    return g(x", False), ("def f(x):\n    if x:", False),
+                           ("def f(x):\n    return x\n", True)):
+            (tok,) = w._choose(z.clone(), set(), [], torch.Generator().manual_seed(0), [feed(LexState(), text)])
+            assert (tok == eos) == done, (text, temp)
+
+
 def test_the_guard_is_off_for_chat_prompts_and_holes(tiny_models, guard, monkeypatch):
     """A chat answer is not code from its first token: no guard is built for it. A left text with a hole
     (a mask) has no state: the writer then bans nothing. A left text that grows is read on, not again."""
@@ -109,7 +237,7 @@ def test_the_guard_is_off_for_chat_prompts_and_holes(tiny_models, guard, monkeyp
     from codila_cli.decoding.config import CodilaConfig
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
-    def refuse(ar):
+    def refuse(ar, **kwargs):
         raise AssertionError("a guard was built")
 
     monkeypatch.setattr(runtime, "syntax_guard", refuse)
@@ -127,3 +255,13 @@ def test_the_guard_is_off_for_chat_prompts_and_holes(tiny_models, guard, monkeyp
     more = tiny_models.ar.tokenizer.encode(", b)", add_special_tokens=False)
     monkeypatch.setattr(guard, "initial", refuse)
     assert w._left_state(ids + more).stack == ()  # read on from the last text, not again from the start
+
+
+def test_a_chosen_token_may_not_stop_halfway_into_an_operator():
+    """``after_token``: where only ``==`` or ``:=`` could follow, the token must complete it itself."""
+    s = feed(LexState(), "def f(x):\n    return x")
+    assert after_token(s, " =") is None and after_token(s, " ==") is not None
+    p = feed(LexState(), "if f(a")
+    assert after_token(p, ":") is None and after_token(p, " :=") is not None and after_token(p, ")") is not None
+    assert feed(p, ":") is not None  # the text itself may still go on (into :=)
+    assert after_token(feed(LexState(), "x = a"), " =") is not None  # not keyword-led: x = a = b

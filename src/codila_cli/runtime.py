@@ -228,14 +228,17 @@ def context_overflow(models: Models, prompt: str, *, config: Any, system: str | 
     return _overflow(models, len(ids), config)
 
 
-def syntax_guard(ar: Any) -> Any:
-    """The helper's SyntaxGuard (decoding/syntax_guard.py), built once per loaded helper."""
+def syntax_guard(ar: Any, *, end_ids: tuple[int, ...] = ()) -> Any:
+    """The helper's SyntaxGuard (decoding/syntax_guard.py), built once per loaded helper and set of
+    end-of-text ids (the DLM's and the helper's: either ends the text)."""
     from codila_cli.decoding.syntax_guard import SyntaxGuard
 
     base = getattr(ar, "_ar", ar)  # a RowAR view (decoding/batch.py) shares its helper's guard
-    if "_syntax_guard" not in base.__dict__:
-        base.__dict__["_syntax_guard"] = SyntaxGuard(base.tokenizer, base.vocab_rows)
-    return base.__dict__["_syntax_guard"]
+    guards = base.__dict__.setdefault("_syntax_guards", {})
+    ends = tuple(sorted(set(end_ids) | set(getattr(getattr(base, "specials", None), "stop_ids", ()))))
+    if ends not in guards:
+        guards[ends] = SyntaxGuard(base.tokenizer, base.vocab_rows, end_ids=ends)
+    return guards[ends]
 
 
 def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
@@ -256,7 +259,7 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
         if ar is None:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
-        guard = syntax_guard(ar) if config.ar_syntax_guard and raw else None
+        guard = syntax_guard(ar, end_ids=dlm.specials.stop_ids) if config.ar_syntax_guard and raw else None
         writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk,
                                  repetition_penalty=config.ar_repetition_penalty, guard=guard)
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)

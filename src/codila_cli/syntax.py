@@ -11,6 +11,7 @@ line ("'(' was never closed", "unterminated triple-quoted string literal …"), 
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
@@ -75,7 +76,9 @@ def _tree_sitter_issues(code: str, limit: int) -> list[SyntaxIssue]:
 def check_python(code: str, *, limit: int = 20) -> SyntaxReport:
     issues = _tree_sitter_issues(code, limit)
     try:
-        compile(code, "<codila>", "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # SyntaxWarnings about the checked code are not codila's to print
+            warnings.simplefilter("ignore")
+            compile(code, "<codila>", "exec", dont_inherit=True)
     except SyntaxError as exc:  # IndentationError and TabError are SyntaxErrors
         line, col, msg = exc.lineno or 1, exc.offset or 1, exc.msg
         end = re.match(r"unterminated triple-quoted string literal \(detected at line (\d+)\)", msg)

@@ -121,9 +121,9 @@ class CodilaConfig:
     threshold τ (nats). ``conditioning``: "soft" or "topk:K". ``ar_context``: the AR also reads up to
     that many committed tokens left of the block (0 = only the soft block, the paper's formula).
     ``ar_repetition_penalty``: CTRL's penalty on ids already in the text, applied to the AR's choices
-    (1 = off; decoding/soft_ar.py). ``ar_syntax_guard``: the AR may not choose a token that closes a
-    bracket it should not or breaks a line inside a one-line string (decoding/syntax_guard.py; raw
-    completion prompts only). ``cache_blocks``: with a cache, the cache window spans this many
+    (1 = off; decoding/soft_ar.py). ``ar_syntax_guard``: the AR may not choose a token that makes the
+    text invalid Python whatever follows (the nine rules of decoding/syntax_guard.py; raw completion
+    prompts only). ``cache_blocks``: with a cache, the cache window spans this many
     B-slot blocks (None = the W candidate blocks); with W = 1 a window of several blocks is what lets
     the cache skip work (one refresh per window instead of one per block).
     """
