@@ -231,13 +231,15 @@ def test_repetition_penalty_follows_ctrl_rule(tiny_models):
 
 
 @pytest.mark.parametrize("rho", [1.0, 1.3, 1e6])
-def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho):
+def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho, monkeypatch):
     """The helper's greedy choice from its top few logits equals the choice over the whole vocabulary,
     with the penalty on ids in the text and on earlier guesses, banned ids, ties, and rows where the
-    top few all lose (a huge ρ pushes the penalised top ids below the rest: the full path decides)."""
+    top few all lose (a huge ρ pushes the penalised top ids below the rest: a wider top or the full path
+    decides)."""
     from codila_cli.decoding import soft_ar
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
+    monkeypatch.setattr(soft_ar, "_WIDER", (soft_ar._TOP, 32))  # below the tiny vocabulary, so the full path runs
     w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=rho)
     V = len(w.allowed)
     g = torch.Generator().manual_seed(3)
@@ -250,6 +252,15 @@ def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho):
         return real_full(*a)
 
     w._choose_full = counted
+    wider = 0
+    real_top = w._choose_top
+
+    def top_counted(row, n, *a):
+        nonlocal wider
+        wider += n > soft_ar._TOP
+        return real_top(row, n, *a)
+
+    w._choose_top = top_counted
     for trial in range(60):
         z = torch.randn(4, V, generator=g) * 4
         z[:, int(w.banned[0])] = 50.0  # a banned id on top of every row
@@ -259,9 +270,12 @@ def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho):
         hit = set(top[0, : trial % soft_ar._TOP].tolist())  # some of row 0's top ids are already in the text
         hit |= set(torch.randint(0, V, (20,), generator=g).tolist())
         fed = [int(top[r + 1, 0]) for r in range(3)]  # guess r feeds row r + 1: its own top id, penalised there
+        if trial % 10 == 9:  # nearly every id already in the text: even the widest short path must give up
+            hit |= set(range(V - 3))
         assert w._choose(z.clone(), hit, fed, None) == real_full(z.clone(), hit, fed, None)
-    # the short path serves most calls; the fallback is exercised where the top ids are all penalised
-    assert full_calls < 10 if rho < 10 else full_calls >= 5
+    # the short path serves most calls; the wider ones and the fallback where the top ids are all penalised
+    assert V > max(soft_ar._WIDER), "the widest short path must not cover the whole vocabulary here"
+    assert (wider + full_calls < 20) if rho < 10 else (wider >= 5 and full_calls >= 3)
 
 
 def test_codila_passes_the_text_before_the_block_as_seen(tiny_models):

@@ -28,6 +28,7 @@ from codila_cli.models.native import drop_last
 from codila_cli.models.tokens import VocabBridge
 
 _TOP = 8  # candidates per row scored by SoftBlockWriter._choose before it falls back to the full vocabulary
+_WIDER = (_TOP, 64, 512)  # the widths it tries in turn
 
 
 def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
@@ -175,30 +176,41 @@ class SoftBlockWriter:
         with a guard, to the ids it allows from ``states[r]``.
 
         Greedy: the penalty and the ban only ever lower a logit, so a row's winner is among its top
-        ``_TOP`` raw logits whenever the best of them after penalty and ban is still above the row's
-        ``_TOP``-th raw logit (every other column stays at or below that). Those few candidates are
-        scored in Python; a row that fails the check (rare) takes the full-vocabulary path. Same choice,
-        ties to the lowest id as ``max``; a handful of ops instead of one per penalised column."""
+        n raw logits whenever the best of them after penalty and ban is still above the row's n-th raw
+        logit (every other column stays at or below that). Those few candidates are scored in Python,
+        n = ``_TOP`` first; a row that fails the check takes a wider n (a guard may ban all of the top
+        few), and only then the full-vocabulary path. Same choice, ties to the lowest id as ``max``; a
+        handful of ops instead of one per penalised column."""
         if self.temperature > 0 or z.shape[-1] <= _TOP:
             return self._choose_full(z, hit, fed, generator, states)
-        vals, cols = z.topk(_TOP, dim=-1)
-        rho, banned, out = self.repetition_penalty, self._banned_set, []
+        out = []
+        for r in range(z.shape[0]):
+            lex = states[r] if states is not None else None
+            for n in _WIDER:
+                tok = self._choose_top(z[r], min(n, z.shape[-1]), hit, fed[:r], lex)
+                if tok is not None:
+                    break
+            else:
+                return self._choose_full(z, hit, fed, generator, states)
+            out.append(tok)
+        return out
+
+    def _choose_top(self, row: torch.Tensor, n: int, hit: set[int], before: list[int], lex) -> int | None:
+        """One row's greedy choice among its top ``n`` raw logits, or None when a column outside them
+        could still win (see ``_choose``)."""
+        vals, cols = row.topk(n)
+        rho, banned = self.repetition_penalty, self._banned_set
         raw = vals.tolist()
         pens = torch.where(vals > 0, vals / rho, vals * rho).tolist() if rho != 1.0 else raw  # fp32, as in the full path
-        for r, (vs, ps, cs) in enumerate(zip(raw, pens, cols.tolist())):
-            best, best_c = float("-inf"), -1
-            lex = states[r] if states is not None else None
-            for v, p, c in zip(vs, ps, cs):
-                if c in banned or (lex is not None and not self.guard.allowed(lex, c)):
-                    continue
-                if rho != 1.0 and (c in hit or c in fed[:r]):  # row r also sees guesses 0 … r − 1
-                    v = p
-                if v > best or (v == best and c < best_c):
-                    best, best_c = v, c
-            if not best > vs[-1]:  # a column outside the top few could still win: decide on all of them
-                return self._choose_full(z, hit, fed, generator, states)
-            out.append(best_c)
-        return out
+        best, best_c = float("-inf"), -1
+        for v, p, c in zip(raw, pens, cols.tolist()):
+            if c in banned or (lex is not None and not self.guard.allowed(lex, c)):
+                continue
+            if rho != 1.0 and (c in hit or c in before):  # row r also sees guesses 0 … r − 1
+                v = p
+            if v > best or (v == best and c < best_c):
+                best, best_c = v, c
+        return best_c if best > raw[-1] or n == row.shape[-1] and best_c >= 0 else None
 
     def _choose_full(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None) -> list[int]:
         """``_choose`` over the whole vocabulary: penalised columns only (the ids in the text), the ids
