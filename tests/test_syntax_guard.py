@@ -265,3 +265,26 @@ def test_a_chosen_token_may_not_stop_halfway_into_an_operator():
     assert after_token(p, ":") is None and after_token(p, " :=") is not None and after_token(p, ")") is not None
     assert feed(p, ":") is not None  # the text itself may still go on (into :=)
     assert after_token(feed(LexState(), "x = a"), " =") is not None  # not keyword-led: x = a = b
+
+
+@pytest.mark.parametrize("redraws", [16, 1])
+def test_guarded_sampling_draws_from_the_allowed_ids_in_proportion(tiny_models, guard, monkeypatch, redraws):
+    """Sampling strikes out a banned draw and draws again (``_sample``): the ids come out in the
+    proportions of softmax(z / T) renormalised over the allowed ids, and a banned id never does, also
+    when the redraws run out and the ban is computed in full."""
+    from codila_cli.decoding import soft_ar
+
+    monkeypatch.setattr(soft_ar, "_REDRAWS", redraws)
+    w = soft_ar.SoftBlockWriter(tiny_models.ar, tiny_models.bridge, temperature=1.0, guard=guard)
+    state = feed(LexState(), "x = f(a")
+    banned = [i for i in guard.banned(state) if w.allowed[i]][:3]
+    ok = [i for i in range(len(w.allowed)) if w.allowed[i] and guard.allowed(state, i)][:3]
+    z = torch.full((len(w.allowed),), float("-inf"))
+    z[banned] = 3.0  # the banned ids carry most of the mass
+    z[torch.tensor(ok)] = torch.tensor([0.0, 1.0, 2.0])
+    g = torch.Generator().manual_seed(0)
+    draws = [w._sample(z.clone(), state, g) for _ in range(3000)]
+    assert not set(draws) & set(banned)
+    p = torch.softmax(torch.tensor([0.0, 1.0, 2.0]), -1).tolist()
+    for i, want in zip(ok, p):
+        assert abs(draws.count(i) / len(draws) - want) < 0.03

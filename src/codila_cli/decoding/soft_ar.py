@@ -29,6 +29,7 @@ from codila_cli.models.tokens import VocabBridge
 
 _TOP = 8  # candidates per row scored by SoftBlockWriter._choose before it falls back to the full vocabulary
 _WIDER = (_TOP, 64, 512)  # the widths it tries in turn
+_REDRAWS = 16  # guarded sampling: struck-out draws before the ban is computed over the whole vocabulary
 
 
 def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
@@ -229,13 +230,26 @@ class SoftBlockWriter:
                     added.add(tok)
                     z[r + 1 :, tok] = penalise(z[r + 1 :, tok])
         z[:, self.banned] = float("-inf")
+        if self.temperature > 0:  # one row: sampling guesses nothing
+            return [self._sample(z[0], states[0] if states else None, generator)]
         for r, lex in enumerate((states or [])[: z.shape[0]]):
             ban = self.guard.banned(lex) if lex is not None else []
             if ban:
                 z[r, ban] = float("-inf")
-        if self.temperature > 0:  # one row: sampling guesses nothing
-            return [int(torch.multinomial(torch.softmax(z[0] / self.temperature, -1), 1, generator=generator))]
         return z.max(-1).indices.tolist()
+
+    def _sample(self, z: torch.Tensor, lex, generator) -> int:
+        """A draw from softmax(z / T) restricted to the ids the guard allows from ``lex``: a banned draw is
+        struck out and the rest drawn from again, which is the same distribution as banning first (the
+        draws left over renormalise), without scanning the vocabulary; after ``_REDRAWS`` struck-out
+        draws the ban is computed in full."""
+        for _ in range(_REDRAWS if lex is not None else 1):
+            tok = int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
+            if lex is None or self.guard.allowed(lex, tok):
+                return tok
+            z[tok] = float("-inf")
+        z[self.guard.banned(lex)] = float("-inf")
+        return int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
 
     def _guesses(self, q: torch.Tensor, forced: list[int | None]) -> list[int]:
         """Guesses for slots 0 … m − 2: the forced id, else the top id of the slot's soft token."""

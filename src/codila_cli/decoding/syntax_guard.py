@@ -335,7 +335,7 @@ class SyntaxGuard:
     def banned(self, state: LexState) -> list[int]:
         """The ids a choice from ``state`` may not take."""
         if state not in self._banned:
-            if len(self._banned) > 10_000:
+            if len(self._banned) > 2_000:  # a state at a line's start may ban most of the vocabulary
                 self._banned.clear()
             ids = range(len(self.texts)) if _any_id_may_break(state) else self.risky
             self._banned[state] = [i for i in ids if self.step(state, i) is None]
