@@ -159,7 +159,7 @@ class _Lexer:
                 self._lambda()
             self.lam = 0
         if self.prev == ":" and ch != "=" and self.stmt in ("!", "h", "D") and not self.stack:
-            self.stmt, self.lam = "", 0  # a compound statement's ':': a new statement may follow
+            self.stmt = ""  # a compound statement's ':': a new statement may follow
         if ch == "\n":
             return self._newline()
         if self.col >= 0:  # nothing but spaces on this line yet
@@ -242,7 +242,7 @@ class _Lexer:
             return False  # rule 6: a header without its ':'
         if self.col < 0:  # a logical line ends (not a blank or comment line)
             self.expect = self.colon
-        self.col, self.colon, self.stmt, self.lam, self.prev, self.pending = 0, False, "", 0, "", ""
+        self.col, self.colon, self.stmt, self.prev, self.pending = 0, False, "", "", ""
         return True
 
     def _indent(self) -> bool:
@@ -268,12 +268,12 @@ class _Lexer:
         return True
 
     def _statement(self, ch: str) -> bool:
-        """Follows the statement's first word, and in a keyword-led one its '=' (rules 4, 6, 7)."""
+        """Follows the statement's first word, and in a keyword-led one its '=' (rules 4 and 7)."""
         st = self.stmt
         if st == "" and ch in _BAD_START:
             return False  # rule 7: no statement begins so
         if ch == ";":
-            self.stmt, self.lam, self.colon = "", 0, False
+            self.stmt, self.colon = "", False
             return True
         self.colon = ch == ":" or (self.colon and ch in " \t\f\\")
         if st in ("!", "h", "D"):
@@ -300,7 +300,7 @@ class SyntaxGuard:
     def __init__(self, tokenizer, vocab_rows: int, *, end_ids: tuple[int, ...] = ()) -> None:
         n = min(vocab_rows, len(tokenizer))  # special tokens decode to "": they change no state
         self.texts = [tokenizer.decode([i], skip_special_tokens=True) for i in range(n)] + [""] * (vocab_rows - n)
-        self.end_ids = frozenset(i for i in end_ids if i < vocab_rows)  # rule 8
+        self.end_ids = frozenset(i for i in end_ids if i < vocab_rows)  # rule 9
         self.risky = [i for i, t in enumerate(self.texts) if i in self.end_ids or _may_break(t)]
         self.tokenizer = tokenizer
         self._cache: dict[tuple[LexState, int], LexState | None] = {}
@@ -350,10 +350,8 @@ def _may_break(text: str) -> bool:
 
 
 def _any_id_may_break(state: LexState) -> bool:
-    """States from which a token without any of those can break a rule: a keyword-led '=' (rule 4) or a
-    ':' in parentheses (rule 8), the
-    start of a statement (rule 7) or of a line (rule 3), a compound statement's ':' (a statement
-    begins after it)."""
+    """States from which a token without any of those can break a rule: a keyword-led '=' (rule 4), a
+    ':' in parentheses (rule 8), the start of a statement (rule 7; a line's start, rule 3, is one),
+    a compound statement's ':' (a statement begins after it)."""
     return (state.eq or state.wal or (state.stmt == "" and not state.comment)
-            or (state.col >= 0 and state.indents is not None and not state.comment)
             or (state.prev == ":" and state.stmt in ("!", "h", "D")))
