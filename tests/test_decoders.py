@@ -633,3 +633,58 @@ def test_writers_share_the_gathered_embedding_table(tiny_models):
     b = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.3)
     assert a.table is b.table and a.index is b.index
     assert torch.equal(a.table, tiny_models.ar.embedding[tiny_models.bridge.shared_ids])
+
+
+def test_ngram_table_names_the_ids_that_would_repeat_an_ngram():
+    from codila_cli.decoding.soft_ar import _NGrams
+
+    g = _NGrams(3, [1, 2, 3, 1, 2])
+    assert g.repeats([]) == {3}  # 1 2 3 is in the text: after 1 2, 3 would repeat it
+    assert g.repeats([4, 1, 2]) == {3, 4}  # 1 2 4 came inside the tail
+    assert g.repeats([9]) == set() and _NGrams(3, [1]).repeats([]) == set()
+    assert _NGrams(3, [0, 0, 0, 5, 0, 0], frozenset({0})).repeats([]) == {5}  # end-of-text is never banned
+    g.add(7)
+    assert g.repeats([]) == set() and g.repeats([1, 2]) == {3, 7}  # 1 2 7 is in the text now
+
+
+def test_no_repeat_ngram_keeps_every_ngram_of_the_completion_unique(tiny_models):
+    """With n = 3 no 3-gram of ids occurs twice in what the helper wrote, where the same decode without the
+    ban repeats one (the tiny random helper loops); end-of-text padding is exempt, and the greedy short
+    path with the ban still equals the full-vocabulary path."""
+    from codila_cli.decoding.codila import decode_codila
+    from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    m = tiny_models
+    stops = set(m.dlm.specials.stop_ids)
+
+    def run(n):
+        w = SoftBlockWriter(m.ar, m.bridge, no_repeat_ngram=n, end_ids=tuple(stops))
+        cfg = CodilaConfig(max_new_tokens=48, block_size=4, candidate_blocks=1, early_stop=False, ar_no_repeat_ngram=n)
+        return decode_codila(m.dlm, w, [m.dlm.specials.bos, 7, 8, 9], config=cfg).canvas
+
+    def grams(ids, n=3):
+        text = [t for t in ids if t not in stops]
+        return [tuple(text[i : i + n]) for i in range(len(text) - n + 1)]
+
+    plain, banned = run(0), run(3)
+    assert len(set(grams(plain))) < len(grams(plain))  # the unconstrained helper repeats itself
+    assert len(set(grams(banned))) == len(grams(banned)) and len(grams(banned)) > 10
+    w = SoftBlockWriter(m.ar, m.bridge, repetition_penalty=1.3, no_repeat_ngram=3)
+    V = len(w.allowed)
+    g = torch.Generator().manual_seed(4)
+    for _ in range(20):
+        z = torch.randn(3, V, generator=g) * 4
+        top = z.topk(4, dim=-1).indices
+        repeats = [set(top[r, : r + 1].tolist()) for r in range(3)]  # each row's best ids would repeat
+        fed = [int(top[1, 1]), int(top[2, 0])]
+        assert w._choose(z.clone(), {5, 6}, fed, None, None, repeats) == w._choose_full(z.clone(), {5, 6}, fed, None, None, repeats)
+        assert all(c not in repeats[r] for r, c in enumerate(w._choose(z.clone(), set(), fed, None, None, repeats)))
+
+
+def test_no_repeat_ngram_is_validated():
+    from codila_cli.decoding.config import CodilaConfig
+
+    with pytest.raises(ValueError, match="no-repeat-ngram"):
+        CodilaConfig(ar_no_repeat_ngram=1)
+    assert CodilaConfig(ar_no_repeat_ngram=0).ar_no_repeat_ngram == 0

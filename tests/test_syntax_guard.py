@@ -53,6 +53,13 @@ BROKEN = [
     ("if isinstance(x, int: ", "invalid syntax|never closed"),
     ("print(a: b", "invalid syntax|never closed"),
     ("x = [f(y: 1", "invalid syntax|never closed"),
+    ("if not isinstance(x) ->", "invalid syntax"),
+    ("x = a->", "invalid syntax"),
+    ("def f(x: a->", "invalid syntax|never closed"),
+    ("def f(x):\n    return g(x):", "invalid syntax"),
+    ("raise ValueError(x):", "invalid syntax"),
+    ("async def f():\n    await x:", "invalid syntax|illegal target|assignment expressions"),
+    ("not x:", "invalid syntax|illegal target|assignment expressions"),
 ]
 # valid programs close to those rules (each must be read without a break)
 FINE = [
@@ -72,6 +79,9 @@ FINE = [
     "pass_ = returned = class_ = 1\nobj.passes = 2\n", "sorted(a, key=lambda v: v[1:])\nf(lambda: 0, lambda x: x)\n",
     "def f(a: int, b: dict[str, int] = {}) -> None:\n    pass\n", "async def f(x: int):\n    pass\n",
     "if (n := 1) and f(m:=2):\n    pass\n", "x = f(a[1:2], {b: c})\n", "class A:\n    def m(self, x: 'A' = None): pass\n", "if x:\n    pass\nelif y: pass\nelse: z = 1\n",
+    "def f() -> int: return -1\nasync def g(a=-1) -> 'A': pass\nx = a-1 > b\nx -= 1\n",
+    "def f(x):\n    return lambda: x[1:]\n", "def f(x):\n    return {x: lambda y: y}\n", "assert x, f'{a:>3}'\n",
+    "def f(x):\n    return (y := x)\n", "import a\nfrom b import c as d\n", "try: pass\nexcept: pass\n",
 ]
 
 

@@ -45,6 +45,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "threshold": (float, int), "block_size": (int,), "tau": (float, int), "candidate_blocks": (int,),
         "parallel_blocks": (int,), "conditioning": (str,), "ar_temperature": (float, int), "ar_context": (int,),
         "ar_repetition_penalty": (float, int), "cache": (str,), "cache_blocks": (int,), "ar_syntax_guard": (bool,),
+        "ar_no_repeat_ngram": (int,),
     },
 }
 

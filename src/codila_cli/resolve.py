@@ -24,7 +24,7 @@ GEN_DEFAULTS: dict[str, Any] = {
     "temperature": 0.0, "top_p": None, "top_k": None, "block_length": 32, "threshold": 0.9, "block_size": 4,
     "tau": None, "candidate_blocks": 10, "parallel_blocks": 1, "conditioning": "soft", "ar_temperature": 0.0,
     "ar_context": 0, "ar_repetition_penalty": 1.0, "device": "auto", "dtype": "auto", "cache": "none",
-    "cache_blocks": None, "ar_syntax_guard": False,
+    "cache_blocks": None, "ar_syntax_guard": False, "ar_no_repeat_ngram": 0,
 }
 RUNTIME_KEYS = ("device", "dtype")  # config.toml [runtime]; every other key lives in [gen]
 
@@ -161,6 +161,7 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperat
                                ar_temperature=ar_temperature, ar_context=opt("ar_context"),
                                ar_repetition_penalty=opt("ar_repetition_penalty"),
                                ar_syntax_guard=bool(opt("ar_syntax_guard")), ar_verify=ar_verify,
+                               ar_no_repeat_ngram=opt("ar_no_repeat_ngram"),
                                verify_penalty=verify_penalty, alg=alg_name if alg_name != "origin" else "entropy",
                                cache=opt("cache") if chosen == "codila" else "none",
                                cache_blocks=opt("cache_blocks") if chosen == "codila" else None, **common),

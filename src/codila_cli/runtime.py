@@ -51,7 +51,7 @@ def default_ar() -> str | None:
 
 RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "ar_context": int,
                                   "ar_repetition_penalty": float, "cache": str, "cache_blocks": int,
-                                  "ar_syntax_guard": bool}
+                                  "ar_syntax_guard": bool, "ar_no_repeat_ngram": int}
 
 
 def recommendable(key: str, value: object) -> bool:
@@ -261,7 +261,9 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
         guard = syntax_guard(ar, end_ids=dlm.specials.stop_ids) if config.ar_syntax_guard and raw else None
         writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk,
-                                 repetition_penalty=config.ar_repetition_penalty, guard=guard)
+                                 repetition_penalty=config.ar_repetition_penalty, guard=guard,
+                                 no_repeat_ngram=config.ar_no_repeat_ngram,
+                                 end_ids=tuple(dlm.specials.stop_ids) + tuple(getattr(getattr(ar, "specials", None), "stop_ids", ())))
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
     raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
 

@@ -77,6 +77,9 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
     extra = {}
     if getattr(writer, "guard", None) is not None:  # a guarded writer reads the whole text, if it has no hole
         extra["left"] = None if bool(holes.any()) else left.tolist()
+    if getattr(writer, "no_repeat_ngram", 0):  # the completion before the block, if it has no hole
+        body = c.x[0, getattr(c, "completion_start", c.prompt_len) : c.prompt_len + start]
+        extra["done"] = None if bool((body == c.mask_id).any()) else body.tolist()
     out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), seen=seen,
                        generator=gen, **extra)
     new = (seg == c.mask_id).nonzero().flatten()
@@ -155,6 +158,7 @@ class _View:
     def __init__(self, c: Canvas, lo: int) -> None:
         self.c, self.lo = c, lo
         self.mask_id, self.x, self.prompt_len = c.mask_id, c.x, c.prompt_len + lo
+        self.completion_start = c.prompt_len  # where the completion begins in x
 
     @property
     def gen(self) -> torch.Tensor:

@@ -122,8 +122,9 @@ class CodilaConfig:
     that many committed tokens left of the block (0 = only the soft block, the paper's formula).
     ``ar_repetition_penalty``: CTRL's penalty on ids already in the text, applied to the AR's choices
     (1 = off; decoding/soft_ar.py). ``ar_syntax_guard``: the AR may not choose a token that makes the
-    text invalid Python whatever follows (the nine rules of decoding/syntax_guard.py; raw completion
-    prompts only). ``cache_blocks``: with a cache, the cache window spans this many
+    text invalid Python whatever follows (the rules of decoding/syntax_guard.py; raw completion
+    prompts only). ``ar_no_repeat_ngram``: n > 0, the AR may not choose an id that repeats an n-gram
+    of ids the completion already holds (0 = off). ``cache_blocks``: with a cache, the cache window spans this many
     B-slot blocks (None = the W candidate blocks); with W = 1 a window of several blocks is what lets
     the cache skip work (one refresh per window instead of one per block).
     """
@@ -138,6 +139,7 @@ class CodilaConfig:
     ar_context: int = 0
     ar_repetition_penalty: float = 1.0
     ar_syntax_guard: bool = False
+    ar_no_repeat_ngram: int = 0
     ar_verify: bool = False
     verify_penalty: float = 0.5
     alg: str = "entropy"
@@ -168,6 +170,8 @@ class CodilaConfig:
                 raise ValueError(f"conditioning must be 'soft' or 'topk:K' with K >= 1, got {self.conditioning!r}")
         if not (0.0 <= self.ar_temperature <= 100.0):
             raise ValueError(f"ar-temperature must be between 0 and 100, got {self.ar_temperature}")
+        if self.ar_no_repeat_ngram != 0 and not 2 <= self.ar_no_repeat_ngram <= 64:
+            raise ValueError(f"ar-no-repeat-ngram must be 0 (off) or between 2 and 64, got {self.ar_no_repeat_ngram}")
         if not (1.0 <= self.ar_repetition_penalty <= 10.0):
             raise ValueError(f"ar-repetition-penalty must be between 1 and 10, got {self.ar_repetition_penalty}")
         if not (0 <= self.ar_context <= MAX_CANVAS):

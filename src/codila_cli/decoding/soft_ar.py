@@ -18,6 +18,12 @@ Outputs are restricted to S; a position already committed on the canvas is fed o
 each greedy or sampled choice, the logit z_v of every id v already in the text (``seen``: prompt and
 committed canvas left of the block, plus the block's own tokens so far) becomes z_v / ρ if z_v > 0 else
 z_v · ρ. ρ = 1 is off.
+
+``no_repeat_ngram`` n > 0 (the Hugging Face ``no_repeat_ngram_size``, over the completion only): the
+helper may not choose an id that would make an n-gram of ids the completion already holds (``done``:
+the committed canvas left of the block, then the block's own tokens). A loop repeats some n-gram; the
+prompt is left out, so the body may still quote its docstring; the end-of-text ids (``end_ids``, also
+the padding after the text) are never banned.
 """
 
 from __future__ import annotations
@@ -49,10 +55,39 @@ def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
     return cache[key][1]
 
 
+class _NGrams:
+    """The n-grams of one completion, for no_repeat_ngram: ``repeats(tail)`` names the ids that would
+    repeat one after the ids so far and then ``tail``."""
+
+    def __init__(self, n: int, ids: list[int], free: frozenset[int] = frozenset()) -> None:
+        self.n, self.ids, self.next, self.free = n, [], {}, free  # free: ids never banned (end of text)
+        for t in ids:
+            self.add(t)
+
+    def add(self, tok: int) -> None:
+        self.ids.append(tok)
+        if len(self.ids) >= self.n:
+            key = tuple(self.ids[len(self.ids) - self.n : -1])
+            self.next.setdefault(key, set()).add(tok)
+
+    def repeats(self, tail: list[int]) -> set[int]:
+        seq = self.ids + tail
+        if len(seq) < self.n - 1:
+            return set()
+        key = tuple(seq[len(seq) - self.n + 1 :])
+        out = set(self.next.get(key, ()))
+        for i in range(max(len(self.ids), self.n - 1), len(seq)):  # the n-grams that end inside the tail
+            if tuple(seq[i - self.n + 1 : i]) == key:
+                out.add(seq[i])
+        return out - self.free
+
+
 class SoftBlockWriter:
     def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None,
-                 repetition_penalty: float = 1.0, guess: bool = True, guard=None) -> None:
+                 repetition_penalty: float = 1.0, guess: bool = True, guard=None, no_repeat_ngram: int = 0, end_ids: tuple[int, ...] = ()) -> None:
         self.ar = ar
+        self.no_repeat_ngram = no_repeat_ngram
+        self.end_ids = frozenset(end_ids)  # never banned by no_repeat_ngram (the padding after the text)
         self.guard = guard  # decoding/syntax_guard.py::SyntaxGuard, or None (off)
         self._lex: tuple[list[int], object] = ([], None)  # the last left text the guard read, and its state
         self.guess = guess and temperature == 0  # check guesses in the forward (greedy only; see write)
@@ -88,11 +123,13 @@ class SoftBlockWriter:
         return q.to(self.table.dtype) @ self.table
 
     def write(self, pi: torch.Tensor, forced: list[int | None], *, context: list[int] | None = None,
-              seen: torch.Tensor | None = None, left: list[int] | None = None,
+              seen: torch.Tensor | None = None, left: list[int] | None = None, done: list[int] | None = None,
               generator: torch.Generator | None = None) -> torch.Tensor:
         """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals; ``seen`` [n] the
         ids of the text before the block (read only when repetition_penalty != 1); ``left`` the whole
-        text before the block when it has no hole (read only by the guard; None: the guard is off).
+        text before the block when it has no hole (read only by the guard; None: the guard is off);
+        ``done`` the completion's ids before the block when they have no hole (read only with
+        no_repeat_ngram; None: no n-gram is banned).
 
         Greedy writing checks a guess in the same forward (exact, as speculative decoding with greedy
         acceptance): the guess for slot j is its forced id, else the top id of its soft token. A forward
@@ -132,12 +169,16 @@ class SoftBlockWriter:
         out: list[int] = []
         fed = guess  # the guesses behind rows 1 … of the current forward
         lex = self._left_state(left)
+        grams = _NGrams(self.no_repeat_ngram, done, self.end_ids) if self.no_repeat_ngram and done is not None else None
         while True:
             states = self._states(lex, fed)
-            choices = self._choose(logits[0], hit, fed, generator, states)  # every row, as if its guesses held
+            repeats = [grams.repeats(fed[:r]) for r in range(len(fed) + 1)] if grams is not None else None
+            choices = self._choose(logits[0], hit, fed, generator, states, repeats)  # every row, as if its guesses held
             for r, tok in enumerate(choices):  # row r predicts slot len(out)
                 tok = forced[len(out)] if forced[len(out)] is not None else tok
                 out.append(tok)
+                if grams is not None:
+                    grams.add(tok)
                 lex = self.guard.step(lex, tok) if lex is not None else None  # a forced token may turn it off
                 if tok < V:
                     hit.add(tok)
@@ -171,10 +212,12 @@ class SoftBlockWriter:
             states.append(self.guard.step(states[-1], tok) if states[-1] is not None else None)
         return states
 
-    def _choose(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None) -> list[int]:
+    def _choose(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None,
+                repeats: list | None = None) -> list[int]:
         """The AR's choice for each row of ``z`` [k + 1, V] at once: row r sees the ids in ``hit`` and the
-        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S and,
-        with a guard, to the ids it allows from ``states[r]``.
+        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S,
+        without the ids ``repeats[r]`` (no_repeat_ngram) and, with a guard, to the ids it allows from
+        ``states[r]``.
 
         Greedy: the penalty and the ban only ever lower a logit, so a row's winner is among its top
         n raw logits whenever the best of them after penalty and ban is still above the row's n-th raw
@@ -183,20 +226,21 @@ class SoftBlockWriter:
         few), and only then the full-vocabulary path. Same choice, ties to the lowest id as ``max``; a
         handful of ops instead of one per penalised column."""
         if self.temperature > 0 or z.shape[-1] <= _TOP:
-            return self._choose_full(z, hit, fed, generator, states)
+            return self._choose_full(z, hit, fed, generator, states, repeats)
         out = []
         for r in range(z.shape[0]):
             lex = states[r] if states is not None else None
+            skip = repeats[r] if repeats is not None else ()
             for n in _WIDER:
-                tok = self._choose_top(z[r], min(n, z.shape[-1]), hit, fed[:r], lex)
+                tok = self._choose_top(z[r], min(n, z.shape[-1]), hit, fed[:r], lex, skip)
                 if tok is not None:
                     break
             else:
-                return self._choose_full(z, hit, fed, generator, states)
+                return self._choose_full(z, hit, fed, generator, states, repeats)
             out.append(tok)
         return out
 
-    def _choose_top(self, row: torch.Tensor, n: int, hit: set[int], before: list[int], lex) -> int | None:
+    def _choose_top(self, row: torch.Tensor, n: int, hit: set[int], before: list[int], lex, skip=()) -> int | None:
         """One row's greedy choice among its top ``n`` raw logits, or None when a column outside them
         could still win (see ``_choose``)."""
         vals, cols = row.topk(n)
@@ -205,7 +249,7 @@ class SoftBlockWriter:
         pens = torch.where(vals > 0, vals / rho, vals * rho).tolist() if rho != 1.0 else raw  # fp32, as in the full path
         best, best_c = float("-inf"), -1
         for v, p, c in zip(raw, pens, cols.tolist()):
-            if c in banned or (lex is not None and not self.guard.allowed(lex, c)):
+            if c in banned or c in skip or (lex is not None and not self.guard.allowed(lex, c)):
                 continue
             if rho != 1.0 and (c in hit or c in before):  # row r also sees guesses 0 … r − 1
                 v = p
@@ -213,7 +257,8 @@ class SoftBlockWriter:
                 best, best_c = v, c
         return best_c if best > raw[-1] or n == row.shape[-1] and best_c >= 0 else None
 
-    def _choose_full(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None) -> list[int]:
+    def _choose_full(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None,
+                     repeats: list | None = None) -> list[int]:
         """``_choose`` over the whole vocabulary: penalised columns only (the ids in the text), the ids
         outside S set to −inf column by column, no [k + 1, V] temporaries. Also the sampling path."""
         z = z.float().clone()
@@ -230,6 +275,9 @@ class SoftBlockWriter:
                     added.add(tok)
                     z[r + 1 :, tok] = penalise(z[r + 1 :, tok])
         z[:, self.banned] = float("-inf")
+        for r, ids in enumerate((repeats or [])[: z.shape[0]]):
+            if ids:
+                z[r, sorted(ids)] = float("-inf")
         if self.temperature > 0:  # one row: sampling guesses nothing
             return [self._sample(z[0], states[0] if states else None, generator)]
         for r, lex in enumerate((states or [])[: z.shape[0]]):

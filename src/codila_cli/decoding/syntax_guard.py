@@ -18,7 +18,10 @@ it is written, so the guard can ban the token that makes it (every other token k
 8. a ``:`` inside parentheses, other than a lambda's, a ``def``'s annotations or ``:=`` (``if f(x:``,
    the parenthesis left open before a header's colon);
 9. the end of the text (an end-of-text id) where a bracket or string is open, after a backslash or a
-   keyword-led ``=``, inside a header, or where a block has no body yet.
+   keyword-led ``=``, inside a header, or where a block has no body yet;
+10. ``->`` anywhere but outside brackets in a ``def``'s header (``if f(x) -> y:``);
+11. a ``:`` outside brackets in a statement led by a simple statement's keyword, before any lambda
+    (``return f(x):``, ``raise E:``, ``not x: int``; none of them is a header or an annotation).
 
 The state follows brackets, strings (one-line, triple-quoted, escapes, a closing quote right after an
 empty string) and comments, and, outside brackets, the logical line: its indentation, whether it ends
@@ -69,7 +72,7 @@ class LexState:
     lam      how much of ``lambda`` the current word has matched (0 between words, -1 a word that
              is not lambda)
     prev     the last character outside strings: "=" a lone '=', "e" an operator ending in '=',
-             "o" another operator character, ":" a colon, "" anything else
+             ":" a colon, "-" a minus, "o" another operator character, "" anything else
     eq       an '=' came in a keyword-led statement: the next character must be '=' (``==``)
     wal      a ':' came inside parentheses (rule 8): the next character must be '=' (``:=``)
     """
@@ -178,6 +181,8 @@ class _Lexer:
             return False  # rule 5
         if ch == "=" and self.prev == "e":
             return False  # rule 4: === <== :==
+        if ch == ">" and self.prev == "-" and (self.stmt != "D" or self.stack):
+            return False  # rule 10: -> outside a def's header
         self.cont = ch == "\\"
         top = not self.stack
         if ch in "'\"":
@@ -201,9 +206,9 @@ class _Lexer:
         if (top or not self.stack) and not self._statement(ch):
             return False
         if ch == "=":
-            self.prev = "e" if self.prev in ("=", "o", ":") else "="
+            self.prev = "e" if self.prev in ("=", "o", ":", "-") else "="
         else:
-            self.prev = ":" if ch == ":" else "o" if ch in _OPS else ""
+            self.prev = ch if ch in ":-" else "o" if ch in _OPS else ""
         return True
 
     def _in_string(self, ch: str) -> bool:
@@ -287,6 +292,8 @@ class _Lexer:
                              else "-")
                 if self.stmt != "-" and ch == "=" and self.prev == "":
                     self.eq = True
+        if ch == ":" and self.stmt == "!" and not self.stack:
+            return False  # rule 11: return x: (a header's or a lambda's ':' never comes in a "!" statement)
         return True
 
 
@@ -345,8 +352,8 @@ class SyntaxGuard:
 def _may_break(text: str) -> bool:
     """Whether a token's text can break a rule from a state in the middle of a statement (see
     ``_any_id_may_break`` for the others): only through a closing bracket, a line break, '=', U+FFFD,
-    ';' or ':' (a statement may begin after them)."""
-    return any(c in ")]}\n=\ufffd;:" for c in text)
+    ';' or ':' (a statement may begin after them), or '>' (rule 10)."""
+    return any(c in ")]}\n=\ufffd;:>" for c in text)
 
 
 def _any_id_may_break(state: LexState) -> bool:

@@ -28,7 +28,7 @@ class Setting:
 KEYS: dict[str, tuple[str, ...]] = {  # the keys each decoder takes, in the order the docs list them
     "dream": ("K", "steps", "alg"),
     "threshold": ("t", "block", "cache", "conv", "esteps"),
-    "codila": ("B", "tau", "W", "P", "cond", "verify", "cache", "cb", "ctx", "arT", "rp", "sg"),
+    "codila": ("B", "tau", "W", "P", "cond", "verify", "cache", "cb", "ctx", "arT", "rp", "sg", "ng"),
     "dreamon": ("K", "n0", "max", "tau", "B", "exp"),
 }
 
@@ -45,6 +45,8 @@ def recommended_label(recommended: dict) -> str:
     parts += [f"{short}={recommended[k]}" for k, short in _SHORT.items() if k in recommended and k != "block_size"]
     if recommended.get("ar_syntax_guard"):
         parts.append("sg=1")
+    if recommended.get("ar_no_repeat_ngram"):
+        parts.append(f"ng={recommended['ar_no_repeat_ngram']}")
     if recommended.get("cache", "none") != "none":
         parts.append(f"cache={recommended['cache']}")
         if "cache_blocks" in recommended:
@@ -107,7 +109,7 @@ def _config(name: str, kv: dict[str, str], num: Any, max_new_tokens: int, sampli
                            ar_verify=kv.get("verify") == "1", cache=kv.get("cache", "none"),
                            ar_context=num("ctx", int, 0), cache_blocks=num("cb", int),
                            ar_temperature=num("arT", float, 0.0), ar_repetition_penalty=num("rp", float, 1.0),
-                           ar_syntax_guard=kv.get("sg") == "1", **common)
+                           ar_syntax_guard=kv.get("sg") == "1", ar_no_repeat_ngram=num("ng", int, 0), **common)
     else:
         cfg = InfillConfig(tokens_per_step=num("K", int, 1), initial_masks=num("n0", int, 4),
                            max_middle_tokens=num("max", int, max_new_tokens), tau=num("tau", float),
