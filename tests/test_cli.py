@@ -168,6 +168,32 @@ def test_syntax_guard_comes_from_flag_env_config_or_helper(tiny, tmp_path, monke
     r = gen("-v", *[a for a in base if a != "--json"])
     assert r.exit_code == 0 and "sg=1" in r.stderr
 
+
+def test_no_repeat_ngram_comes_from_flag_env_config_or_helper(tiny, tmp_path, monkeypatch):
+    """``ar_no_repeat_ngram`` is 0 by default; a helper may recommend it; config file, env and flag override
+    in that order; an out-of-range value is one Error line (exit 2); -v names it."""
+    import shutil
+
+    ar = tmp_path / "ar"
+    shutil.copytree(tiny["ar"], ar)
+    base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
+    ngram = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]["ar_no_repeat_ngram"]  # noqa: E731
+    assert ngram() == 0 and ngram("--ar-no-repeat-ngram", "6") == 6
+    cfg = json.loads((ar / "config.json").read_text())
+    cfg["codila_decoding"] = {"ar_no_repeat_ngram": 8}
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert ngram() == 8 and ngram("--ar-no-repeat-ngram", "0") == 0
+    conf = tmp_path / "config.toml"
+    conf.write_text("[gen]\nar_no_repeat_ngram = 12\n")
+    monkeypatch.setenv("CODILA_CONFIG", str(conf))
+    assert ngram() == 12
+    monkeypatch.setenv("CODILA_AR_NO_REPEAT_NGRAM", "5")
+    assert ngram() == 5
+    r = gen("-v", *[a for a in base if a != "--json"])
+    assert r.exit_code == 0 and "ng=5" in r.stderr
+    bad = gen("--ar-no-repeat-ngram", "1", *base)
+    assert bad.exit_code == 2 and bad.stdout == "" and "Error:" in bad.stderr and "no-repeat-ngram" in bad.stderr
+
 def test_stdout_is_payload_only(tiny):
     r = gen("--dlm", str(tiny["dlm"]), "-K", "4", "--max-new-tokens", "8", "--seed", "1", "def f(", "-v")
     assert r.exit_code == 0

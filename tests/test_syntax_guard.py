@@ -60,6 +60,8 @@ BROKEN = [
     ("raise ValueError(x):", "invalid syntax"),
     ("async def f():\n    await x:", "invalid syntax|illegal target|assignment expressions"),
     ("not x:", "invalid syntax|illegal target|assignment expressions"),
+    ("x = `a", "invalid syntax"), ("x = a ?", "invalid syntax"), ("$", "invalid syntax"),
+    ("x = \U0001f600", "invalid character"), ("x = a\u00a0", "invalid non-printable"), ("a\u00b2", "invalid character"),
 ]
 # valid programs close to those rules (each must be read without a break)
 FINE = [
@@ -82,6 +84,7 @@ FINE = [
     "def f() -> int: return -1\nasync def g(a=-1) -> 'A': pass\nx = a-1 > b\nx -= 1\n",
     "def f(x):\n    return lambda: x[1:]\n", "def f(x):\n    return {x: lambda y: y}\n", "assert x, f'{a:>3}'\n",
     "def f(x):\n    return (y := x)\n", "import a\nfrom b import c as d\n", "try: pass\nexcept: pass\n",
+    "\u00e9t\u00e9 = '`?$\U0001f600'  # `?$ \U0001f600 \u00a0\n\u03c0 = 3.14\n\ufb01x = 1\n",
 ]
 
 
@@ -298,3 +301,99 @@ def test_guarded_sampling_draws_from_the_allowed_ids_in_proportion(tiny_models, 
     p = torch.softmax(torch.tensor([0.0, 1.0, 2.0]), -1).tolist()
     for i, want in zip(ok, p):
         assert abs(draws.count(i) / len(draws) - want) < 0.03
+
+
+STOPS = ("def ", "class ", "if ", "print(", "#", "@")  # HumanEval's (decoding/stops.py)
+
+
+@pytest.mark.parametrize("text, tail, ok", [
+    ("x = f(1,\n", "# note", False),  # the output would end with '(' open
+    ("x = (\n", "print(1)", False), ("def f(x):\n    return g(x,\n", "@d", False),
+    ("def f(x):\n    return x\n", "def g(", True),  # the output ends with a whole function
+    ("def f(x):\n    return x\n", "    # indented: no stop line", True),
+    ("s = '''a\n", "# in a string", False),
+    ("x = [1,\n", "if_ = 2]", True),  # "if_" does not start with "if "
+    ("x = [1,\n", "de", True), ("x = [1,\n", "class", True), ("x = [1,\n", "class ", False),
+])
+def test_rule_12_a_stop_line_only_where_the_text_may_end(text, tail, ok):
+    """With stop lines the output ends before a generated line that starts with one; such a line is
+    allowed only where the text may end (rule 9's test), and a prefix still short of one is allowed."""
+    state = feed(LexState(), text, STOPS)
+    assert state is not None and (feed(state, tail, STOPS) is not None) == ok
+    assert feed(feed(LexState(), text), tail) is not None  # without stop lines rule 12 is off
+    if not ok:  # the output, cut before that line, is not a valid program
+        from codila_cli.decoding.stops import stop_offset
+
+        assert stop_offset(tail, STOPS, at_line_start=True) == 0
+        with pytest.raises(SyntaxError):
+            compile(text, "<stop>", "exec")
+
+
+def test_rule_12_counts_only_lines_that_start_after_the_prompt(tiny_models):
+    tok = tiny_models.ar.tokenizer
+    guard = SyntaxGuard(tok, tiny_models.ar.vocab_rows, stops=STOPS)
+    ids = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    hash_ids = [i for i, t in enumerate(guard.texts) if t.startswith("#")]
+    assert hash_ids, "the tiny tokenizer has a token that starts with #"
+    opened = guard.initial(ids("x = f(1,\n"))  # the prompt ends a line inside brackets
+    assert opened.line == "" and opened.unfinished
+    assert all(not guard.allowed(opened, i) for i in hash_ids) and set(hash_ids) <= set(guard.banned(opened))
+    mid = guard.initial(ids("x = f(1,\n  "))  # the prompt's last line started in the prompt: no stop line
+    assert mid.line is None and guard.allowed(mid, hash_ids[0])
+    done = guard.initial(ids("def f(x):\n    return x\n"))
+    assert not done.unfinished and guard.allowed(done, hash_ids[0])
+    assert SyntaxGuard(tok, tiny_models.ar.vocab_rows).initial(ids("x = f(1,\n")).line is None  # no stops: off
+
+
+def test_guarded_generation_with_stop_lines_ends_where_the_text_may_end(tiny_models):
+    """Decoded with HumanEval's stop lines, a guarded completion is never cut by a stop line where the
+    text may not end; the same decodes without the guard are (so the check can fail)."""
+    from codila_cli import runtime
+    from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.decoding.stops import stop_offset
+    from codila_cli.decoding.syntax_guard import finished
+
+    tok, stops = tiny_models.dlm.tokenizer, set(tiny_models.dlm.specials.stop_ids)
+    prompts = ["def f(x):\n    y = g(x,\n", "def f(x):\n    s = \'\'\'a\n", "x = [\n"]
+    lines = STOPS + (" ", "x", "s", "(")  # lines the tiny random helper often begins
+    cut = {}
+    for on in (True, False):
+        cfg = CodilaConfig(block_size=4, candidate_blocks=1, max_new_tokens=24, ar_syntax_guard=on, ar_context=8,
+                           ar_temperature=2.0, stop=lines)
+        cut[on] = 0
+        for seed in range(8):
+            for p in prompts:
+                ids = tok.encode(p, add_special_tokens=False)
+                res = runtime._decode(tiny_models, tiny_models.dlm, tiny_models.ar, ids, decoder="codila", config=cfg,
+                                      gen=torch.Generator().manual_seed(seed), on_step=lambda e: None)
+                canvas = res.canvas[: next((i for i, t in enumerate(res.canvas) if t in stops), len(res.canvas))]
+                text = tok.decode(canvas, skip_special_tokens=True)
+                at = stop_offset(text, lines, at_line_start=True)
+                if at is not None:  # the output is cut there: could the text end at that line's start?
+                    state = feed(LexState(indents=None), p + text[:at])
+                    cut[on] += state is not None and not finished(state)
+    assert cut[True] == 0 and cut[False] > 0
+
+
+def test_rule_5_bans_exactly_the_characters_python_rejects_in_a_name():
+    """Outside strings Python reads a non-ASCII character as part of a name; the guard bans exactly those
+    a name may not hold (checked against compile() on a range of code points), and $ ? `."""
+    import warnings
+
+    from codila_cli.decoding.syntax_guard import _foreign
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for cp in list(range(32, 0x2100)) + [0xFB01, 0xFEFF, 0xFFFD, 0x1F600, 0x1D400]:
+            ch = chr(cp)
+            if ch in "\"'#\\\x7f" or not ch.isprintable() and cp < 128:
+                continue
+            try:
+                compile(f"a{ch}b = 1\n", "<char>", "exec")
+                valid = True
+            except SyntaxError:
+                valid = False
+            if _foreign(ch):
+                assert not valid, hex(cp)
+            elif cp > 127:
+                assert valid, hex(cp)

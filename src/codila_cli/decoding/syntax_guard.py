@@ -11,7 +11,9 @@ it is written, so the guard can ban the token that makes it (every other token k
 4. an assignment ``=`` in a statement led by a keyword (``return x = y``, ``if a = b:``), outside
    brackets and before any lambda; or an ``=`` right after an operator that ends in one (``===``,
    ``<==``, ``:==``);
-5. U+FFFD (a token that is only part of a character) outside strings and comments;
+5. outside strings and comments, a character no Python token holds: ``$``, ``?``, a backtick, or a
+   non-ASCII character that cannot be part of a name (U+FFFD, the text of a token that is only part of
+   a character; an emoji; a non-ASCII space);
 6. a line break that ends a compound statement's header (``if``, ``for``, ``def`` …) before its ``:``;
 7. a statement that begins with ``>``, ``<``, ``=``, ``,``, ``;``, ``!``, ``%``, ``&``, ``|``, ``^``,
    ``/`` or ``:`` (a doctest's ``>>> f(x)`` outside its docstring);
@@ -21,7 +23,11 @@ it is written, so the guard can ban the token that makes it (every other token k
    keyword-led ``=``, inside a header, or where a block has no body yet;
 10. ``->`` anywhere but outside brackets in a ``def``'s header (``if f(x) -> y:``);
 11. a ``:`` outside brackets in a statement led by a simple statement's keyword, before any lambda
-    (``return f(x):``, ``raise E:``, ``not x: int``; none of them is a header or an annotation).
+    (``return f(x):``, ``raise E:``, ``not x: int``; none of them is a header or an annotation);
+12. with stop lines (decoding/stops.py: the output ends before a generated line that starts with one
+    of them, as at an end-of-text id), a line that starts with one where the text may not end (rule
+    9's test, at the line break before it): a ``#`` at column 0 inside open brackets ends the output
+    with them open. Lines that start in the prompt do not count, as for the stop itself.
 
 The state follows brackets, strings (one-line, triple-quoted, escapes, a closing quote right after an
 empty string) and comments, and, outside brackets, the logical line: its indentation, whether it ends
@@ -75,6 +81,9 @@ class LexState:
              ":" a colon, "-" a minus, "o" another operator character, "" anything else
     eq       an '=' came in a keyword-led statement: the next character must be '=' (``==``)
     wal      a ':' came inside parentheses (rule 8): the next character must be '=' (``:=``)
+    line     with stop lines: this physical line's text while it may still become one (None: it
+             cannot, or it started in the prompt)
+    unfinished  with stop lines: the text could not end at this line's start (rule 12)
     """
 
     stack: tuple[str, ...] = ()
@@ -93,31 +102,42 @@ class LexState:
     prev: str = ""
     eq: bool = False
     wal: bool = False
+    line: str | None = None
+    unfinished: bool = False
 
 
 _FIELDS = tuple(LexState.__dataclass_fields__)
 
 
-def feed(state: LexState, text: str) -> LexState | None:
-    """The state after ``text``, or None when ``text`` breaks a rule from ``state``."""
+def feed(state: LexState, text: str, stops: tuple[str, ...] = ()) -> LexState | None:
+    """The state after ``text``, or None when ``text`` breaks a rule from ``state``; ``stops`` the stop
+    lines of rule 12 (none: the rule is off)."""
     lex = _Lexer(state)
+    char = lex.char
     for ch in text:
-        if not lex.char(ch):
+        if stops and ch != "\n" and lex.line is not None:  # rule 12
+            line = lex.line + ch
+            if line in stops and lex.unfinished:
+                return None
+            lex.line = line if any(len(p) > len(line) and p.startswith(line) for p in stops) else None
+        if not char(ch):
             return None
+        if stops and ch == "\n":
+            lex.line, lex.unfinished = "", not finished(lex)
     return lex.freeze()
 
 
-def after_token(state: LexState, text: str) -> LexState | None:
+def after_token(state: LexState, text: str, stops: tuple[str, ...] = ()) -> LexState | None:
     """``feed`` for one token the helper chooses, which may also not stop halfway into ``==`` or ``:=``
     where only that could follow (``return x =``, ``f(a:``): the helper then takes its next choice
     instead of being forced into ``return x ==(`` or ``f(a:=``. The one valid spelling this loses is
     ``:=`` split over two tokens (``(n:=1)`` with no space; a tokenizer's `` :=`` is kept)."""
-    out = feed(state, text)
+    out = feed(state, text, stops)
     return None if out is not None and text and (out.eq or out.wal) else out
 
 
-def finished(state: LexState) -> bool:
-    """Whether the text may end here (rule 9)."""
+def finished(state) -> bool:
+    """Whether the text may end here (rule 9); ``state`` a LexState or a _Lexer."""
     return not (state.stack or state.quote or state.eq or state.cont or state.colon or state.expect
                 or state.stmt in ("h", "D"))
 
@@ -177,7 +197,7 @@ class _Lexer:
                 return True
             if not self._indent():
                 return False
-        if ch == "\ufffd":
+        if _foreign(ch):
             return False  # rule 5
         if ch == "=" and self.prev == "e":
             return False  # rule 4: === <== :==
@@ -304,10 +324,11 @@ class SyntaxGuard:
     break a rule; from the states ``_any_id_may_break`` names (a line's or a statement's start, a
     keyword-led '=' …) ``banned`` looks at every id."""
 
-    def __init__(self, tokenizer, vocab_rows: int, *, end_ids: tuple[int, ...] = ()) -> None:
+    def __init__(self, tokenizer, vocab_rows: int, *, end_ids: tuple[int, ...] = (), stops: tuple[str, ...] = ()) -> None:
         n = min(vocab_rows, len(tokenizer))  # special tokens decode to "": they change no state
         self.texts = [tokenizer.decode([i], skip_special_tokens=True) for i in range(n)] + [""] * (vocab_rows - n)
         self.end_ids = frozenset(i for i in end_ids if i < vocab_rows)  # rule 9
+        self.stops = tuple(p for p in stops if p)  # rule 12
         self.risky = [i for i, t in enumerate(self.texts) if i in self.end_ids or _may_break(t)]
         self.tokenizer = tokenizer
         self._cache: dict[tuple[LexState, int], LexState | None] = {}
@@ -316,14 +337,20 @@ class SyntaxGuard:
     def initial(self, ids: list[int]) -> LexState | None:
         """The state after the text of ``ids`` (prompt and committed tokens left of a block); a text that
         breaks rule 3 only (a snippet cut out of an indented block) is read with rule 3 off."""
+        from dataclasses import replace
+
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         state = feed(LexState(), text)
-        return state if state is not None else feed(LexState(indents=None), text)
+        state = state if state is not None else feed(LexState(indents=None), text)
+        if state is None or not self.stops:
+            return state
+        start = not text or text.endswith("\n")  # only a line that starts in the completion is a stop line
+        return replace(state, line="" if start else None, unfinished=start and not finished(state))
 
     def feed_ids(self, state: LexState, ids: list[int]) -> LexState | None:
         """The state after ``ids`` more of text (decoded together: a character split over two ids is
         whole here)."""
-        return feed(state, self.tokenizer.decode(ids, skip_special_tokens=True)) if ids else state
+        return feed(state, self.tokenizer.decode(ids, skip_special_tokens=True), self.stops) if ids else state
 
     def step(self, state: LexState, tok: int) -> LexState | None:
         key = (state, tok)
@@ -333,7 +360,7 @@ class SyntaxGuard:
             if tok in self.end_ids:
                 self._cache[key] = state if finished(state) else None
             else:
-                self._cache[key] = after_token(state, self.texts[tok]) if tok < len(self.texts) else state
+                self._cache[key] = after_token(state, self.texts[tok], self.stops) if tok < len(self.texts) else state
         return self._cache[key]
 
     def allowed(self, state: LexState, tok: int) -> bool:
@@ -351,14 +378,22 @@ class SyntaxGuard:
 
 def _may_break(text: str) -> bool:
     """Whether a token's text can break a rule from a state in the middle of a statement (see
-    ``_any_id_may_break`` for the others): only through a closing bracket, a line break, '=', U+FFFD,
+    ``_any_id_may_break`` for the others): only through a closing bracket, a line break, '=', rule 5's
+    characters,
     ';' or ':' (a statement may begin after them), or '>' (rule 10)."""
-    return any(c in ")]}\n=\ufffd;:>" for c in text)
+    return any(c in ")]}\n=;:>" or _foreign(c) for c in text)
+
+
+def _foreign(ch: str) -> bool:
+    """Rule 5: a character Python's tokenizer rejects outside strings and comments (it reads every
+    non-ASCII character as part of a name, and a name may not hold this one)."""
+    return ch in "$?`" or (ch > "\x7f" and not ("a" + ch).isidentifier())
 
 
 def _any_id_may_break(state: LexState) -> bool:
     """States from which a token without any of those can break a rule: a keyword-led '=' (rule 4), a
     ':' in parentheses (rule 8), the start of a statement (rule 7; a line's start, rule 3, is one),
-    a compound statement's ':' (a statement begins after it)."""
+    a compound statement's ':' (a statement begins after it), a line that may still become a stop line
+    where the text may not end (rule 12)."""
     return (state.eq or state.wal or (state.stmt == "" and not state.comment)
-            or (state.prev == ":" and state.stmt in ("!", "h", "D")))
+            or (state.prev == ":" and state.stmt in ("!", "h", "D")) or (state.line is not None and state.unfinished))
