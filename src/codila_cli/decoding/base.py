@@ -65,6 +65,11 @@ class Canvas:
         return (self.ar.forwards - self.ar0) if self.ar is not None else 0
 
     @property
+    def completion_start(self) -> int:
+        """Where the completion begins in ``x`` (a view from an offset keeps this one)."""
+        return self.prompt_len
+
+    @property
     def gen(self) -> torch.Tensor:
         """View of the generated slots [L]."""
         return self.x[0, self.prompt_len :]

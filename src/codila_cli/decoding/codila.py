@@ -78,7 +78,7 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
     if getattr(writer, "guard", None) is not None:  # a guarded writer reads the whole text, if it has no hole
         extra["left"] = None if bool(holes.any()) else left.tolist()
     if getattr(writer, "no_repeat_ngram", 0):  # the completion before the block, if it has no hole
-        body = c.x[0, getattr(c, "completion_start", c.prompt_len) : c.prompt_len + start]
+        body = c.x[0, c.completion_start : c.prompt_len + start]
         extra["done"] = None if bool((body == c.mask_id).any()) else body.tolist()
     out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), seen=seen,
                        generator=gen, **extra)

@@ -84,7 +84,8 @@ class _NGrams:
 
 class SoftBlockWriter:
     def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None,
-                 repetition_penalty: float = 1.0, guess: bool = True, guard=None, no_repeat_ngram: int = 0, end_ids: tuple[int, ...] = ()) -> None:
+                 repetition_penalty: float = 1.0, guess: bool = True, guard=None, no_repeat_ngram: int = 0,
+                 end_ids: tuple[int, ...] = ()) -> None:
         self.ar = ar
         self.no_repeat_ngram = no_repeat_ngram
         self.end_ids = frozenset(end_ids)  # never banned by no_repeat_ngram (the padding after the text)

@@ -41,7 +41,7 @@ helper chooses is held to one more thing (``after_token``): it may not stop half
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _PAIRS = {")": "(", "]": "[", "}": "{"}
 _OPENER = {"(": "(", "λ": "(", "[": "[", "{": "{"}  # λ: a parenthesis a lambda came in (its ':' is fine)
@@ -337,8 +337,6 @@ class SyntaxGuard:
     def initial(self, ids: list[int]) -> LexState | None:
         """The state after the text of ``ids`` (prompt and committed tokens left of a block); a text that
         breaks rule 3 only (a snippet cut out of an indented block) is read with rule 3 off."""
-        from dataclasses import replace
-
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         state = feed(LexState(), text)
         state = state if state is not None else feed(LexState(indents=None), text)
