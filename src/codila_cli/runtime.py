@@ -228,14 +228,20 @@ def context_overflow(models: Models, prompt: str, *, config: Any, system: str | 
     return _overflow(models, len(ids), config)
 
 
+def text_end_ids(dlm: Any, ar: Any) -> tuple[int, ...]:
+    """The ids that end the text in a CoDiLA decode: the DLM's stop ids and the helper's (either ends it)."""
+    base = getattr(ar, "_ar", ar)  # a RowAR view (decoding/batch.py): its helper's
+    return tuple(sorted(set(dlm.specials.stop_ids) | set(getattr(getattr(base, "specials", None), "stop_ids", ()))))
+
+
 def syntax_guard(ar: Any, *, end_ids: tuple[int, ...] = (), stops: tuple[str, ...] = ()) -> Any:
     """The helper's SyntaxGuard (decoding/syntax_guard.py), built once per loaded helper, set of
-    end-of-text ids (the DLM's and the helper's: either ends the text) and stop lines (rule 12)."""
+    end-of-text ids (``text_end_ids``) and stop lines (rule 12)."""
     from codila_cli.decoding.syntax_guard import SyntaxGuard
 
     base = getattr(ar, "_ar", ar)  # a RowAR view (decoding/batch.py) shares its helper's guard
     guards = base.__dict__.setdefault("_syntax_guards", {})
-    ends = tuple(sorted(set(end_ids) | set(getattr(getattr(base, "specials", None), "stop_ids", ()))))
+    ends = tuple(end_ids)
     key = (ends, tuple(stops))
     if key not in guards:
         if len(guards) > 8:  # a user's own --stop lines make new guards; keep a few
@@ -262,12 +268,12 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
         if ar is None:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
-        guard = (syntax_guard(ar, end_ids=dlm.specials.stop_ids, stops=tuple(config.stop or ()))
+        ends = text_end_ids(dlm, ar)
+        guard = (syntax_guard(ar, end_ids=ends, stops=tuple(config.stop or ()))
                  if config.ar_syntax_guard and raw else None)
         writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk,
                                  repetition_penalty=config.ar_repetition_penalty, guard=guard,
-                                 no_repeat_ngram=config.ar_no_repeat_ngram,
-                                 end_ids=tuple(dlm.specials.stop_ids) + tuple(getattr(getattr(ar, "specials", None), "stop_ids", ())))
+                                 no_repeat_ngram=config.ar_no_repeat_ngram, end_ids=ends)
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
     raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
 
