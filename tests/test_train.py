@@ -266,6 +266,34 @@ def test_helper_shape_is_recorded_and_a_run_keeps_it(tmp_path, tok, monkeypatch)
         stages.stage_ar(run, steps=2, batch=2, seq_len=32, shape="small")
 
 
+def test_ar_init_continues_an_exported_helper_and_refuses_another_shape(tmp_path, tok, monkeypatch):
+    """`codila train ar --init DIR` starts from DIR's weights (issue 26: continue the bundled helper)."""
+    from safetensors.torch import load_file
+
+    from codila_cli.train import stages
+    from codila_cli.train.stages import Shape
+
+    tiny_shapes = {"small": Shape(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, max_positions=64),
+                   "base": Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, max_positions=64)}
+    monkeypatch.setattr(stages, "AR_SHAPES", tiny_shapes)
+    first = _tiny_run(tmp_path / "a", tok)
+    stages.stage_ar(first, steps=30, batch=4, seq_len=32, lr=1e-2)
+    trained = load_file(str(first / "ar" / "final" / "model.safetensors"))
+    fresh, cont = _tiny_run(tmp_path / "b", tok), _tiny_run(tmp_path / "c", tok)
+    fresh_logs: list[dict] = []
+    cont_logs: list[dict] = []
+    stages.stage_ar(fresh, steps=1, batch=4, seq_len=32, lr=1e-9, on_log=fresh_logs.append)
+    stages.stage_ar(cont, steps=1, batch=4, seq_len=32, lr=1e-9, init=first / "ar" / "final", on_log=cont_logs.append)
+    after = load_file(str(cont / "ar" / "final" / "model.safetensors"))
+    key = "model.layers.1.mlp.up_proj.weight"
+    assert torch.allclose(after[key].float(), trained[key].float(), atol=1e-2)  # lr 1e-9: still the init's weights
+    assert cont_logs[0]["loss"] < fresh_logs[0]["loss"] - 0.5  # the trained helper starts far lower
+    assert stages.stage_args("ar", ["base", str(first)]) == {"shape": "base", "init": first}
+    with pytest.raises(ValueError, match="not a helper of this shape"):
+        stages.stage_ar(_tiny_run(tmp_path / "d", tok), steps=1, batch=2, seq_len=32, shape="small",
+                        init=first / "ar" / "final")
+
+
 def test_train_init_only_for_sft_and_tasks(tmp_path):
     from typer.testing import CliRunner
 
@@ -273,8 +301,9 @@ def test_train_init_only_for_sft_and_tasks(tmp_path):
 
     r = CliRunner().invoke(app, ["train", "dlm", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
     assert r.exit_code == 2 and "--init" in r.stderr
-    r = CliRunner().invoke(app, ["train", "sft", "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
-    assert r.exit_code == 2 and "model.safetensors" in r.stderr  # allowed for sft, but this one is no checkpoint
+    for stage in ("sft", "ar"):
+        r = CliRunner().invoke(app, ["train", stage, "--run-dir", str(tmp_path), "--init", str(tmp_path), "--steps", "1"])
+        assert r.exit_code == 2 and "model.safetensors" in r.stderr  # allowed, but this one is no checkpoint
     for flags in (["ar", "--shape", "huge"], ["dlm", "--shape", "small"]):  # a bad shape, or one for another stage
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr

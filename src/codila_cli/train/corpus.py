@@ -64,6 +64,12 @@ EXTERNAL2_PACKAGES: dict[str, tuple[str, ...]] = {
     "glom": ("glom",), "natsort": ("natsort",), "tinydb": ("tinydb",), "dpath": ("dpath",), "jmespath": ("jmespath",),
     "parse": ("parse",), "webcolors": ("webcolors",), "multipledispatch": ("multipledispatch",),
     "toposort": ("toposort",), "cssselect": ("cssselect",)}
+# heldout-ext3 (session 18): a third held-out set, because heldout-ext had been reported for seven defaults
+# and heldout-ext2 for four; chosen before any model saw it (parsers, validators, units, queries, diffs)
+EXTERNAL3_PACKAGES: dict[str, tuple[str, ...]] = {
+    "validators": ("validators",), "pint": ("pint",), "lark": ("lark",), "mistune": ("mistune",),
+    "deepdiff": ("deepdiff",), "pypika": ("pypika",), "intervaltree": ("intervaltree",), "semver": ("semver",),
+    "jsonpatch": ("jsonpatch",), "asteval": ("asteval",)}
 PERMISSIVE = ("MIT", "BSD", "Apache", "ISC", "PSF", "Python Software Foundation")
 SKIP_DIRS = {"test", "tests", "idle_test", "testing", "site-packages", "__pycache__", "lib2to3", "ensurepip",
              "_vendor", "vendor", "turtledemo", "pydoc_data", "encodings"}
@@ -313,7 +319,8 @@ def build_corpus(out_dir: Path, *, data_dir: Path | None, packages: dict[str, tu
                 "not_read": missing, "site": str(site) if site else None,
                 "never_trained_on": {"development prompts": sorted(DEV_PACKAGES),
                                      "external held-out prompts": sorted(EXTERNAL_PACKAGES),
-                                     "second external held-out prompts": sorted(EXTERNAL2_PACKAGES)},
+                                     "second external held-out prompts": sorted(EXTERNAL2_PACKAGES),
+                                     "third external held-out prompts": sorted(EXTERNAL3_PACKAGES)},
                 "decontaminated_against": ["HumanEval", "HumanEval-Infilling (all splits)", "MBPP sanitized"]
                 if data_dir else ["HumanEval"]}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")

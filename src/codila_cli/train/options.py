@@ -32,7 +32,7 @@ def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, 
     elif shape != "base":
         raise UsageError("--shape applies to the ar stage only", hint="drop --shape, or train the ar stage")
     if init is not None:
-        _only(stage, ("sft", "tasks"), "--init")
+        _only(stage, ("sft", "ar", "tasks"), "--init")
         if not (init / "model.safetensors").is_file():
             raise UsageError(f"--init {init} has no model.safetensors", hint="point at an exported checkpoint directory")
         extra["init"] = init

@@ -310,7 +310,9 @@ def _ar_shape(run: Path) -> Shape:
 
 
 def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 2, lr: float | None = None,
-             shape: str = "base", on_log: Log | None = None) -> dict:
+             shape: str = "base", init: Path | None = None, on_log: Log | None = None) -> dict:
+    """Causal-LM pretraining of the helper, from random weights or (``init``) continuing an exported
+    helper directory of the same shape and vocabulary, e.g. the bundled one (issue 26)."""
     from codila_cli.train.objectives import causal_lm_loss
 
     ids = _ids(run)
@@ -322,6 +324,8 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
     recorded.parent.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(asdict(chosen)))
     model = _qwen3(chosen, ids["vocab"], ids)
+    if init is not None and not (run / "ar" / "ckpt.pt").exists():  # a resumed run reads its checkpoint
+        _load_helper(model, init)
     get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
     valid = _valid_batches(run, ids)
     cfg = LoopConfig(steps=steps, lr=lr or AR_LR[shape], seed=seed)
@@ -331,8 +335,25 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
                     on_log=on_log)
     torch.save(model.state_dict(), run / "ar" / "final.pt")
     _export(model, run / "ar" / "final", dream=False, ids=ids, run=run,
-            meta={"stage": "ar", "steps": steps, "shape": asdict(chosen)})  # what `codila train align --ar` reads
+            meta={"stage": "ar", "steps": steps, "shape": asdict(chosen), "lr": cfg.lr,
+                  "init": init.name if init is not None else None})  # what `codila train align --ar` reads
     return last
+
+
+def _load_helper(model, init: Path) -> None:
+    """``init``'s weights into ``model`` (fp32), refusing a helper of another shape or vocabulary."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(init / "model.safetensors"))
+    if "lm_head.weight" not in state:  # tied embeddings are stored once
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    own = model.state_dict()
+    wrong = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
+    extra = sorted(set(state) - set(own))
+    if wrong or extra:
+        raise ValueError(f"--init {init} is not a helper of this shape and vocabulary "
+                         f"({len(wrong)} missing or differently shaped tensors, {len(extra)} unexpected)")
+    model.load_state_dict({k: v.float() for k, v in state.items()})
 
 
 def _dlm_from_final(run: Path, stage: str, ids: dict, *, init: Path | None = None):
@@ -488,7 +509,7 @@ def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
 def stage_args(stage: str, args: list[str]) -> dict:
     """Keyword arguments of a model stage from the command line of ``python -m codila_cli.train.stages``
     after STEPS: ``lr=F``/``batch=N`` (any stage), ``frontier=F`` and ``bare_body=code`` (sft), a bare INIT_DIR
-    (sft, tasks) or SHAPE (ar)."""
+    (sft, tasks, ar) or SHAPE (ar)."""
     table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft",)), "batch": ("batch", int, None),
              "bare_body": ("bare_body", str, ("sft",))}
     extra: dict = {}
@@ -497,9 +518,9 @@ def stage_args(stage: str, args: list[str]) -> dict:
         if eq and key in table and (table[key][2] is None or stage in table[key][2]):
             name, kind, _ = table[key]
             extra[name] = kind(value)
-        elif not eq and stage == "ar":
+        elif not eq and stage == "ar" and arg in AR_SHAPES:
             extra["shape"] = arg
-        elif not eq and stage in ("tasks", "sft"):
+        elif not eq and stage in ("tasks", "sft", "ar"):
             extra["init"] = Path(arg)
         else:
             raise SystemExit(f"unknown argument {arg!r} for stage {stage}")
@@ -509,7 +530,7 @@ def stage_args(stage: str, args: list[str]) -> dict:
 if __name__ == "__main__":
     # python -m codila_cli.train.stages RUN corpus [DATA_DIR] | tokenizer
     #                                   | export [DLM_DIR AR_DIR [TASKS_DIR [KEY=VALUE ...]]]
-    #                                   | STAGE STEPS          | tasks STEPS [INIT_DIR] | ar STEPS [small|base]
+    #                                   | STAGE STEPS          | tasks STEPS [INIT_DIR] | ar STEPS [small|base] [INIT_DIR]
     #                                   | sft STEPS [INIT_DIR] [frontier=F] [bare_body=code]
     #                                   (every model stage also takes lr=F: the peak learning rate)
     import sys
