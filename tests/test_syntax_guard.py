@@ -140,6 +140,8 @@ def test_state_follows_strings_brackets_and_comments():
     ("x = (1", False), ("x = 1\n", True), ("if x:", False), ("if x:\n", False), ("if x:\n    # body?\n", False),
     ("if x:\n    y\n", True), ("assert x =", False), ("s = '''a", False), ("x = 1  # (", True), ("x = 1 + \\", False),
     ("class A:  # c", False), ("", True), ("while x", False), ("if x: y", True), ("def f(x):\n    '''doc'''\n", True),
+    ("x = 1 \\\n", False), ("x = 1 \\\n\n", True), ("x = 1 \\\n   ", True), ("x = 1 \\\n+ 2\n", True),
+    ("def f():\n    x = 1 \\\n", False), ("x = (1 \\\n", False),
 ])
 def test_where_a_text_may_end_agrees_with_compile(text, done):
     """Rule 6: the guard lets the text end exactly where Python would accept it as a whole program (for

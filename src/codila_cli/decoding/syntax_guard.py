@@ -71,6 +71,7 @@ class LexState:
     expect   the last logical line ended in ':' (the next code line must be deeper)
     colon    this logical line's last character so far (outside brackets) is ':'
     cont     a backslash just came: the next line break continues the logical line
+    joined   that line break just came (the text may not end right after it, rule 9)
     stmt     the statement's first word so far: "" none yet, a keyword prefix, "!" keyword-led (an
              assignment would break rule 4), "h" a compound statement's header (the same, and its
              line may not end before its ':'), "D" a def's header (the same, annotations allowed),
@@ -97,6 +98,7 @@ class LexState:
     expect: bool = False
     colon: bool = False
     cont: bool = False
+    joined: bool = False
     stmt: str = ""
     lam: int = 0
     prev: str = ""
@@ -138,8 +140,8 @@ def after_token(state: LexState, text: str, stops: tuple[str, ...] = ()) -> LexS
 
 def finished(state) -> bool:
     """Whether the text may end here (rule 9); ``state`` a LexState or a _Lexer."""
-    return not (state.stack or state.quote or state.eq or state.cont or state.colon or state.expect
-                or state.stmt in ("h", "D"))
+    return not (state.stack or state.quote or state.eq or state.cont or state.joined or state.colon
+                or state.expect or state.stmt in ("h", "D"))
 
 
 class _Lexer:
@@ -156,6 +158,7 @@ class _Lexer:
         return LexState(*(tuple(self.stack) if n == "stack" else getattr(self, n) for n in _FIELDS))
 
     def char(self, ch: str) -> bool:
+        self.joined = False  # anything after a backslash-newline, even a space or a line break, may end the text
         if self.comment:
             if ch != "\n":
                 return True
@@ -261,7 +264,7 @@ class _Lexer:
 
     def _newline(self) -> bool:
         if self.stack or self.cont:  # inside brackets, or after a backslash: the logical line goes on
-            self.cont = False
+            self.cont, self.joined = False, self.cont
             return True
         if self.stmt in ("h", "D"):
             return False  # rule 6: a header without its ':'
