@@ -23,6 +23,9 @@ JAIL = _detect_jail().kind != "none"
 # benign programs (canonical solutions) also run where no jail exists; hostile ones only in the jail
 FAST = SandboxLimits(timeout=3.0, cpu_seconds=3, unsafe_local_exec=not JAIL)
 needs_jail = pytest.mark.skipif(not JAIL, reason="bubblewrap cannot run here: hostile programs need the jail")
+# `codila eval` runs the tiny models' completions of benchmark prompts (benign junk) in the jail, or
+# where none can run (.ci/run could not install bubblewrap) with the documented override
+EVAL = ["eval"] if JAIL else ["eval", "--unsafe-local-exec"]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 HOSTILE = {
@@ -121,7 +124,7 @@ def test_setting_parser_refuses_what_it_does_not_know(text, words):
 
 
 def test_eval_bad_setting_is_a_usage_error(tiny, tmp_path):
-    r = CliRunner().invoke(app, ["eval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--setting", "dream:k=4",
+    r = CliRunner().invoke(app, [*EVAL, "--limit", "1", "--dlm", str(tiny["dlm"]), "--setting", "dream:k=4",
                                  "-o", str(tmp_path / "ev")])
     assert r.exit_code == 2 and r.stdout == "" and not (tmp_path / "ev").exists()
     lines = r.stderr.splitlines()
@@ -131,7 +134,7 @@ def test_eval_bad_setting_is_a_usage_error(tiny, tmp_path):
 
 def test_eval_command_writes_rows_summary_and_plot(tiny, tmp_path):
     out = tmp_path / "ev"
-    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "2", "--dlm", str(tiny["dlm"]), "--ar",
+    r = CliRunner().invoke(app, [*EVAL, "-b", "humaneval", "--limit", "2", "--dlm", str(tiny["dlm"]), "--ar",
                                  str(tiny["ar"]), "--setting", "dream:K=4", "--setting", "codila:B=4",
                                  "--setting", "codila:B=4,cache=dual", "--max-new-tokens", "8", "-o", str(out),
                                  "--timeout", "3"])
@@ -165,7 +168,7 @@ def test_he_infilling_canonical_middles_pass():
 @pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
 def test_eval_infill_benchmark_runs(tiny, tmp_path):
     out = tmp_path / "inf"
-    r = CliRunner().invoke(app, ["eval", "-b", "he-infill-multi", "--data-dir", str(DATA), "--limit", "1", "--dlm",
+    r = CliRunner().invoke(app, [*EVAL, "-b", "he-infill-multi", "--data-dir", str(DATA), "--limit", "1", "--dlm",
                                  str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--setting", "dreamon:K=1",
                                  "--setting", "dreamon:tau=0.5", "--max-new-tokens", "8", "-o", str(out)])
     assert r.exit_code == 0, r.stderr
@@ -175,7 +178,7 @@ def test_eval_infill_benchmark_runs(tiny, tmp_path):
 
 
 def test_infill_setting_on_completion_benchmark_is_refused(tiny, tmp_path):
-    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
+    r = CliRunner().invoke(app, [*EVAL, "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
                                  "--setting", "dreamon:K=1", "-o", str(tmp_path / "x")])
     assert r.exit_code == 2
 
@@ -185,7 +188,7 @@ def test_sharded_and_unsharded_runs_give_the_same_rows(tiny, tmp_path):
     import subprocess
     import sys
 
-    common = ["eval", "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
+    common = [*EVAL, "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
               "--setting", "dream:K=4", "--setting", "codila:B=4", "--max-new-tokens", "8", "--timeout", "3", "-q"]
     one = subprocess.run([sys.executable, "-m", "codila_cli", *common, "-o", str(tmp_path / "one")],
                          capture_output=True, text=True, timeout=300)
@@ -204,7 +207,7 @@ def test_sharded_and_unsharded_runs_give_the_same_rows(tiny, tmp_path):
 
 
 def test_batched_eval_gives_one_row_per_task_in_order(tiny, tmp_path):
-    common = ["eval", "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
+    common = [*EVAL, "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]),
               "--setting", "dream:K=4", "--setting", "codila:B=4", "--max-new-tokens", "8", "--timeout", "3", "-q"]
     one = CliRunner().invoke(app, [*common, "-o", str(tmp_path / "one")])
     three = CliRunner().invoke(app, [*common, "--batch-size", "3", "-o", str(tmp_path / "three")])
@@ -290,7 +293,7 @@ def test_a_task_too_long_for_the_context_counts_as_failed_and_the_run_goes_on(ti
     assert summary[0]["n"] == 3 and summary[0]["too_long"] == 1 and summary[0]["pass_at_1"] in (0.0, 0.5)
     assert "1 task(s) did not fit" in markdown(summary)
 
-    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--task", "HumanEval/129", "--task", "HumanEval/0",
+    r = CliRunner().invoke(app, [*EVAL, "-b", "humaneval", "--task", "HumanEval/129", "--task", "HumanEval/0",
                                  "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--setting", "dream:K=4",
                                  "--max-new-tokens", "200", "--timeout", "3", "-o", str(tmp_path / "e")])
     assert r.exit_code == 0, r.stderr
@@ -300,7 +303,7 @@ def test_a_task_too_long_for_the_context_counts_as_failed_and_the_run_goes_on(ti
 
 
 def test_batch_size_out_of_range_is_refused(tiny, tmp_path):
-    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
+    r = CliRunner().invoke(app, [*EVAL, "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]),
                                  "--batch-size", "0", "-o", str(tmp_path / "x")])
     assert r.exit_code == 2 and r.stderr.startswith("Error: --batch-size must be between 1 and 64")
 
@@ -355,7 +358,7 @@ def test_eval_output_that_is_a_file_is_a_usage_error_before_any_decoding(tiny, t
     target = tmp_path / "results"
     target.write_text("keep me\n")
     monkeypatch.setattr(runtime, "load_models", lambda **kw: pytest.fail("models loaded before --output was checked"))
-    r = CliRunner().invoke(app, ["eval", "--limit", "1", "--dlm", str(tiny["dlm"]), "-o", str(target)])
+    r = CliRunner().invoke(app, [*EVAL, "--limit", "1", "--dlm", str(tiny["dlm"]), "-o", str(target)])
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr.splitlines()[0] == f"Error: --output {target} exists and is not a directory"
     assert target.read_text() == "keep me\n"
@@ -367,7 +370,7 @@ def test_eval_results_survive_a_failed_write(tiny, tmp_path, monkeypatch):
     from codila_cli import atomic
 
     out = tmp_path / "ev"
-    args = ["eval", "-b", "humaneval", "--limit", "2", "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
+    args = [*EVAL, "-b", "humaneval", "--limit", "2", "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
             "--max-new-tokens", "8", "-o", str(out), "--timeout", "3"]
     assert CliRunner().invoke(app, args).exit_code == 0
     before = (out / "rows.jsonl").read_bytes()
@@ -379,7 +382,8 @@ def test_eval_results_survive_a_failed_write(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(atomic, "write_bytes_atomic", full_disk)
     monkeypatch.setattr("codila_cli.eval.runner.write_text_atomic", lambda t, text: full_disk(t, text))
     r = CliRunner().invoke(app, [*args[:-4], "--max-new-tokens", "12", *args[-4:]])
-    assert r.exit_code == 1 and r.stderr.splitlines() == [
+    lines = [x for x in r.stderr.splitlines() if not x.startswith("Warning: running generated code without a jail")]
+    assert r.exit_code == 1 and lines == [
         "Error: No space left on device", "Hint: check free disk space and permissions, then run the command again"]
     (partial,) = out.glob("rows.rank0.partial.jsonl")
     assert len(partial.read_text().splitlines()) == 2  # both rows of the failed run
@@ -396,7 +400,7 @@ def test_eval_without_a_setting_runs_what_gen_runs(tiny, tmp_path):
     cfg = json.loads((ar / "config.json").read_text())
     cfg["codila_decoding"] = {"candidate_blocks": 1, "ar_context": 8, "ar_repetition_penalty": 1.2, "cache_blocks": 3}
     (ar / "config.json").write_text(json.dumps(cfg))
-    base = ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--max-new-tokens", "8",
+    base = [*EVAL, "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--max-new-tokens", "8",
             "--timeout", "3"]
     r = CliRunner().invoke(app, [*base, "--ar", str(ar), "-o", str(tmp_path / "a")])
     assert r.exit_code == 0, r.stderr
@@ -431,7 +435,7 @@ def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypa
         return real(models, prompt, config=config, **kw)
 
     monkeypatch.setattr(runtime, "generate", spy)
-    base = ["eval", "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--max-new-tokens", "8",
+    base = [*EVAL, "-b", "humaneval", "--limit", "1", "--dlm", str(tiny["dlm"]), "--max-new-tokens", "8",
             "--timeout", "3", "--setting", "dream:K=4"]
     assert CliRunner().invoke(app, [*base, "-o", str(tmp_path / "a")]).exit_code == 0
     assert CliRunner().invoke(app, [*base, "--no-stop", "-o", str(tmp_path / "b")]).exit_code == 0
@@ -456,7 +460,7 @@ def test_a_setting_for_the_other_kind_of_benchmark_is_refused_before_loading(tin
     from codila_cli import runtime
 
     monkeypatch.setattr(runtime, "load_models", lambda **kw: pytest.fail("models loaded"))
-    r = CliRunner().invoke(app, ["eval", "-b", bench, "--data-dir", str(DATA), "--setting", setting, "--limit", "1",
+    r = CliRunner().invoke(app, [*EVAL, "-b", bench, "--data-dir", str(DATA), "--setting", setting, "--limit", "1",
                                  "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "ev")])
     err, h = r.stderr.splitlines()
     assert r.exit_code == 2 and err == f"Error: setting '{setting}' does not fit {bench}" and hint in h
@@ -474,7 +478,7 @@ def test_infill_benchmarks_default_to_dreamons_64_token_middle(tiny, tmp_path, m
 
     monkeypatch.setattr(runner, "run_eval", stop)
     for bench, middle in (("he-infill-single", 64), ("humaneval", None)):
-        CliRunner().invoke(app, ["eval", "-b", bench, "--data-dir", str(DATA), "--limit", "1", "--dlm",
+        CliRunner().invoke(app, [*EVAL, "-b", bench, "--data-dir", str(DATA), "--limit", "1", "--dlm",
                                  str(tiny["dlm"]), "-o", str(tmp_path / bench)])
         cfg = seen[-1].config
         assert (cfg.max_middle_tokens if middle else cfg.max_new_tokens) == (middle or 128)
@@ -488,7 +492,7 @@ def test_a_users_own_task_file_runs_and_bad_ones_are_refused(tiny, tmp_path):
                                 "test": "def check(f):\n    assert f(2) == 4\n"}) + "\n"
                     + json.dumps({"task_id": "mine/2", "prompt": "def inc(x):\n", "test": "assert inc(1) == 2\n",
                                   "entry_point": None}) + "\n")
-    r = CliRunner().invoke(app, ["eval", "-b", str(good), "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
+    r = CliRunner().invoke(app, [*EVAL, "-b", str(good), "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
                                  "--max-new-tokens", "8", "-o", str(tmp_path / "out"), *(["--unsafe-local-exec"] * (not JAIL))])
     assert r.exit_code == 0, r.stderr
     rows = [json.loads(x) for x in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()]
@@ -499,7 +503,7 @@ def test_a_users_own_task_file_runs_and_bad_ones_are_refused(tiny, tmp_path):
                           ('{"task_id": "a", "prompt": "", "test": "", "entry_point": "1x"}\n', "not a Python name")):
         bad = tmp_path / "bad.jsonl"
         bad.write_text(text)
-        r = CliRunner().invoke(app, ["eval", "-b", str(bad), "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "b")])
+        r = CliRunner().invoke(app, [*EVAL, "-b", str(bad), "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "b")])
         assert r.exit_code == 2 and message in r.stderr, (text, r.stderr)
 
 
@@ -516,7 +520,7 @@ def test_an_interrupted_eval_keeps_its_finished_rows_as_results(tiny, tmp_path, 
 
     monkeypatch.setattr(runner, "run_eval", two_then_interrupt)
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["eval", "-b", "heldout", "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
+    r = CliRunner().invoke(app, [*EVAL, "-b", "heldout", "--dlm", str(tiny["dlm"]), "--setting", "dream:K=4",
                                  "--limit", "5", "-o", str(out)])
     assert r.exit_code == 130
     assert len((out / "rows.jsonl").read_text().splitlines()) == 2
@@ -531,5 +535,5 @@ def test_missing_eval_extras_fail_before_anything_decodes(tiny, tmp_path, monkey
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     monkeypatch.setattr(rt, "load_models", lambda **kw: (_ for _ in ()).throw(AssertionError("models loaded")))
-    r = CliRunner().invoke(app, ["eval", "-b", "heldout", "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "o")])
+    r = CliRunner().invoke(app, [*EVAL, "-b", "heldout", "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "o")])
     assert r.exit_code == 2 and "matplotlib" in r.stderr and "codila[eval]" in r.stderr
