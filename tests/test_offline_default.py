@@ -115,7 +115,8 @@ def test_build_corpus_records_the_site_what_it_missed_and_the_prompt_packages(tm
                      packages={"pkga": ("pkga",), "onefile": ("onefile",), "nothere": ("nothere",)})
     assert m["site"] == str(site) and m["not_read"] == ["nothere"]
     assert set(m["never_trained_on"]) == {"development prompts", "external held-out prompts",
-                                          "second external held-out prompts", "third external held-out prompts"}
+                                          "second external held-out prompts", "third external held-out prompts",
+                                          "fourth external held-out prompts"}
     rows = [json.loads(x) for f in ("train.jsonl", "valid.jsonl") for x in (tmp_path / "corpus" / f).read_text().splitlines()]
     assert {r["origin"] for r in rows} >= {"pkga", "onefile"}
 
@@ -138,9 +139,10 @@ def test_package_prompts_drop_functions_the_corpus_trained_on(tmp_path):
 def test_shipped_prompt_sets_come_from_packages_outside_the_corpus():
     from codila_cli.eval.heldout import load_heldout
     from codila_cli.train.corpus import (CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES,
-                                         EXTERNAL_PACKAGES)
+                                         EXTERNAL4_PACKAGES, EXTERNAL_PACKAGES)
 
-    groups = [set(DEV_PACKAGES), set(EXTERNAL_PACKAGES), set(EXTERNAL2_PACKAGES), set(EXTERNAL3_PACKAGES)]
+    groups = [set(DEV_PACKAGES), set(EXTERNAL_PACKAGES), set(EXTERNAL2_PACKAGES), set(EXTERNAL3_PACKAGES),
+              set(EXTERNAL4_PACKAGES)]
     assert not set.union(*groups) & set(CORPUS_PACKAGES)
     assert sum(map(len, groups)) == len(set.union(*groups))  # no package in two sets
     dev, ext = load_heldout(name="dev_ext_prompts.jsonl"), load_heldout(name="heldout_ext_prompts.jsonl")
@@ -152,7 +154,10 @@ def test_shipped_prompt_sets_come_from_packages_outside_the_corpus():
     assert {p["origin"] for p in ext3} == set(EXTERNAL3_PACKAGES)
     assert not {p["prompt"] for p in dev + ext} & {p["prompt"] for p in ext2}
     assert not {p["prompt"] for p in dev + ext + ext2} & {p["prompt"] for p in ext3}
-    for p in dev + ext + ext2 + ext3:
+    ext4 = load_heldout(name="heldout_ext4_prompts.jsonl")
+    assert len(ext4) == 120 and {p["origin"] for p in ext4} == set(EXTERNAL4_PACKAGES)
+    assert not {p["prompt"] for p in dev + ext + ext2 + ext3} & {p["prompt"] for p in ext4}
+    for p in dev + ext + ext2 + ext3 + ext4:
         assert p["license"] and p["version"] and p["prompt"].endswith("\n")
         ast.parse(p["prompt"] + p["reference"])  # the original function, cut after its docstring
 
@@ -163,12 +168,13 @@ def test_corpus_packages_file_pins_every_package_read():
     from packaging.utils import canonicalize_name
 
     from codila_cli.train.corpus import (CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES,
-                                         EXTERNAL_PACKAGES)
+                                         EXTERNAL4_PACKAGES, EXTERNAL_PACKAGES)
 
     path = Path(__file__).resolve().parent.parent / "scripts" / "corpus-packages.txt"
     reqs = [Requirement(line) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
     assert all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "==" for r in reqs), reqs
-    wanted = {**CORPUS_PACKAGES, **DEV_PACKAGES, **EXTERNAL_PACKAGES, **EXTERNAL2_PACKAGES, **EXTERNAL3_PACKAGES}
+    wanted = {**CORPUS_PACKAGES, **DEV_PACKAGES, **EXTERNAL_PACKAGES, **EXTERNAL2_PACKAGES, **EXTERNAL3_PACKAGES,
+              **EXTERNAL4_PACKAGES}
     assert sorted(canonicalize_name(r.name) for r in reqs) == sorted(canonicalize_name(n) for n in wanted)
 
 
@@ -176,7 +182,8 @@ def test_prompt_set_benchmarks_load_with_stop_lines():
     from codila_cli.decoding.stops import HUMANEVAL
     from codila_cli.eval.benchmarks import load_tasks
 
-    for name, n in (("dev-ext", 80), ("heldout-ext", 120), ("heldout-ext2", 120), ("heldout-ext3", 120), ("everyday", 6)):
+    for name, n in (("dev-ext", 80), ("heldout-ext", 120), ("heldout-ext2", 120), ("heldout-ext3", 120),
+                    ("heldout-ext4", 120), ("everyday", 6)):
         tasks = load_tasks(name)
         assert len(tasks) == n and all(t.kind == "complete" and t.stop == HUMANEVAL for t in tasks)
     assert all(not t.test for t in load_tasks("heldout-ext"))
@@ -188,7 +195,7 @@ def test_bare_prompt_sets_are_the_same_functions_cut_to_their_signature():
     from codila_cli.decoding.stops import HUMANEVAL
     from codila_cli.eval.benchmarks import load_tasks
 
-    for base in ("dev-ext", "heldout-ext", "heldout-ext2", "heldout-ext3"):
+    for base in ("dev-ext", "heldout-ext", "heldout-ext2", "heldout-ext3", "heldout-ext4"):
         full = {t.task_id.removeprefix(base): t for t in load_tasks(base)}
         bare = load_tasks(f"{base}-bare")
         assert len(bare) == len(full) and all(t.stop == HUMANEVAL and not t.test for t in bare)

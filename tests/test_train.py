@@ -341,6 +341,30 @@ def test_train_lr_reaches_the_stage(tmp_path, monkeypatch):
             stages.stage_args(stage, [bad])
 
 
+def test_train_seed_reaches_the_stage(tmp_path, monkeypatch):
+    """`codila train ar --seed N` (a second pass over the corpus that sees other windows, session 19);
+    a stage without weights refuses every model-stage flag instead of ignoring it."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+    from codila_cli.train import stages
+
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "tokenizer.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(stages, "stage_ar", lambda run, **kw: seen.append(kw) or {"step": kw["steps"]})
+    r = CliRunner().invoke(app, ["train", "ar", "--run-dir", str(tmp_path), "--steps", "3", "--seed", "19", "-q"])
+    assert r.exit_code == 0 and seen[-1]["seed"] == 19, r.stderr
+    r = CliRunner().invoke(app, ["train", "ar", "--run-dir", str(tmp_path), "--steps", "3", "-q"])
+    assert r.exit_code == 0 and "seed" not in seen[-1]  # the stage's own
+    for flags in (["ar", "--seed", "-1"], ["corpus", "--seed", "3"], ["tokenizer", "--lr", "0.1"],
+                  ["corpus", "--batch", "4"]):
+        r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path / "new"), "--steps", "1"])
+        assert r.exit_code == 2 and flags[1] in r.stderr and "Hint:" in r.stderr, (flags, r.stderr)
+    assert not (tmp_path / "new").exists()  # refused before anything was written
+    assert stages.stage_args("ar", ["seed=7"]) == {"seed": 7}
+
+
 def test_export_copies_the_chosen_finals_and_prefers_sft(tiny, tmp_path):
     import shutil
 

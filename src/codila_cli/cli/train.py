@@ -116,6 +116,7 @@ def _stage(name: str):
                 bare_body: Annotated[str | None, typer.Option("--bare-body", help="sft: after a bare signature, the corpus's docstring and code (as-written) or the code only (code). [default: as-written]")] = None,
                 batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
+                seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]")] = None,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
         from codila_cli.train import stages
         from codila_cli.train.options import MODEL_STAGES, check_run_dir, check_stage_paths, export_decoding, stage_options
@@ -125,13 +126,18 @@ def _stage(name: str):
         check_stage_paths(name, site=site, reuse=reuse)
         if decoding and name != "export":
             raise UsageError("--decoding applies to the export stage only", hint="drop --decoding for this stage")
+        given = [f for f, v in (("--init", init), ("--frontier", frontier), ("--bare-body", bare_body),
+                                ("--batch", batch), ("--lr", lr), ("--seed", seed)) if v is not None]
+        if given and name not in MODEL_STAGES:
+            raise UsageError(f"{given[0]} applies to the model stages only ({', '.join(MODEL_STAGES)})",
+                             hint=f"drop {given[0]} for the {name} stage")
         if name == "corpus":
             out = stages.stage_corpus(run_dir, data_dir=data_dir, site=site)
         elif name == "export":
             out = stages.stage_export(run_dir, ar_decoding=export_decoding(decoding or []))
         else:
             extra = stage_options(name, shape=shape, init=init, frontier=frontier, batch=batch, lr=lr,
-                                  bare_body=bare_body) \
+                                  bare_body=bare_body, seed=seed) \
                 if name in MODEL_STAGES else {}
             check_run_dir(name, run_dir)
             if name == "tokenizer":

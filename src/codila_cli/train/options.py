@@ -20,7 +20,8 @@ def _only(stage: str, stages: tuple[str, ...], flag: str) -> None:
 
 
 def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, frontier: float | None = None,
-                  batch: int | None = None, lr: float | None = None, bare_body: str | None = None) -> dict[str, Any]:
+                  batch: int | None = None, lr: float | None = None, bare_body: str | None = None,
+                  seed: int | None = None) -> dict[str, Any]:
     """The keyword arguments of ``stages.stage_<stage>`` for the flags given (None = the stage's own)."""
     from codila_cli.train.stages import AR_SHAPES
 
@@ -59,6 +60,10 @@ def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, 
         if not 0.0 < lr <= 1.0:
             raise UsageError(f"--lr must be in (0, 1], got {lr}", hint="e.g. --lr 3e-4")
         extra["lr"] = lr
+    if seed is not None:
+        if not 0 <= seed < 2**32:
+            raise UsageError(f"--seed must be between 0 and 2**32 - 1, got {seed}", hint="e.g. --seed 19")
+        extra["seed"] = seed
     return extra
 
 

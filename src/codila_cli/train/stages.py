@@ -335,7 +335,7 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
                     on_log=on_log)
     torch.save(model.state_dict(), run / "ar" / "final.pt")
     _export(model, run / "ar" / "final", dream=False, ids=ids, run=run,
-            meta={"stage": "ar", "steps": steps, "shape": asdict(chosen), "lr": cfg.lr,
+            meta={"stage": "ar", "steps": steps, "shape": asdict(chosen), "lr": cfg.lr, "seed": seed,
                   "init": init.name if init is not None else None})  # what `codila train align --ar` reads
     return last
 
@@ -508,9 +508,10 @@ def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
 
 def stage_args(stage: str, args: list[str]) -> dict:
     """Keyword arguments of a model stage from the command line of ``python -m codila_cli.train.stages``
-    after STEPS: ``lr=F``/``batch=N`` (any stage), ``frontier=F`` and ``bare_body=code`` (sft), a bare INIT_DIR
+    after STEPS: ``lr=F``/``batch=N``/``seed=N`` (any stage), ``frontier=F`` and ``bare_body=code`` (sft), a bare INIT_DIR
     (sft, tasks, ar) or SHAPE (ar)."""
     table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft",)), "batch": ("batch", int, None),
+             "seed": ("seed", int, None),
              "bare_body": ("bare_body", str, ("sft",))}
     extra: dict = {}
     for arg in args:
