@@ -223,6 +223,31 @@ def test_bare_body_code_drops_the_docstring_of_bare_signature_examples(tmp_path,
         tokenize_prompted(src, tmp_path / "tokenizer.json", tmp_path / "x.npz", bare_body="none")
 
 
+def test_ar_bare_body_code_keeps_documented_functions_once_more_without_the_docstring(tmp_path, tok):
+    """`codila train ar --bare-body code`: the helper's function samples hold each documented function
+    as written and once more as signature + code; an undocumented one once; the file stream is the same."""
+    from codila_cli.train.data import load_tokens, tokenize_split
+
+    src = tmp_path / "c.jsonl"
+    rows = [{"kind": "function", "text": '@cache\ndef f(x):\n    """Double."""\n    return 2 * x\n'},
+            {"kind": "function", "text": "def g(y):\n    return y\n"},
+            {"kind": "file", "text": "import os\n"}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    got = {}
+    for mode in ("as-written", "code"):
+        d = tokenize_split(src, tmp_path / "tokenizer.json", tmp_path / f"{mode}.npz", bos=1, eos=2, bare_body=mode)
+        assert load_tokens(tmp_path / f"{mode}.npz").n_functions == d.n_functions
+        got[mode] = ([tok.decode(d.func_tokens[d.func_offsets[i] : d.func_offsets[i + 1]].tolist(),
+                                 skip_special_tokens=False) for i in range(d.n_functions)], d.stream.tolist())
+    plain, code = got["as-written"][0], got["code"][0]
+    assert len(plain) == 2 and len(code) == 3 and code[:2] == plain
+    assert code[2] == "@cache\ndef f(x):\n    return 2 * x\n"
+    assert got["code"][1] == got["as-written"][1]
+    with pytest.raises(ValueError, match="bare_body"):
+        tokenize_split(src, tmp_path / "tokenizer.json", tmp_path / "x.npz", bos=1, eos=2, bare_body="none")
+
+
 def test_prompted_rows_noise_only_the_canvas(tmp_path, tok):
     import numpy as np
 
@@ -292,6 +317,11 @@ def test_ar_init_continues_an_exported_helper_and_refuses_another_shape(tmp_path
     with pytest.raises(ValueError, match="not a helper of this shape"):
         stages.stage_ar(_tiny_run(tmp_path / "d", tok), steps=1, batch=2, seq_len=32, shape="small",
                         init=first / "ar" / "final")
+    coded = _tiny_run(tmp_path / "e", tok)
+    stages.stage_ar(coded, steps=1, batch=4, seq_len=32, bare_body="code", seed=5)
+    meta = json.loads((coded / "ar" / "final" / "config.json").read_text())["codila_training"]
+    assert (coded / "tokens_train.code.npz").is_file() and not (coded / "tokens_valid.code.npz").exists()
+    assert meta["bare_body"] == "code" and meta["seed"] == 5
 
 
 def test_train_init_only_for_sft_and_tasks(tmp_path):
@@ -309,7 +339,7 @@ def test_train_init_only_for_sft_and_tasks(tmp_path):
         assert r.exit_code == 2 and "--shape" in r.stderr, r.stderr
     for flags, name in ((["dlm", "--frontier", "0.5"], "--frontier"), (["sft", "--frontier", "1.5"], "--frontier"),
                         (["sft", "--context", "8"], "--context"), (["ar", "--batch", "0"], "--batch"),
-                        (["sft", "--lr", "0"], "--lr"), (["ar", "--bare-body", "code"], "--bare-body"),
+                        (["sft", "--lr", "0"], "--lr"), (["dlm", "--bare-body", "code"], "--bare-body"),
                         (["sft", "--bare-body", "none"], "--bare-body")):
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path), "--steps", "1"])
         assert r.exit_code == 2 and name in r.stderr, (flags, r.stderr)
@@ -362,7 +392,9 @@ def test_train_seed_reaches_the_stage(tmp_path, monkeypatch):
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path / "new"), "--steps", "1"])
         assert r.exit_code == 2 and flags[1] in r.stderr and "Hint:" in r.stderr, (flags, r.stderr)
     assert not (tmp_path / "new").exists()  # refused before anything was written
-    assert stages.stage_args("ar", ["seed=7"]) == {"seed": 7}
+    assert stages.stage_args("ar", ["seed=7", "bare_body=code"]) == {"seed": 7, "bare_body": "code"}
+    r = CliRunner().invoke(app, ["train", "ar", "--run-dir", str(tmp_path), "--steps", "3", "--bare-body", "code", "-q"])
+    assert r.exit_code == 0 and seen[-1]["bare_body"] == "code", r.stderr
 
 
 def test_export_copies_the_chosen_finals_and_prefers_sft(tiny, tmp_path):

@@ -113,7 +113,7 @@ def _stage(name: str):
                 init: Annotated[Path | None, typer.Option("--init", help="sft, tasks: start from this Dream checkpoint directory; ar: continue this helper directory.")] = None,
                 shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
                 frontier: Annotated[float | None, typer.Option("--frontier", help="sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,
-                bare_body: Annotated[str | None, typer.Option("--bare-body", help="sft: after a bare signature, the corpus's docstring and code (as-written) or the code only (code). [default: as-written]")] = None,
+                bare_body: Annotated[str | None, typer.Option("--bare-body", help="sft: after a bare signature, the corpus's docstring and code (as-written) or the code only (code); ar: code also keeps each documented function once more without its docstring. [default: as-written]")] = None,
                 batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
                 seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]")] = None,

@@ -26,15 +26,27 @@ class TokenData:
         return len(self.func_offsets) - 1
 
 
-def tokenize_split(jsonl: Path, tokenizer_file: Path, out: Path, *, bos: int, eos: int) -> TokenData:
+def tokenize_split(jsonl: Path, tokenizer_file: Path, out: Path, *, bos: int, eos: int,
+                   bare_body: str = "as-written") -> TokenData:
+    """The file stream and the function samples of one split. ``bare_body`` ``code`` (the helper's
+    ``ar`` stage, session 19): a function sample with a docstring is also kept a second time without
+    it (signature, then code), so after a bare signature code is as likely as a docstring."""
     from tokenizers import Tokenizer
 
+    from codila_cli.train.corpus import split_function
+
+    if bare_body not in BARE_BODIES:
+        raise ValueError(f"bare_body must be one of {', '.join(BARE_BODIES)}, got {bare_body!r}")
     tok = Tokenizer.from_file(str(tokenizer_file))
     files, funcs = [], []
     with open(jsonl, encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
             (files if row["kind"] == "file" else funcs).append(row["text"])
+    if bare_body == "code":
+        bare = [split_function(f, keep_docstring=False, drop_docstring=True) for f in funcs]
+        with_doc = [split_function(f, keep_docstring=False) for f in funcs]  # the same cut, docstring kept
+        funcs += [b[0] + b[1] for b, w in zip(bare, with_doc) if b is not None and b != w]
     stream: list[int] = []
     for enc in tok.encode_batch(files, add_special_tokens=False):
         stream += [bos, *enc.ids, eos]

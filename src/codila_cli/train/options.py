@@ -46,8 +46,7 @@ def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, 
     if bare_body is not None:
         from codila_cli.train.data import BARE_BODIES
 
-        if stage != "sft":
-            raise UsageError("--bare-body applies to the sft stage only", hint="drop --bare-body for this stage")
+        _only(stage, ("sft", "ar"), "--bare-body")
         if bare_body not in BARE_BODIES:
             raise UsageError(f"--bare-body must be one of {', '.join(BARE_BODIES)}, got {bare_body!r}",
                              hint="e.g. --bare-body code")

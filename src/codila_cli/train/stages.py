@@ -127,8 +127,9 @@ def _qwen3(shape: Shape, vocab: int, ids: dict):
     return Qwen3ForCausalLM(cfg)
 
 
-def _batcher(run: Path, split: str, ids: dict, *, batch: int, seq_len: int, seed: int, function_share: float):
-    data = load_tokens(run / f"tokens_{split}.npz")
+def _batcher(run: Path, split: str, ids: dict, *, batch: int, seq_len: int, seed: int, function_share: float,
+             suffix: str = ""):
+    data = load_tokens(run / f"tokens_{split}{suffix}.npz")
 
     def get(step: int) -> torch.Tensor:
         arr = sample_batch(data, step=step, seed=seed, batch=batch, seq_len=seq_len, bos=ids["bos"],
@@ -310,12 +311,20 @@ def _ar_shape(run: Path) -> Shape:
 
 
 def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 2, lr: float | None = None,
-             shape: str = "base", init: Path | None = None, on_log: Log | None = None) -> dict:
+             shape: str = "base", init: Path | None = None, bare_body: str = "as-written",
+             on_log: Log | None = None) -> dict:
     """Causal-LM pretraining of the helper, from random weights or (``init``) continuing an exported
-    helper directory of the same shape and vocabulary, e.g. the bundled one (issue 26)."""
+    helper directory of the same shape and vocabulary, e.g. the bundled one (issue 26).
+
+    ``bare_body`` ``code``: the training function samples also hold each documented function once more
+    without its docstring (data.py ``tokenize_split``; its own token file); validation is unchanged."""
     from codila_cli.train.objectives import causal_lm_loss
 
     ids = _ids(run)
+    suffix = "" if bare_body == "as-written" else f".{bare_body}"
+    if suffix and not (run / f"tokens_train{suffix}.npz").exists():
+        tokenize_split(run / "corpus" / "train.jsonl", run / "tokenizer" / "tokenizer.json",
+                       run / f"tokens_train{suffix}.npz", bos=ids["bos"], eos=ids["eos"], bare_body=bare_body)
     torch.manual_seed(seed)
     chosen = AR_SHAPES[shape]
     recorded = run / "ar" / "shape.json"
@@ -326,7 +335,7 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
     model = _qwen3(chosen, ids["vocab"], ids)
     if init is not None and not (run / "ar" / "ckpt.pt").exists():  # a resumed run reads its checkpoint
         _load_helper(model, init)
-    get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
+    get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5, suffix=suffix)
     valid = _valid_batches(run, ids)
     cfg = LoopConfig(steps=steps, lr=lr or AR_LR[shape], seed=seed)
     last = run_loop(model=model, stage_dir=run / "ar", cfg=cfg,
@@ -336,6 +345,7 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
     torch.save(model.state_dict(), run / "ar" / "final.pt")
     _export(model, run / "ar" / "final", dream=False, ids=ids, run=run,
             meta={"stage": "ar", "steps": steps, "shape": asdict(chosen), "lr": cfg.lr, "seed": seed,
+                  "bare_body": bare_body,
                   "init": init.name if init is not None else None})  # what `codila train align --ar` reads
     return last
 
@@ -508,11 +518,11 @@ def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
 
 def stage_args(stage: str, args: list[str]) -> dict:
     """Keyword arguments of a model stage from the command line of ``python -m codila_cli.train.stages``
-    after STEPS: ``lr=F``/``batch=N``/``seed=N`` (any stage), ``frontier=F`` and ``bare_body=code`` (sft), a bare INIT_DIR
+    after STEPS: ``lr=F``/``batch=N``/``seed=N`` (any stage), ``frontier=F`` (sft), ``bare_body=code`` (sft, ar), a bare INIT_DIR
     (sft, tasks, ar) or SHAPE (ar)."""
     table = {"lr": ("lr", float, None), "frontier": ("frontier", float, ("sft",)), "batch": ("batch", int, None),
              "seed": ("seed", int, None),
-             "bare_body": ("bare_body", str, ("sft",))}
+             "bare_body": ("bare_body", str, ("sft", "ar"))}
     extra: dict = {}
     for arg in args:
         key, eq, value = arg.partition("=")
