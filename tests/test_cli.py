@@ -105,6 +105,31 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
 
 
 
+def test_helper_may_recommend_top_k_conditioning(tiny, tmp_path):
+    """``conditioning`` "topk:K" in a helper's ``codila_decoding`` (session 19) is what gen runs unless
+    --conditioning says otherwise; a malformed value is ignored; eval's default label spells it out."""
+    import shutil
+
+    from codila_cli.eval.settings import parse_setting, recommended_label
+    from codila_cli.runtime import recommended_decoding
+
+    ar = tmp_path / "ar"
+    shutil.copytree(tiny["ar"], ar)
+    cfg = json.loads((ar / "config.json").read_text())
+    base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
+    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]  # noqa: E731
+    for value, expected in (("topk:16", "topk:16"), ("topk:0", "soft"), ("top16", "soft"), (16, "soft")):
+        cfg["codila_decoding"] = {"conditioning": value, "candidate_blocks": 1}
+        (ar / "config.json").write_text(json.dumps(cfg))
+        assert settings()["conditioning"] == expected, value
+    cfg["codila_decoding"] = {"conditioning": "topk:16", "candidate_blocks": 1}
+    (ar / "config.json").write_text(json.dumps(cfg))
+    assert settings("--conditioning", "soft")["conditioning"] == "soft"
+    label = recommended_label(recommended_decoding(str(ar)))
+    assert label == "codila:B=4,W=1,cond=topk:16"
+    assert parse_setting(label, max_new_tokens=8).config.conditioning == "topk:16"
+
+
 def test_helper_recommendation_for_one_block_size_applies_at_that_size(tiny, tmp_path, monkeypatch):
     """``by_block_size`` {"8": {...}} replaces the general recommendation when the block size is 8 (the
     user's -B, config or environment), and nowhere else; its own block_size and bad values are ignored."""

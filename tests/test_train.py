@@ -437,7 +437,7 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     assert "codila_decoding" not in json.loads((run / "align" / "final" / "config.json").read_text())  # source untouched
     with pytest.raises(ValueError, match="recommendable"):
         stage_export(run, target=tmp_path / "bad", ar_decoding={"tau": 1})
-    for bad in ({"cache": "fast"}, {"ar_context": -1}, {"by_block_size": {"8": {"tau": 1}}},
+    for bad in ({"cache": "fast"}, {"ar_context": -1}, {"conditioning": "topk"}, {"by_block_size": {"8": {"tau": 1}}},
                 {"by_block_size": {"8": {"block_size": 4}}}, {"by_block_size": {"x": {"ar_context": 4}}},
                 {"by_block_size": {}}):
         with pytest.raises(ValueError, match="recommendable"):

@@ -35,6 +35,7 @@ def settings_line(decoder: str, cfg: Any, models: Any) -> str:
         parts = [f"B={cfg.block_size}", f"W={cfg.candidate_blocks}"] + ([f"tau={cfg.tau:g}"] if cfg.tau is not None else [])
         parts += [f"ctx={cfg.ar_context}", f"rp={cfg.ar_repetition_penalty:g}"] + (["sg=1"] if cfg.ar_syntax_guard else [])
         parts += [f"ng={cfg.ar_no_repeat_ngram}"] if cfg.ar_no_repeat_ngram else []
+        parts += [f"cond={cfg.conditioning}"] if cfg.conditioning != "soft" else []
     elif decoder == "threshold":
         parts = [f"threshold={cfg.threshold:g}", f"block={cfg.block_length}"]
     else:

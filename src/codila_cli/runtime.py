@@ -51,15 +51,20 @@ def default_ar() -> str | None:
 
 RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "ar_context": int,
                                   "ar_repetition_penalty": float, "cache": str, "cache_blocks": int,
-                                  "ar_syntax_guard": bool, "ar_no_repeat_ngram": int}
+                                  "ar_syntax_guard": bool, "ar_no_repeat_ngram": int, "conditioning": str}
 
 
 def recommendable(key: str, value: object) -> bool:
     """A setting a helper checkpoint may recommend, with a value of its type (an int counts as a float;
-    ``cache`` is one of decoding.config.CACHES) and in range (no negative number)."""
+    ``cache`` is one of decoding.config.CACHES, ``conditioning`` "soft" or "topk:K") and in range (no
+    negative number)."""
+    import re
+
     from codila_cli.decoding.config import CACHES
 
     kind = RECOMMENDABLE.get(key)
+    if key == "conditioning":
+        return isinstance(value, str) and bool(re.fullmatch(r"soft|topk:[1-9][0-9]*", value))
     if kind is str:
         return value in CACHES
     if kind is bool:

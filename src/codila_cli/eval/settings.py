@@ -43,6 +43,8 @@ def recommended_label(recommended: dict) -> str:
     ("…,rp=1.3,cache=dual,cb=4"); ``cache_blocks`` alone is left out (it applies only with a cache)."""
     parts = [f"B={recommended.get('block_size', 4)}"]
     parts += [f"{short}={recommended[k]}" for k, short in _SHORT.items() if k in recommended and k != "block_size"]
+    if recommended.get("conditioning", "soft") != "soft":
+        parts.append(f"cond={recommended['conditioning']}")
     if recommended.get("ar_syntax_guard"):
         parts.append("sg=1")
     if recommended.get("ar_no_repeat_ngram"):
