@@ -61,13 +61,15 @@ def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     settings = json.loads(CliRunner().invoke(app, [*args, "--cache", "none"]).stdout)["settings"]
     assert (settings["cache"], settings["cache_blocks"]) == ("none", None)
     r = CliRunner().invoke(app, ["gen", "-v", "--seed", "0", "--max-new-tokens", "8", "def fib(n):"])
-    assert r.exit_code == 0 and "rp=1.5 sg=1 ng=8 cache=prefix cb=8  dlm: bundled-dlm" in r.stderr  # -v says a cache ran
+    assert r.exit_code == 0 and "rp=1.5 sg=1 ng=8 cond=topk:16 cache=prefix cb=8  dlm: bundled-dlm" in r.stderr  # -v says a cache ran
     # session 15: the guard (docs/results.md §0)
     assert settings["ar_syntax_guard"] is True and rec.get("ar_syntax_guard") is True
     assert settings["ar_no_repeat_ngram"] == rec.get("ar_no_repeat_ngram") == 8  # session 17 (docs/results.md §0)
     # session 18: the continued helper's penalty, 1.5, was best at B = 4 and B = 8 alike (no per-B setting)
     b8 = json.loads(CliRunner().invoke(app, [*args, "-B", "8"]).stdout)["settings"]
     assert (b8["block_size"], b8["ar_repetition_penalty"], b8["ar_context"]) == (8, 1.5, rec["ar_context"])
+    # session 19: top-16 conditioning, best at B = 4 and level or better at B = 8 on the development prompts
+    assert settings["conditioning"] == b8["conditioning"] == rec.get("conditioning") == "topk:16"
     settings = json.loads(CliRunner().invoke(app, [*args, "--candidate-blocks", "10"]).stdout)["settings"]
     assert settings["candidate_blocks"] == 10
 

@@ -507,6 +507,11 @@ def test_export_re_records_the_pair_so_gen_does_not_warn(tiny, tmp_path):
     rec = json.loads((tmp_path / "pkg" / "ar" / "config.json").read_text())["codila_training"]["dlm"]
     assert rec["name"] == "bundled-dlm" and rec["fingerprint"] == fingerprint(tmp_path / "pkg" / "dlm")
     assert rec["exported_from"]["path"] == str(dlm_dir.resolve())
+    again = tmp_path / "again"  # an exported pair exported once more (a new recommendation, same weights)
+    shutil.copytree(tmp_path / "pkg" / "dlm", again / "sft" / "final")
+    shutil.copytree(tmp_path / "pkg" / "ar", again / "align" / "final")
+    stage_export(again, target=tmp_path / "pkg2", ar_decoding={"conditioning": "topk:16"})
+    assert json.loads((tmp_path / "pkg2" / "ar" / "config.json").read_text())["codila_training"]["dlm"] == rec
     models = load_models(dlm=str(tmp_path / "pkg" / "dlm"), ar=str(tmp_path / "pkg" / "ar"), device="cpu", dtype="float32")
     assert helper_mismatch(models) is None
     other = tmp_path / "other"

@@ -513,7 +513,8 @@ def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
     src = identity(resolve_spec(str(dlm_src), kind="dlm"), dlm_src)
     if same_model(recorded, src):  # by fingerprint, else by directory (a record made before fingerprints)
         ar_config["codila_training"]["dlm"] = {**identity(resolve_spec(str(dlm_dst), kind="dlm"), dlm_dst),
-                                               "name": "bundled-dlm", "path": None, "exported_from": recorded}
+                                               "name": "bundled-dlm", "path": None,
+                                               "exported_from": recorded.get("exported_from", recorded)}  # once, not nested
 
 
 def stage_args(stage: str, args: list[str]) -> dict:
