@@ -65,7 +65,7 @@ def gen(
     tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
     candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
     parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help="codila: blocks written per DLM forward (static). [default: 1]")] = None,
-    conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K'. [default: soft]")] = None,
+    conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K' (the K largest entries of each marginal). [default: the helper's recommendation, else soft]")] = None,
     ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: --temperature]")] = None,
     ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: the helper's recommendation, else 0]")] = None,
     ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help="codila: penalty (CTRL) on ids already in the text for the AR's choices, 1 = off. [default: the helper's recommendation, else 1]")] = None,
