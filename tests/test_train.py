@@ -388,7 +388,7 @@ def test_train_seed_reaches_the_stage(tmp_path, monkeypatch):
     r = CliRunner().invoke(app, ["train", "ar", "--run-dir", str(tmp_path), "--steps", "3", "-q"])
     assert r.exit_code == 0 and "seed" not in seen[-1]  # the stage's own
     for flags in (["ar", "--seed", "-1"], ["corpus", "--seed", "3"], ["tokenizer", "--lr", "0.1"],
-                  ["corpus", "--batch", "4"]):
+                  ["corpus", "--batch", "4"], ["export", "--shape", "small"]):
         r = CliRunner().invoke(app, ["train", *flags, "--run-dir", str(tmp_path / "new"), "--steps", "1"])
         assert r.exit_code == 2 and flags[1] in r.stderr and "Hint:" in r.stderr, (flags, r.stderr)
     assert not (tmp_path / "new").exists()  # refused before anything was written

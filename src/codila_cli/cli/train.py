@@ -127,7 +127,8 @@ def _stage(name: str):
         if decoding and name != "export":
             raise UsageError("--decoding applies to the export stage only", hint="drop --decoding for this stage")
         given = [f for f, v in (("--init", init), ("--frontier", frontier), ("--bare-body", bare_body),
-                                ("--batch", batch), ("--lr", lr), ("--seed", seed)) if v is not None]
+                                ("--batch", batch), ("--lr", lr), ("--seed", seed),
+                                ("--shape", None if shape == "base" else shape)) if v is not None]
         if given and name not in MODEL_STAGES:
             raise UsageError(f"{given[0]} applies to the model stages only ({', '.join(MODEL_STAGES)})",
                              hint=f"drop {given[0]} for the {name} stage")
