@@ -44,9 +44,8 @@ def tokenize_split(jsonl: Path, tokenizer_file: Path, out: Path, *, bos: int, eo
             row = json.loads(line)
             (files if row["kind"] == "file" else funcs).append(row["text"])
     if bare_body == "code":
-        bare = [split_function(f, keep_docstring=False, drop_docstring=True) for f in funcs]
-        with_doc = [split_function(f, keep_docstring=False) for f in funcs]  # the same cut, docstring kept
-        funcs += [b[0] + b[1] for b, w in zip(bare, with_doc) if b is not None and b != w]
+        cuts = (split_function(f, keep_docstring=False, drop_docstring=True) for f in funcs)
+        funcs += [c[0] + c[1] for c, f in zip(cuts, list(funcs)) if c is not None and c[0] + c[1] != f]  # lost a docstring
     stream: list[int] = []
     for enc in tok.encode_batch(files, add_special_tokens=False):
         stream += [bos, *enc.ids, eos]
