@@ -45,7 +45,7 @@ def tokenize_split(jsonl: Path, tokenizer_file: Path, out: Path, *, bos: int, eo
             (files if row["kind"] == "file" else funcs).append(row["text"])
     if bare_body == "code":
         cuts = (split_function(f, keep_docstring=False, drop_docstring=True) for f in funcs)
-        funcs += [c[0] + c[1] for c, f in zip(cuts, list(funcs)) if c is not None and c[0] + c[1] != f]  # lost a docstring
+        funcs += [c[0] + c[1] for c, f in zip(cuts, funcs) if c is not None and c[0] + c[1] != f]  # lost a docstring
     stream: list[int] = []
     for enc in tok.encode_batch(files, add_special_tokens=False):
         stream += [bos, *enc.ids, eos]
