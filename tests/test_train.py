@@ -525,3 +525,25 @@ def test_export_re_records_the_pair_so_gen_does_not_warn(tiny, tmp_path):
     assert not same_model(rec, identity(resolve_spec(str(other), kind="dlm"), other))
     moved = load_models(dlm=str(other), ar=str(tmp_path / "pkg" / "ar"), device="cpu", dtype="float32")
     assert "was aligned to" in helper_mismatch(moved)
+
+
+def test_tasks_from_a_given_dlm_needs_no_dlm_stage_in_the_run(tmp_path, tok, monkeypatch):
+    """`codila train tasks --init DIR` on a run directory holding only corpus, tokenizer and token arrays:
+    the plan examples are tokenized with DIR's tokenizer and the fine-tune starts from DIR's weights."""
+    from safetensors.torch import load_file
+
+    from codila_cli.train import stages
+    from codila_cli.train.stages import Shape
+
+    monkeypatch.setattr(stages, "DLM_SHAPE", Shape(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=64))
+    source = _tiny_run(tmp_path / "a", tok)
+    stages.stage_dlm(source, steps=1, batch=2, seq_len=32)
+    fresh = _tiny_run(tmp_path / "b", tok)
+    assert not (fresh / "dlm").exists() and not (fresh / "sft").exists()
+    stages.stage_tasks(fresh, steps=1, batch=2, lr=1e-9, init=source / "dlm" / "final")
+    meta = json.loads((fresh / "tasks" / "final" / "config.json").read_text())["codila_training"]
+    assert meta["stage"] == "tasks" and meta["init"] == "final" and meta["steps"] == 1
+    before = load_file(str(source / "dlm" / "final" / "model.safetensors"))
+    after = load_file(str(fresh / "tasks" / "final" / "model.safetensors"))
+    name = next(k for k in before if k.endswith("mlp.up_proj.weight"))
+    assert torch.equal(before[name], after[name])  # lr 1e-9: still the given weights, not a fresh init

@@ -379,7 +379,9 @@ def _dlm_from_final(run: Path, stage: str, ids: dict, *, init: Path | None = Non
     return _bidirectional(model)
 
 
-def _plan_examples(run: Path, split: str, ids: dict):
+def _plan_examples(run: Path, split: str, ids: dict, *, source: Path | None = None):
+    """SDDC contract examples of the corpus's files, tokenized with the checkpoint the stage starts from
+    (``source``, else the run's finished DLM); cached in RUN/plan2_SPLIT.pt."""
     from codila_cli.decoding.config import PlanConfig
     from codila_cli.models.dream import load_dlm
     from codila_cli.train.corpus import read_jsonl
@@ -388,7 +390,7 @@ def _plan_examples(run: Path, split: str, ids: dict):
     cache = run / f"plan2_{split}.pt"  # 2: prompts name the units (plan_data.plan_prompt)
     if cache.exists():
         return torch.load(cache, weights_only=False)
-    dlm = load_dlm(_final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32)
+    dlm = load_dlm(source or _final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32)
     texts = (r["text"] for r in read_jsonl(run / "corpus" / f"{split}.jsonl") if r["kind"] == "file")
     ex = build_examples(texts, tokenizer=dlm.tokenizer, specials=dlm.specials, vocab_rows=dlm.vocab_rows,
                         config=PlanConfig())
@@ -407,7 +409,7 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
 
     ids = _ids(run)
     newline = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json")).token_to_id("Ċ")
-    plan = {split: _plan_examples(run, split, ids) for split in ("train", "valid")}
+    plan = {split: _plan_examples(run, split, ids, source=init) for split in ("train", "valid")}
     model = _dlm_from_final(run, "tasks", ids, init=init)
     data = {split: load_tokens(run / f"tokens_{split}.npz") for split in ("train", "valid")}
 
