@@ -2,11 +2,14 @@
 
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 python tests/parity_cases.py
 
-prints one JSON object: case id -> [ids, forwards]. The goldens were made where torch ran its AVX2
+prints one JSON object: case id -> [ids, forwards], plus ``_sha`` (each case's first-forward logits
+hash) and ``_gemm`` (see :func:`gemm_fingerprint`). The goldens were made where torch ran its AVX2
 kernels; on a CPU with AVX-512 torch picks other kernels, whose last bits differ, and a case full of
-exact confidence ties (dream-077) then breaks one differently. The three variables pin the kernels
-(with them, every case's first-forward logits hash equals the golden's), so the test runs this file
-in a subprocess that sets them.
+exact confidence ties (dream-077) then breaks one differently. The three variables pin torch's own and
+oneDNN's kernels (bf16 then matches bit for bit everywhere seen), so the test runs this file in a
+subprocess that sets them. MKL's fp32 GEMM is not pinned by them: on a machine whose MKL takes another
+code path (CI once ran on one: every fp32 hash differed, every bf16 one matched) the fp32 logits differ
+in their last bits from the goldens' machine, whatever codila does; the fingerprint tells the tests so.
 """
 
 from __future__ import annotations
@@ -121,8 +124,45 @@ def first_forward_sha(case: dict) -> str:
     return hashlib.sha256(raw.numpy().astype(raw.numpy().dtype.newbyteorder("<")).tobytes()).hexdigest()
 
 
+def gemm_fingerprint() -> str:
+    """SHA-256 of plain ``F.linear`` products and attentions (no codila code) of the golden checkpoints'
+    shapes (fused q/k/v with bias, o, gate/up, down, head; grouped-query attention) at every canvas
+    length the cases use, on
+    fixed inputs drawn exactly (integers from torch's Mersenne twister, then one correctly rounded
+    division). It depends only on how this machine's fp32 GEMM rounds, so it tells the tests whether
+    this is the arithmetic the goldens were made with (tests/test_parity.py records its value there)."""
+    import hashlib
+
+    import torch.nn.functional as F
+
+    lengths: dict[str, set[int]] = {}
+    for c in DREAM + FAST:
+        for row in c["input_ids"]:
+            lengths.setdefault(c["checkpoint"], set()).add(len(row) + c["settings"]["max_new_tokens"])
+    g, h = torch.Generator().manual_seed(0), hashlib.sha256()
+
+    def draw(*shape: int, scale: int) -> torch.Tensor:
+        return torch.randint(-999, 1000, shape, generator=g).float() / scale
+
+    for checkpoint in sorted(lengths):
+        cfg = json.loads((PARITY / "checkpoints" / checkpoint / "config.json").read_text())
+        d, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+        kv = d // cfg["num_attention_heads"] * cfg["num_key_value_heads"]
+        for k, n, bias in [(d, d + 2 * kv, True), (d, d, False), (d, 2 * inter, False), (inter, d, False),
+                           (d, vocab, False)]:
+            w, b = draw(n, k, scale=991), (draw(n, scale=983) if bias else None)
+            for m in sorted(lengths[checkpoint]):
+                h.update(F.linear(draw(1, m, k, scale=997), w, b).numpy().astype("<f4").tobytes())
+        heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        for m in sorted(lengths[checkpoint]):  # bidirectional grouped-query attention, as the forward's
+            q, k, v = (draw(1, n, m, d // heads, scale=s) for n, s in ((heads, 997), (kv_heads, 991), (kv_heads, 983)))
+            out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            h.update(out.numpy().astype("<f4").tobytes())
+    return h.hexdigest()
+
+
 def main() -> None:
-    out: dict = {"_sha": {c["id"]: first_forward_sha(c) for c in DREAM + FAST if c["first_forward_logits_sha256"]}}
+    out: dict = {"_gemm": gemm_fingerprint() if DREAM else None, "_sha": {c["id"]: first_forward_sha(c) for c in DREAM + FAST if c["first_forward_logits_sha256"]}}
     for case in DREAM:
         rows = range(len(case["input_ids"])) if case["attention_mask"] is not None else [0]
         out[case["id"]] = [run_dream(case, r) for r in rows]

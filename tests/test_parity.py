@@ -27,6 +27,9 @@ AVX2 = platform.machine() in ("x86_64", "AMD64") and "avx2" in Path("/proc/cpuin
 pytestmark = pytest.mark.skipif(not AVX2, reason="the goldens are pinned to torch's AVX2 CPU kernels")
 needs_shared = pytest.mark.skipif(not (PARITY / "dream_cases.jsonl").is_file(), reason="no ../shared/parity here")
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+# parity_cases.gemm_fingerprint() where the goldens reproduce bit for bit (the project's build machines:
+# AMD EPYC, AVX2 without AVX-512, torch 2.13.0+cpu, the PINNED variables, one thread)
+GOLDEN_GEMM = "d0c7787ed150fbc42157c64ce026f99df86c7ba5e3863af1ed680b0e4a93b3ff"
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +40,38 @@ def results() -> dict:
     return json.loads(r.stdout)
 
 
+def _other_arithmetic(results: dict) -> str | None:
+    """Why this machine's fp32 arithmetic is not the goldens' (None where it is): the fp32 GEMM and
+    attention fingerprint differs from the one recorded where every golden hash reproduces. The three
+    variables pin torch's and oneDNN's kernels, not MKL's fp32 GEMM, which on some CPUs takes another
+    code path (a CI machine did: all 163 fp32 hashes differed, all 20 bf16 ones matched)."""
+    if results["_gemm"] == GOLDEN_GEMM:
+        return None
+    return "this CPU's fp32 GEMM/attention rounds differently from the machine the goldens were made on " \
+           f"(fingerprint {results['_gemm'][:12]}…, goldens' {GOLDEN_GEMM[:12]}…)"
+
+
 @needs_shared
 def test_the_first_forward_is_the_official_one_bit_for_bit(results):
-    """codila's raw logits of every unpadded case's initial canvas, fp32 and bf16, hash as the golden's."""
+    """codila's raw logits of every unpadded case's initial canvas hash as the golden's: the bf16 cases
+    everywhere (their kernels are pinned), the fp32 cases where the fp32 arithmetic is the goldens'."""
     want = {c["id"]: c["first_forward_logits_sha256"] for c in DREAM + FAST if c["first_forward_logits_sha256"]}
-    assert len(want) > 140 and results["_sha"] == want
+    bf16 = {c["id"] for c in DREAM + FAST if c["dtype"] == "bfloat16" and c["first_forward_logits_sha256"]}
+    assert len(want) > 140 and len(bf16) == 20 and set(results["_sha"]) == set(want)
+    assert {k: results["_sha"][k] for k in bf16} == {k: want[k] for k in bf16}
+    if (why := _other_arithmetic(results)) is not None:
+        pytest.skip(f"fp32 hashes not compared: {why}")
+    assert results["_sha"] == want
+
+
+def _ties_may_break_otherwise(case: dict, results: dict) -> None:
+    """On other fp32 arithmetic, a case on the tie checkpoint (its sharpened head makes exact and near
+    ties the rule, ../shared/parity/README.md §1) may break a near-tie the other way (dream-077 did on
+    that CI machine); it is then reported as an expected failure, not asserted. Every other case is."""
+    if case["checkpoint"] == "dream-tiny-ties" and (why := _other_arithmetic(results)) is not None:
+        (ids, forwards), = results[case["id"]]
+        if (ids, forwards) != _target(case):
+            pytest.xfail(f"near-ties on the tie checkpoint: {why}")
 
 
 def _fp32(cases: list[dict]) -> list[dict]:
@@ -52,6 +82,7 @@ def _fp32(cases: list[dict]) -> list[dict]:
 @pytest.mark.parametrize("case", [c for c in _fp32(DREAM) if len(c["input_ids"]) == 1],
                          ids=lambda c: f"{c['id']}-{c['group']}")
 def test_dream_single_rows_match_the_official_loop(case, results):
+    _ties_may_break_otherwise(case, results)
     (ids, forwards), = results[case["id"]]
     want, want_forwards = _target(case)
     assert ids == want
@@ -74,6 +105,7 @@ def test_dream_padded_batches_match_row_by_row_where_the_official_rows_do(case, 
 @pytest.mark.parametrize("case", _fp32(FAST),
                          ids=lambda c: f"{c['id']}-{c['group']}-{c['cache']}")
 def test_fast_dllm_threshold_decoding_matches_the_official_loop(case, results):
+    _ties_may_break_otherwise(case, results)
     (ids, forwards), = results[case["id"]]
     want, want_forwards = _target(case)
     assert ids == want
