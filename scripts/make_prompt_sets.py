@@ -1,4 +1,4 @@
-"""Build the dev-ext, heldout-ext, heldout-ext2, heldout-ext3 and heldout-ext4 prompt sets (issue 26) into the package data.
+"""Build the dev-ext and heldout-ext … heldout-ext5 prompt sets (issue 26) into the package data.
 
     python scripts/make_prompt_sets.py --run-dir RUN --site SITE [--only heldout_ext2]
 
@@ -6,7 +6,8 @@ RUN is a run directory whose corpus was built with `codila train corpus --site S
 corpus/train.jsonl is what the prompts are decontaminated against); SITE holds the packages of
 scripts/corpus-packages.txt. dev-ext (80 prompts) comes from DEV_PACKAGES, heldout-ext (120) from
 EXTERNAL_PACKAGES, heldout-ext2 (120, session 15) from EXTERNAL2_PACKAGES, heldout-ext3 (120, session 18)
-from EXTERNAL3_PACKAGES, heldout-ext4 (120, session 19) from EXTERNAL4_PACKAGES; none is in the corpus.
+from EXTERNAL3_PACKAGES, heldout-ext4 (120, session 19) from EXTERNAL4_PACKAGES, heldout-ext5 (120,
+session 21) from EXTERNAL5_PACKAGES; none is in the corpus.
 Settings are chosen on dev-ext (+ dev-ext-bare) only; the held-out sets are reported once per shipped
 default. ``--only`` rebuilds one set and leaves the others as they are.
 """
@@ -18,7 +19,7 @@ import json
 from pathlib import Path
 
 from codila_cli.train.corpus import (DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES, EXTERNAL4_PACKAGES,
-                                     EXTERNAL_PACKAGES, package_licences, package_prompts)
+                                     EXTERNAL5_PACKAGES, EXTERNAL_PACKAGES, package_licences, package_prompts)
 
 DATA = Path(__file__).resolve().parent.parent / "src" / "codila_cli" / "data"
 
@@ -27,11 +28,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", type=Path, required=True)
     ap.add_argument("--site", type=Path, required=True)
-    ap.add_argument("--only", choices=("dev_ext", "heldout_ext", "heldout_ext2", "heldout_ext3", "heldout_ext4"))
+    ap.add_argument("--only", choices=("dev_ext", "heldout_ext", "heldout_ext2", "heldout_ext3", "heldout_ext4",
+                                                 "heldout_ext5"))
     args = ap.parse_args()
     train = args.run_dir / "corpus" / "train.jsonl"
     sets = (("dev_ext", DEV_PACKAGES, 80), ("heldout_ext", EXTERNAL_PACKAGES, 120), ("heldout_ext2", EXTERNAL2_PACKAGES, 120),
-            ("heldout_ext3", EXTERNAL3_PACKAGES, 120), ("heldout_ext4", EXTERNAL4_PACKAGES, 120))
+            ("heldout_ext3", EXTERNAL3_PACKAGES, 120), ("heldout_ext4", EXTERNAL4_PACKAGES, 120),
+            ("heldout_ext5", EXTERNAL5_PACKAGES, 120))
     for name, packages, n in sets:
         if args.only and name != args.only:
             continue

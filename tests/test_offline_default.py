@@ -116,7 +116,7 @@ def test_build_corpus_records_the_site_what_it_missed_and_the_prompt_packages(tm
     assert m["site"] == str(site) and m["not_read"] == ["nothere"]
     assert set(m["never_trained_on"]) == {"development prompts", "external held-out prompts",
                                           "second external held-out prompts", "third external held-out prompts",
-                                          "fourth external held-out prompts"}
+                                          "fourth external held-out prompts", "fifth external held-out prompts"}
     rows = [json.loads(x) for f in ("train.jsonl", "valid.jsonl") for x in (tmp_path / "corpus" / f).read_text().splitlines()]
     assert {r["origin"] for r in rows} >= {"pkga", "onefile"}
 
@@ -139,10 +139,10 @@ def test_package_prompts_drop_functions_the_corpus_trained_on(tmp_path):
 def test_shipped_prompt_sets_come_from_packages_outside_the_corpus():
     from codila_cli.eval.heldout import load_heldout
     from codila_cli.train.corpus import (CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES,
-                                         EXTERNAL4_PACKAGES, EXTERNAL_PACKAGES)
+                                         EXTERNAL4_PACKAGES, EXTERNAL5_PACKAGES, EXTERNAL_PACKAGES)
 
     groups = [set(DEV_PACKAGES), set(EXTERNAL_PACKAGES), set(EXTERNAL2_PACKAGES), set(EXTERNAL3_PACKAGES),
-              set(EXTERNAL4_PACKAGES)]
+              set(EXTERNAL4_PACKAGES), set(EXTERNAL5_PACKAGES)]
     assert not set.union(*groups) & set(CORPUS_PACKAGES)
     assert sum(map(len, groups)) == len(set.union(*groups))  # no package in two sets
     dev, ext = load_heldout(name="dev_ext_prompts.jsonl"), load_heldout(name="heldout_ext_prompts.jsonl")
@@ -157,7 +157,10 @@ def test_shipped_prompt_sets_come_from_packages_outside_the_corpus():
     ext4 = load_heldout(name="heldout_ext4_prompts.jsonl")
     assert len(ext4) == 120 and {p["origin"] for p in ext4} == set(EXTERNAL4_PACKAGES)
     assert not {p["prompt"] for p in dev + ext + ext2 + ext3} & {p["prompt"] for p in ext4}
-    for p in dev + ext + ext2 + ext3 + ext4:
+    ext5 = load_heldout(name="heldout_ext5_prompts.jsonl")
+    assert len(ext5) == 120 and {p["origin"] for p in ext5} == set(EXTERNAL5_PACKAGES)
+    assert not {p["prompt"] for p in dev + ext + ext2 + ext3 + ext4} & {p["prompt"] for p in ext5}
+    for p in dev + ext + ext2 + ext3 + ext4 + ext5:
         assert p["license"] and p["version"] and p["prompt"].endswith("\n")
         ast.parse(p["prompt"] + p["reference"])  # the original function, cut after its docstring
 
@@ -168,13 +171,13 @@ def test_corpus_packages_file_pins_every_package_read():
     from packaging.utils import canonicalize_name
 
     from codila_cli.train.corpus import (CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES,
-                                         EXTERNAL4_PACKAGES, EXTERNAL_PACKAGES)
+                                         EXTERNAL4_PACKAGES, EXTERNAL5_PACKAGES, EXTERNAL_PACKAGES)
 
     path = Path(__file__).resolve().parent.parent / "scripts" / "corpus-packages.txt"
     reqs = [Requirement(line) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
     assert all(len(r.specifier) == 1 and next(iter(r.specifier)).operator == "==" for r in reqs), reqs
     wanted = {**CORPUS_PACKAGES, **DEV_PACKAGES, **EXTERNAL_PACKAGES, **EXTERNAL2_PACKAGES, **EXTERNAL3_PACKAGES,
-              **EXTERNAL4_PACKAGES}
+              **EXTERNAL4_PACKAGES, **EXTERNAL5_PACKAGES}
     assert sorted(canonicalize_name(r.name) for r in reqs) == sorted(canonicalize_name(n) for n in wanted)
 
 

@@ -14,7 +14,7 @@ from codila_cli.report import note_bundled
 
 
 def eval_cmd(
-    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, dev-ext, heldout-ext, heldout-ext2, heldout-ext3, heldout-ext4, dev-ext-bare, heldout-ext-bare, heldout-ext2-bare, heldout-ext3-bare, heldout-ext4-bare (the same functions cut to their signature), everyday, he-infill-single, he-infill-multi, or a JSONL file of your own tasks (HumanEval's schema; docs/evaluation.md).")] = "heldout",
+    benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, dev-ext, heldout-ext, heldout-ext2, heldout-ext3, heldout-ext4, heldout-ext5, dev-ext-bare, heldout-ext-bare, heldout-ext2-bare, heldout-ext3-bare, heldout-ext4-bare, heldout-ext5-bare (the same functions cut to their signature), everyday, he-infill-single, he-infill-multi, or a JSONL file of your own tasks (HumanEval's schema; docs/evaluation.md).")] = "heldout",
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).")] = Path("codila-eval"),
     settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. [default: what codila gen runs, e.g. codila:B=4,W=1,ctx=64,rp=1.5,cond=topk:16,sg=1,ng=8,cache=prefix,cb=8 on the bundled pair]")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
