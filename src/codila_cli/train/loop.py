@@ -31,7 +31,7 @@ class LoopConfig:
     ckpt_every: int = 200
     eval_every: int = 200
     seed: int = 0
-    bf16: bool = True
+    bf16: bool | None = None  # bf16 autocast; None = where the CPU multiplies bf16 natively (cpu_autocast_bf16)
     threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -39,6 +39,18 @@ class LoopConfig:
             raise ValueError("steps must be >= 1")
         if self.lr <= 0:
             raise ValueError("lr must be > 0")
+
+
+def cpu_autocast_bf16(cfg: LoopConfig) -> bool:
+    """Whether the loop autocasts to bf16: ``cfg.bf16`` when set, else only on a CPU with native bf16
+    matrix products (AMX). Without them autocast is no gain but a loss: one step of the helper's
+    causal-LM stage (batch 16 × 256 tokens, one thread) took 45 s in bf16 and 3.0 s in fp32 on an
+    AVX2 build machine without AMX."""
+    if cfg.bf16 is not None:
+        return cfg.bf16
+    from codila_cli.models.loading import cpu_multiplies_bf16
+
+    return cpu_multiplies_bf16()
 
 
 def lr_at(step: int, cfg: LoopConfig) -> float:
@@ -80,13 +92,14 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
     def save() -> None:
         atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
 
+    bf16 = cpu_autocast_bf16(cfg)
     t0, last = time.time(), {}
     try:
         while step < cfg.steps:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, cfg)
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss = train_step(step, gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -94,10 +107,10 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
             opt.step()
             step += 1
             last = {"step": step, "loss": float(loss.detach()), "grad_norm": float(gnorm), "lr": lr_at(step - 1, cfg),
-                    "elapsed": round(time.time() - t0, 1)}
+                    "elapsed": round(time.time() - t0, 1), "bf16": bf16}
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 model.eval()
-                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                     last["valid"] = float(valid_loss())
                 model.train()
             if step % 10 == 0 or "valid" in last:
