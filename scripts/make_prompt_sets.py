@@ -28,13 +28,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", type=Path, required=True)
     ap.add_argument("--site", type=Path, required=True)
-    ap.add_argument("--only", choices=("dev_ext", "heldout_ext", "heldout_ext2", "heldout_ext3", "heldout_ext4",
-                                                 "heldout_ext5"))
-    args = ap.parse_args()
-    train = args.run_dir / "corpus" / "train.jsonl"
     sets = (("dev_ext", DEV_PACKAGES, 80), ("heldout_ext", EXTERNAL_PACKAGES, 120), ("heldout_ext2", EXTERNAL2_PACKAGES, 120),
             ("heldout_ext3", EXTERNAL3_PACKAGES, 120), ("heldout_ext4", EXTERNAL4_PACKAGES, 120),
             ("heldout_ext5", EXTERNAL5_PACKAGES, 120))
+    ap.add_argument("--only", choices=[name for name, _, _ in sets])
+    args = ap.parse_args()
+    train = args.run_dir / "corpus" / "train.jsonl"
     for name, packages, n in sets:
         if args.only and name != args.only:
             continue

@@ -127,10 +127,10 @@ def first_forward_sha(case: dict) -> str:
 def gemm_fingerprint() -> str:
     """SHA-256 of plain ``F.linear`` products and attentions (no codila code) of the golden checkpoints'
     shapes (fused q/k/v with bias, o, gate/up, down, head; grouped-query attention) at every canvas
-    length the cases use, on
-    fixed inputs drawn exactly (integers from torch's Mersenne twister, then one correctly rounded
-    division). It depends only on how this machine's fp32 GEMM rounds, so it tells the tests whether
-    this is the arithmetic the goldens were made with (tests/test_parity.py records its value there)."""
+    length the cases use, on fixed inputs drawn exactly (integers from torch's Mersenne twister, then
+    one correctly rounded division). It depends only on how this machine's fp32 GEMM and attention
+    round, so it tells the tests whether this is the arithmetic the goldens were made with
+    (tests/test_parity.py records its value there)."""
     import hashlib
 
     import torch.nn.functional as F
@@ -147,22 +147,23 @@ def gemm_fingerprint() -> str:
     for checkpoint in sorted(lengths):
         cfg = json.loads((PARITY / "checkpoints" / checkpoint / "config.json").read_text())
         d, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-        kv = d // cfg["num_attention_heads"] * cfg["num_key_value_heads"]
-        for k, n, bias in [(d, d + 2 * kv, True), (d, d, False), (d, 2 * inter, False), (inter, d, False),
-                           (d, vocab, False)]:
-            w, b = draw(n, k, scale=991), (draw(n, scale=983) if bias else None)
-            for m in sorted(lengths[checkpoint]):
-                h.update(F.linear(draw(1, m, k, scale=997), w, b).numpy().astype("<f4").tobytes())
         heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        head_dim = d // heads
+        for fan_in, fan_out, bias in [(d, d + 2 * kv_heads * head_dim, True), (d, d, False), (d, 2 * inter, False),
+                                      (inter, d, False), (d, vocab, False)]:
+            w, b = draw(fan_out, fan_in, scale=991), (draw(fan_out, scale=983) if bias else None)
+            for m in sorted(lengths[checkpoint]):
+                h.update(F.linear(draw(1, m, fan_in, scale=997), w, b).numpy().astype("<f4").tobytes())
         for m in sorted(lengths[checkpoint]):  # bidirectional grouped-query attention, as the forward's
-            q, k, v = (draw(1, n, m, d // heads, scale=s) for n, s in ((heads, 997), (kv_heads, 991), (kv_heads, 983)))
+            q, k, v = (draw(1, n, m, head_dim, scale=s) for n, s in ((heads, 997), (kv_heads, 991), (kv_heads, 983)))
             out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
             h.update(out.numpy().astype("<f4").tobytes())
     return h.hexdigest()
 
 
 def main() -> None:
-    out: dict = {"_gemm": gemm_fingerprint() if DREAM else None, "_sha": {c["id"]: first_forward_sha(c) for c in DREAM + FAST if c["first_forward_logits_sha256"]}}
+    out: dict = {"_gemm": gemm_fingerprint() if DREAM else None,
+                 "_sha": {c["id"]: first_forward_sha(c) for c in DREAM + FAST if c["first_forward_logits_sha256"]}}
     for case in DREAM:
         rows = range(len(case["input_ids"])) if case["attention_mask"] is not None else [0]
         out[case["id"]] = [run_dream(case, r) for r in rows]
