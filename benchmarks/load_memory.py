@@ -20,7 +20,7 @@ from pathlib import Path
 CHILD = """
 import resource, sys, time
 import torch
-from codila_cli.runtime import load_models
+from codila_cli.engine.models import load_models
 torch.ones(1)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t = time.perf_counter()

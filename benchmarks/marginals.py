@@ -13,7 +13,8 @@ import statistics
 import torch
 
 from codila_cli.eval.heldout import load_heldout
-from codila_cli.runtime import encode_prompt, load_models
+from codila_cli.engine.prompts import encode_prompt
+from codila_cli.engine.models import load_models
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ Reports, on the same held-out prompts:
 * the live view's cost (CoDiLA B = 4 with the view rendering to a null terminal vs without);
 * `codila --help` start-up time and the end-to-end time of a short `codila gen` on each engine
   (models/native.py vs transformers), and peak RSS;
-* batching: tokens/s of N prompts decoded together (runtime.generate_many) vs one after another;
+* batching: tokens/s of N prompts decoded together (engine.generate.generate_many) vs one after another;
 * `--compile`: tokens/s with torch.compile'd forwards vs eager on the same prompts, the one-off compile
   time (first prompt) reported apart (skip with --no-compile).
 """
@@ -34,7 +34,8 @@ from pathlib import Path
 
 from codila_cli.eval.heldout import load_heldout
 from codila_cli.eval.settings import parse_setting
-from codila_cli.runtime import default_ar, default_dlm, generate, load_models
+from codila_cli.engine.models import default_ar, default_dlm, load_models
+from codila_cli.engine.generate import generate
 
 SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0.9,cache=prefix",
             "threshold:0.9,cache=dual", "codila:B=4", "codila:B=4,cache=prefix", "codila:B=4,cache=dual",
@@ -180,7 +181,7 @@ def main() -> None:
             t_view += generate(models, p, decoder="codila", config=st.config, seed=0, on_step=v).metrics["wall_seconds"]
     live = {"without_view_seconds": plain, "with_view_seconds": t_view, "overhead": t_view / plain - 1}
     batching = []
-    from codila_cli.runtime import generate_many
+    from codila_cli.engine.generate import generate_many
 
     group = (prompts * ((args.batch // len(prompts)) + 1))[: args.batch]
     for label in ("dream:K=1", "codila:B=4"):

@@ -31,7 +31,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def tiny_models(tiny):
-    from codila_cli.runtime import load_models
+    from codila_cli.engine.models import load_models
 
     return load_models(dlm=str(tiny["dlm"]), ar=str(tiny["ar"]), device="cpu", dtype="float32")
 

@@ -28,7 +28,7 @@ def _on_gpu(models):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_batch_of_n_equals_n_single_runs(tiny_models, case):
-    from codila_cli.runtime import batching_pays, generate, generate_many
+    from codila_cli.engine.generate import batching_pays, generate, generate_many
 
     decoder = case.split("-")[0]
     cfg = CASES[case]
@@ -59,7 +59,7 @@ def test_batch_of_n_equals_n_single_runs(tiny_models, case):
 def test_rows_one_after_another_equal_the_batch(tiny_models, monkeypatch):
     """batched=False (what gen -n does on a CPU) decodes the rows in turn: the same texts and per-row
     counts as the batch, the hardware's forwards are the rows' sum, and on_step sees row 0 only."""
-    from codila_cli.runtime import batching_pays, generate_many
+    from codila_cli.engine.generate import batching_pays, generate_many
 
     cfg = CASES["codila"]
     prompts, seeds = ["def f(x):", "def f(x):", "def g(y):"], [3, 4, 5]
@@ -136,7 +136,7 @@ def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):
 
 
 def test_generate_many_validates_its_arguments(tiny_models):
-    from codila_cli.runtime import generate_many
+    from codila_cli.engine.generate import generate_many
 
     with pytest.raises(ValueError):
         generate_many(tiny_models, ["a"], decoder="dream", config=DreamConfig(), seeds=[1, 2])

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(not bundled_available("bundled-dlm"), reason="bu
 
 
 def test_bundled_pair_loads_from_package_data(monkeypatch):
-    from codila_cli.runtime import load_models
+    from codila_cli.engine.models import load_models
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", "/nonexistent-cache")
@@ -44,7 +44,7 @@ def test_bundle_size_cap():
 def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     """The shipped helper was aligned for left-to-right blocks with left context (docs/bundled-models.md):
     `codila gen` with no flags uses its recommendation; a flag still wins."""
-    from codila_cli.runtime import recommended_decoding
+    from codila_cli.engine.recommend import recommended_decoding
 
     rec = recommended_decoding("bundled-ar")
     assert rec.get("candidate_blocks") == 1 and rec.get("ar_context", 0) >= 64
@@ -80,7 +80,8 @@ def test_helper_guesses_save_forwards_on_the_bundled_pair(monkeypatch):
     anchored left context is computed once per half window instead of once per block."""
     from codila_cli.decoding import soft_ar
     from codila_cli.decoding.config import CodilaConfig
-    from codila_cli.runtime import generate, load_models
+    from codila_cli.engine.generate import generate
+    from codila_cli.engine.models import load_models
 
     models = load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="float32")
     cfg = CodilaConfig(max_new_tokens=48, block_size=4, candidate_blocks=1, ar_context=64,

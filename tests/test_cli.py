@@ -58,7 +58,7 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
     config file and flags override it; unknown keys and values of the wrong type are ignored."""
     import shutil
 
-    from codila_cli.runtime import recommended_decoding
+    from codila_cli.engine.recommend import recommended_decoding
 
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
@@ -111,7 +111,7 @@ def test_helper_may_recommend_top_k_conditioning(tiny, tmp_path):
     import shutil
 
     from codila_cli.eval.settings import parse_setting, recommended_label
-    from codila_cli.runtime import recommended_decoding
+    from codila_cli.engine.recommend import recommended_decoding
 
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
@@ -135,7 +135,7 @@ def test_helper_recommendation_for_one_block_size_applies_at_that_size(tiny, tmp
     user's -B, config or environment), and nowhere else; its own block_size and bad values are ignored."""
     import shutil
 
-    from codila_cli.runtime import recommended_decoding
+    from codila_cli.engine.recommend import recommended_decoding
 
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
@@ -322,7 +322,7 @@ def test_prompt_file(tiny, tmp_path):
 
 
 def test_internal_errors_are_one_line_without_traceback(tiny, monkeypatch):
-    import codila_cli.runtime as rt
+    import codila_cli.engine.generate as rt
 
     def boom(*a, **k):
         raise RuntimeError("kaboom")
@@ -341,9 +341,9 @@ def test_version():
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_num_samples_json_consecutive_seeds(tiny, monkeypatch, gpu):
+    import codila_cli.engine.generate as rt
     """-n N batches where batching pays (a GPU: one forward per step serves every row) and decodes the
     samples one after another on a CPU, where a batch is slower; the samples are the same either way."""
-    import codila_cli.runtime as rt
 
     monkeypatch.setattr(rt, "batching_pays", lambda models, config=None: gpu)
     r = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "-n", "3", "--temperature", "1",
@@ -493,7 +493,7 @@ def test_unfinished_code_is_explained(tiny):
 
 def test_ended_is_true_when_the_model_writes_its_end_token(tiny_models, monkeypatch):
     from codila_cli.decoding.config import DreamConfig
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     eos = tiny_models.dlm.specials.eos
     real = tiny_models.dlm.logits

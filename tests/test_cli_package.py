@@ -79,7 +79,7 @@ def test_read_prompt_puts_piped_text_before_the_argument(monkeypatch, tmp_path):
 
 def test_sample_many_gives_each_seed_its_own_view_and_the_single_run_text(tiny_models):
     from codila_cli.decoding.config import DreamConfig, SamplingConfig
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
     from codila_cli.samples import all_greedy, sample_many, sample_seeds, samples_document
 
     cfg = DreamConfig(max_new_tokens=6, tokens_per_step=2, sampling=SamplingConfig(temperature=1.0))

@@ -85,8 +85,8 @@ def test_config_show_names_what_gen_will_use(tmp_path, monkeypatch):
     temperature that follows --temperature; `config show` says so instead of the static defaults."""
     import dataclasses
 
-    from codila_cli import runtime
-    from codila_cli.runtime import recommended_decoding
+    import codila_cli.engine.generate as runtime
+    from codila_cli.engine.recommend import recommended_decoding
 
     write_config(tmp_path, monkeypatch, '[gen]\ntemperature = 0.3\n')
     rec = recommended_decoding("bundled-ar")

@@ -315,7 +315,7 @@ def test_topk1_conditioning_equals_hard_tokens(tiny_models):
 
 @pytest.mark.parametrize("tau", [None, 0.5])
 def test_same_seed_same_output_with_sampling(tiny_models, tau):
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     cfg = CodilaConfig(max_new_tokens=16, block_size=4, tau=tau, ar_temperature=1.0,
                        sampling=SamplingConfig(temperature=1.0))
@@ -325,7 +325,7 @@ def test_same_seed_same_output_with_sampling(tiny_models, tau):
 
 
 def test_codila_static_on_tiny_models_reports_b_and_spearman(tiny_models):
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     r = generate(tiny_models, "def f(", decoder="codila",
                  config=CodilaConfig(max_new_tokens=16, block_size=4, early_stop=False), seed=0)
@@ -334,7 +334,7 @@ def test_codila_static_on_tiny_models_reports_b_and_spearman(tiny_models):
 
 
 def test_codila_verify_mode_commits_block_size_per_forward(tiny_models):
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     r = generate(tiny_models, "def f(", decoder="codila",
                  config=CodilaConfig(max_new_tokens=16, block_size=4, ar_verify=True, early_stop=False), seed=0)
@@ -420,7 +420,7 @@ def test_static_codila_with_cache_projects_one_block(tiny_models, monkeypatch):
     """W = 1 with a 3-block dual window: every DLM forward projects the 4 rows of the block being
     written, never the whole window; the text is what projecting the whole window gives."""
     from codila_cli.models import dream
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     cfg = CodilaConfig(max_new_tokens=24, block_size=4, candidate_blocks=1, early_stop=False, cache="dual",
                        cache_blocks=3)
@@ -454,7 +454,7 @@ def test_static_codila_with_cache_projects_one_block(tiny_models, monkeypatch):
 def test_cached_decoders_run_and_count(tiny_models, decoder, cfg, mode):
     from dataclasses import replace
 
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     base = generate(tiny_models, "def f(", decoder=decoder, config=cfg, seed=0)
     cached = generate(tiny_models, "def f(", decoder=decoder, config=replace(cfg, cache=mode), seed=0)
@@ -468,7 +468,7 @@ def test_codila_cache_refreshes_once_per_window(tiny_models, mode, monkeypatch):
     """Static CoDiLA with a cache: the window of W blocks stays put until full, so a 24-slot canvas with
     B = 4, W = 2 costs 24 / 8 = 3 full forwards and 3 window forwards (one per remaining block)."""
     from codila_cli.models.dream import BlockCache
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     refreshes = []
     real = BlockCache.refresh
@@ -579,7 +579,7 @@ def test_ar_context_kv_reuse_is_exact(tiny_models):
 def test_codila_cache_blocks_sets_the_window(tiny_models, monkeypatch):
     """W = 1 with a cache of 3 blocks: one full forward per 12 slots, a window forward for the rest."""
     from codila_cli.models.dream import BlockCache
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     refreshes = []
     real = BlockCache.refresh

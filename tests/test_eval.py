@@ -231,7 +231,7 @@ def test_eval_runs_task_major_and_returns_rows_setting_major(tiny):
     """Every setting decodes a task before the next task starts (tokens/s side by side on a machine
     whose speed drifts); the rows come back in (setting, task) order, with or without batching."""
     from codila_cli.eval.runner import run_eval
-    from codila_cli.runtime import load_models
+    from codila_cli.engine.models import load_models
 
     models = load_models(dlm=str(tiny["dlm"]), ar=str(tiny["ar"]), device="cpu", dtype="float32")
     tasks = select(load_tasks("humaneval"), limit=3, ids=None)
@@ -353,8 +353,7 @@ def test_paired_quality_counts_flips_against_the_setting_without_the_speed_up(tm
 
 
 def test_eval_output_that_is_a_file_is_a_usage_error_before_any_decoding(tiny, tmp_path, monkeypatch):
-    from codila_cli import runtime
-
+    import codila_cli.engine.models as runtime
     target = tmp_path / "results"
     target.write_text("keep me\n")
     monkeypatch.setattr(runtime, "load_models", lambda **kw: pytest.fail("models loaded before --output was checked"))
@@ -420,7 +419,7 @@ def test_eval_without_a_setting_runs_what_gen_runs(tiny, tmp_path):
 def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypatch):
     """HumanEval and the held-out prompts stop at the next top-level line, MBPP at its own list; the
     decoder gets them (unless the setting has its own), and --no-stop turns them off."""
-    from codila_cli import runtime
+    import codila_cli.engine.generate as runtime
     from codila_cli.decoding.stops import HUMANEVAL, MBPP
 
     assert {t.stop for t in load_tasks("humaneval")} == {HUMANEVAL}
@@ -457,8 +456,7 @@ def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypa
                                                         ("humaneval", "dreamon:K=1", "he-infill-single")])
 def test_a_setting_for_the_other_kind_of_benchmark_is_refused_before_loading(tiny, tmp_path, monkeypatch,
                                                                             bench, setting, hint):
-    from codila_cli import runtime
-
+    import codila_cli.engine.models as runtime
     monkeypatch.setattr(runtime, "load_models", lambda **kw: pytest.fail("models loaded"))
     r = CliRunner().invoke(app, [*EVAL, "-b", bench, "--data-dir", str(DATA), "--setting", setting, "--limit", "1",
                                  "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "ev")])
@@ -530,7 +528,7 @@ def test_an_interrupted_eval_keeps_its_finished_rows_as_results(tiny, tmp_path, 
 def test_missing_eval_extras_fail_before_anything_decodes(tiny, tmp_path, monkeypatch):
     import importlib.util
 
-    import codila_cli.runtime as rt
+    import codila_cli.engine.models as rt
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))

@@ -154,7 +154,7 @@ def test_fit_indent_follows_a_tab_indented_file():
 def test_infill_writes_tabs_into_a_tab_indented_file(tmp_path, tiny, monkeypatch):
     from codila_cli.decoding import dreamon
     from codila_cli.decoding.dreamon import InfillResult
-    from codila_cli.runtime import load_models
+    from codila_cli.engine.models import load_models
 
     tok = load_models(dlm=str(tiny["dlm"]), ar=None, device="cpu", dtype="float32").dlm.tokenizer
     ids = tok.encode("for k in ks:\n    total += k\n", add_special_tokens=False)
@@ -346,7 +346,7 @@ def test_special_token_strings_in_a_file_are_text(tiny, monkeypatch, engine):
     """A file (or prompt) that contains `<|endoftext|>` is encoded as those characters, not as the token
     (both tokenizer kinds: transformers', and the native engine's tokenizers-only stand-in)."""
     from codila_cli.models.tokens import encode_text
-    from codila_cli.runtime import load_models
+    from codila_cli.engine.models import load_models
 
     monkeypatch.setenv("CODILA_ENGINE", engine)
     for engine_dir in (tiny["dlm"],):

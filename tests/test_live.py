@@ -146,10 +146,11 @@ def test_control_tokens_render_as_one_dim_glyph():
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_num_samples_view_follows_each_sample_in_turn_on_a_cpu(tiny, monkeypatch, gpu):
+    import codila_cli.engine.generate as rt
     """gen -n 3 on a terminal: one after another (a CPU), each sample gets a view of its own, titled
     with its number; batched (a GPU), one view follows sample 1. stdout is the same either way."""
     import codila_cli.ui.terminal as terminal
-    import codila_cli.runtime as rt
+
     import codila_cli.ui.live as live
 
     args = ["gen", "--dlm", str(tiny["dlm"]), "-n", "3", "--temperature", "1", "--max-new-tokens", "8", "--seed", "3",

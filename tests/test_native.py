@@ -81,7 +81,8 @@ def test_ar_prefill_and_cached_steps_match(pairs):
     ("codila", CodilaConfig(max_new_tokens=16, block_size=4, cache="prefix")),
 ])
 def test_whole_decodes_agree(tiny, monkeypatch, decoder, cfg):
-    from codila_cli.runtime import generate, load_models
+    from codila_cli.engine.generate import generate
+    from codila_cli.engine.models import load_models
 
     texts = []
     for engine in ("transformers", "native"):

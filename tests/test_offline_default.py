@@ -19,7 +19,7 @@ NOTE = "small demonstration model"
 
 
 def _models(*names):
-    from codila_cli.runtime import Models
+    from codila_cli.engine.models import Models
 
     return Models(dlm=None, bundled=tuple(names))
 

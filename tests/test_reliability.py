@@ -100,7 +100,7 @@ def test_cuda_out_of_memory_becomes_a_clear_error(capsys):
 
 
 def test_debug_env_shows_traceback(tiny, monkeypatch):
-    import codila_cli.runtime as rt
+    import codila_cli.engine.generate as rt
 
     monkeypatch.setattr(rt, "generate", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("kaboom")))
     monkeypatch.setenv("CODILA_DEBUG", "1")

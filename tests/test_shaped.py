@@ -38,7 +38,8 @@ def test_shaped_pair_loads_with_the_real_token_layout_and_decodes(shaped, monkey
     """Both engines load the pair through the real loader, find the specials at the real offsets,
     keep the colliding ids out of the bridge, and decode the same tokens with the expected forwards."""
     from codila_cli.eval.settings import parse_setting
-    from codila_cli.runtime import generate, load_models
+    from codila_cli.engine.generate import generate
+    from codila_cli.engine.models import load_models
 
     cfg = json.loads((shaped["dlm"] / "config.json").read_text())
     assert cfg["model_type"] == "Dream" and cfg["vocab_size"] == 921 and not cfg["tie_word_embeddings"]
@@ -119,7 +120,7 @@ def test_dreamon_layout_infills_with_both_decoders(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from codila_cli.cli import app
-    from codila_cli.runtime import load_models
+    from codila_cli.engine.models import load_models
 
     paths = build_shaped(tmp_path / "m", dlm=replace(DLM, infill=True), ar=AR, ordinary=500)
     n = len(QWEN_SPECIALS)
@@ -148,7 +149,8 @@ def test_auto_dtype_on_cpu_keeps_large_bf16_checkpoints_in_bf16_per_model(shaped
 
     from codila_cli.eval.settings import parse_setting
     from codila_cli.models import loading
-    from codila_cli.runtime import generate, load_models
+    from codila_cli.engine.generate import generate
+    from codila_cli.engine.models import load_models
 
     def dtypes(m):
         return m.dlm.model.get_input_embeddings().weight.dtype, m.ar.embedding.dtype if m.ar else None

@@ -213,7 +213,7 @@ def test_guarded_generation_never_breaks_a_rule(tiny_models):
     or breaks a line in a one-line string, greedy or sampled; the tiny random helper without the guard
     does (so the check can fail)."""
     from codila_cli.decoding.config import CodilaConfig
-    from codila_cli.runtime import generate
+    from codila_cli.engine.generate import generate
 
     prompts = ["def f(x):\n    return g(x", "def f(x):\n    s = 'a", "def f(x):\n    y = [x"]
     broken = {}
@@ -248,7 +248,7 @@ def test_the_writer_ends_the_text_only_where_it_may_end(tiny_models):
 def test_the_guard_is_off_for_chat_prompts_and_holes(tiny_models, guard, monkeypatch):
     """A chat answer is not code from its first token: no guard is built for it. A left text with a hole
     (a mask) has no state: the writer then bans nothing. A left text that grows is read on, not again."""
-    from codila_cli import runtime
+    import codila_cli.engine.generate as runtime
     from codila_cli.decoding.config import CodilaConfig
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
@@ -350,7 +350,7 @@ def test_rule_12_counts_only_lines_that_start_after_the_prompt(tiny_models):
 def test_guarded_generation_with_stop_lines_ends_where_the_text_may_end(tiny_models):
     """Decoded with HumanEval's stop lines, a guarded completion is never cut by a stop line where the
     text may not end; the same decodes without the guard are (so the check can fail)."""
-    from codila_cli import runtime
+    import codila_cli.engine.generate as runtime
     from codila_cli.decoding.config import CodilaConfig
     from codila_cli.decoding.stops import stop_offset
     from codila_cli.decoding.syntax_guard import finished

@@ -55,12 +55,13 @@ def _installed(dist: str) -> bool:
 
 def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     """Every configurable key with the value `codila gen` uses when no flag is given and where it comes
-    from: env > file > the configured AR helper's recommendation (runtime.recommended_decoding) > the
+    from: env > file > the configured AR helper's recommendation (engine.recommend.recommended_decoding) > the
     configured DLM's generation_config.json (resolve.model_defaults) > default; ``gen.ar_temperature``
     otherwise follows ``gen.temperature`` as set by the user."""
     from codila_cli.models.registry import bundled_available
     from codila_cli.resolve import GEN_DEFAULTS
-    from codila_cli.runtime import default_ar, recommended_decoding
+    from codila_cli.engine.models import default_ar
+    from codila_cli.engine.recommend import recommended_decoding
 
     env_keys = {("models", "dlm"): "CODILA_MODEL", ("models", "ar"): "CODILA_AR_MODEL",
                 ("runtime", "device"): "CODILA_DEVICE", ("runtime", "dtype"): "CODILA_DTYPE"}

@@ -85,7 +85,8 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     """``flags`` holds the layered options by GEN_DEFAULTS key (None = not given); ``dlm``/``ar`` the
     ``--dlm``/``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
     from codila_cli.decoding.config import SamplingConfig
-    from codila_cli.runtime import default_ar, default_dlm, recommended_decoding
+    from codila_cli.engine.models import default_ar, default_dlm
+    from codila_cli.engine.recommend import recommended_decoding
 
     opt = Layers(flags, user)
     dlm_name = dlm or user.get("models", "dlm") or default_dlm()

@@ -1,5 +1,5 @@
 """``codila gen --num-samples N``: N decodes of one prompt with seeds s, s+1, …, batched where that
-pays (runtime.batching_pays), each in a live view of its own when one is asked for. Nothing here prints."""
+pays (engine.generate.batching_pays), each in a live view of its own when one is asked for. Nothing here prints."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def sample_many(models: Any, text: str, *, decoder: str, config: Any, seeds: lis
                 view: ViewFactory | None = None) -> Any:
     """One batched decode when batching pays (a GPU, no KV cache), else one sample after another; with
     ``view``, a batch is followed by view(0) and samples in turn each get view(i). Returns a BatchOutcome."""
-    from codila_cli.runtime import BatchOutcome, batching_pays, generate, generate_many
+    from codila_cli.engine.generate import BatchOutcome, batching_pays, generate, generate_many
 
     batched = batching_pays(models, config)
     n = len(seeds)
@@ -54,7 +54,7 @@ def sample_many(models: Any, text: str, *, decoder: str, config: Any, seeds: lis
 
 def samples_document(outcome: Any, models: Any) -> dict:
     """``gen -n --json``: one document with the models once, every sample, and the batch's accounting."""
-    from codila_cli.runtime import SCHEMA_VERSION
+    from codila_cli.engine.generate import SCHEMA_VERSION
 
     described = models.describe()
     samples = []

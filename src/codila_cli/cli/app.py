@@ -23,6 +23,7 @@ from codila_cli.cli.gen import gen
 from codila_cli.cli.infill import infill
 from codila_cli.cli.models import config_path, config_show, doctor, models
 from codila_cli.cli.plan import plan
+from codila_cli.cli.serve import serve
 from codila_cli.cli.train import STAGES, align
 from codila_cli.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_RUNTIME, CodilaError, UsageError
 
@@ -143,6 +144,7 @@ app.command("doctor")(guarded(doctor, "doctor"))
 app.command("eval")(guarded(eval_cmd, "eval"))
 app.command("infill")(guarded(infill, "infill"))
 app.command("plan")(guarded(plan, "plan"))
+app.command("serve")(guarded(serve, "serve"))
 train_app = typer.Typer(help="Align a CoDiLA helper to any DLM (align), or build the bundled models stage by stage.",
                         no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(train_app, name="train")

@@ -44,7 +44,8 @@ def eval_cmd(
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
                                          prepare_output, too_long_warning)
-    from codila_cli.runtime import batching_pays, load_models
+    from codila_cli.engine.generate import batching_pays
+    from codila_cli.engine.models import load_models
     from codila_cli.ui.terminal import stderr_is_tty
 
     if not 1 <= batch_size <= 64:

@@ -108,7 +108,8 @@ def gen(
     from codila_cli.prompts import read_prompt
     from codila_cli.report import note_bundled
     from codila_cli.resolve import GEN_DEFAULTS, resolve_gen
-    from codila_cli.runtime import is_chat, load_models
+    from codila_cli.engine.prompts import is_chat
+    from codila_cli.engine.models import load_models
     from codila_cli.ui import terminal
 
     layered = {k: v for k, v in locals().items() if k in GEN_DEFAULTS}
@@ -158,7 +159,8 @@ def _one(models: Any, text: str, req: Any, *, seed: int | None, system: str | No
          json_out: bool, err: Any) -> Any:
     """One decode: streamed to stdout (a pipe, base models), followed by a live view (a terminal), or
     plain. Writes the text on stdout unless the caller prints JSON."""
-    from codila_cli.runtime import generate, is_chat
+    from codila_cli.engine.generate import generate
+    from codila_cli.engine.prompts import is_chat
 
     run = {"decoder": req.decoder, "config": req.config, "seed": seed, "system": system}
     if stream and not json_out and not live and not is_chat(models.dlm.tokenizer):

@@ -52,7 +52,7 @@ def infill(
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
     from codila_cli.models.generation import task_sampling
     from codila_cli.report import note_bundled
-    from codila_cli.runtime import default_ar, default_infill_dlm, load_models
+    from codila_cli.engine.models import default_ar, default_infill_dlm, load_models
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)
@@ -102,7 +102,7 @@ def infill(
 def _run(models: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, instruction: str | None, title: str,
          live: bool) -> Any:
     """The fill, followed by the live view (the middle between the lines around it) on a terminal."""
-    from codila_cli.runtime import infill as run_infill
+    from codila_cli.engine.tasks import infill as run_infill
 
     if not live:
         return run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction)

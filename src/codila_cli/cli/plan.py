@@ -41,7 +41,7 @@ def plan(
     from codila_cli.models.registry import default_plan_dlm
     from codila_cli.prompts import read_prompt
     from codila_cli.report import note_bundled
-    from codila_cli.runtime import load_models
+    from codila_cli.engine.models import load_models
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)
@@ -84,7 +84,7 @@ def plan(
 
 def _run(models: Any, text: str, cfg: Any, contract: Any, *, seed: int | None, live: bool) -> dict:
     """The plan, followed on a terminal by the live view (one row per unit canvas under the contract)."""
-    from codila_cli.runtime import plan as run_plan
+    from codila_cli.engine.tasks import plan as run_plan
 
     if not live:
         return run_plan(models, text, config=cfg, contract=contract, seed=seed)

@@ -1,149 +1,304 @@
-"""Several sequences decoded together: one DLM forward serves every row still decoding.
+"""Step-level batching: the model calls of many rows (requests) run as a few stacked forwards.
 
-Each row runs the unchanged single-sequence sampler (dream, threshold or codila) in its own thread
-against a :class:`RowDLM`. A row's ``logits(x)`` call becomes a request; when every row that is still
-decoding has one pending, the last to arrive runs one batched forward and hands each row its slice.
-Rows of different lengths are left-padded to the longest with Dream's padding convention (positions
-count real tokens only; pads are masked out of attention), so every row sees exactly its own sequence.
+Each row runs the unchanged single-sequence sampler (dream, threshold, codila, DreamOn, SDDC) in its
+own thread, against row views of the models (:class:`RowDLM`, :class:`RowAR`). A view turns each
+model call into a request to the shared :class:`StepBatcher`. When every row that is still decoding
+has a request waiting, the last to arrive runs the *step*: the requests are grouped by model and kind,
+each group runs as one stacked forward (models/batched.py: every row left-padded, with its own cached
+keys/values and its own positions), and each row gets its slice. Rows join at any step and leave when
+their decode ends (continuous batching: a short request never waits for a long one to finish).
 
-Consequences, all tested (tests/test_batch.py):
+What is stacked (on the native engine of the bundled models; other engines run the same requests
+row by row, in the same step):
 
-* a row makes exactly the decisions it would make alone: a batch of N with seeds s..s+N−1 gives the
-  canvases of N single runs with those seeds (the sampler code is the same code);
-* per-row accounting: a row's ``forwards`` counts the forwards it took part in; :class:`Batcher`
-  counts the shared forwards (``batched_forwards``), which is what the hardware paid for;
-* a row that finishes leaves the batch, the others go on with a smaller one;
-* calls that are not plain ``logits(x)`` (approximate KV caches, SDDC's pair masks) and the AR helper run
-  per row, unbatched: their shapes differ from row to row. A decode with a KV cache would share no
-  forward at all, so runtime.generate_many decodes such rows one after another (runtime.shares_forwards).
+* plain DLM forwards (``logits(x, rows=…)``: dream, threshold, codila without a cache, DreamOn);
+* Fast-dLLM block-cache forwards, the refresh and the cached slice (models/dream.py::BlockCache),
+  each row with its own cache, so the default CoDiLA setting batches too;
+* the AR helper's forwards (decoding/soft_ar.py: the block prefill and each cached step).
+
+Only the rows a caller reads are projected onto the vocabulary. SDDC's pair-masked forwards run per
+row, inside the step. Consequences, tested in tests/test_batch.py:
+
+* a row makes the decisions it would make alone (the sampler code is the same; a forward with other
+  rows differs from a forward alone only in float summation order, and a request that is alone in its
+  group runs as the row's own forward, bit for bit);
+* per-row accounting: a row's ``forwards`` count its own model calls; :class:`StepBatcher` counts the
+  forwards the hardware ran (``dlm_calls``, ``ar_calls``) and the rows each served;
+* a row that fails, or is cancelled (:meth:`StepBatcher.cancel`: a client that went away), raises in
+  its own thread only; the other rows go on. A stacked forward that fails is rerun row by row, so one
+  bad row cannot fail another.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from codila_cli.models.batched import KVCall
 
-class Batcher:
-    """Gathers the rows' forward requests into one batched forward (thread-safe)."""
 
-    def __init__(self, dlm: Any, rows: int) -> None:
-        self.dlm = dlm
-        self.active = rows
-        self.rows_per_forward: list[int] = []  # rows served by each batched forward
+class Cancelled(Exception):
+    """The row was cancelled (its client went away, or its deadline passed)."""
+
+
+@dataclass
+class _Request:
+    kind: str  # "dlm" | "ar" | "solo"
+    model: Any  # the model the request runs on (group key)
+    direct: Callable[[], Any]  # the row's own forward (bit-identical to decoding alone)
+    call: KVCall | None = None  # the stackable form, when there is one
+    finish: Callable[[Any], Any] | None = None  # turns (raw logits, kv) of a stacked run into direct()'s result
+
+
+class StepBatcher:
+    """Gathers the rows' model calls into stacked forwards (thread-safe; rows join and leave at any time).
+
+    A scheduler thread runs one step at a time: as soon as every row still decoding has a request
+    waiting, or the oldest waiting request has waited ``gather_s`` seconds. A row busy in its own Python
+    (sampling, the helper's choice rules) then catches the next step instead of holding this one, and
+    its work overlaps the running forward (torch releases the GIL). ``on_step(kind, rows)`` is called
+    after each forward the hardware runs, with the rows it served.
+    """
+
+    def __init__(self, *, on_step: Callable[[str, int], None] | None = None, gather_s: float = 0.002) -> None:
         self._cv = threading.Condition()
-        self._pending: dict[int, torch.Tensor] = {}
-        self._results: dict[int, torch.Tensor] = {}
-        self._error: BaseException | None = None
+        self._active: set[int] = set()
+        self._cancelled: set[int] = set()
+        self._pending: dict[int, tuple[float, _Request]] = {}
+        self._results: dict[int, tuple[bool, Any]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+        self.gather_s = gather_s
+        self.on_step = on_step
+        self.dlm_calls = 0  # DLM forwards the hardware ran (each shared by the rows then decoding)
+        self.ar_calls = 0
+        self.rows_per_forward: list[int] = []  # rows served by each DLM forward (bounded: see _record)
+        self.steps = 0
 
     @property
     def batched_forwards(self) -> int:
-        """DLM forwards the hardware ran (each shared by the rows then decoding)."""
-        return len(self.rows_per_forward)
+        """DLM forwards the hardware ran."""
+        return self.dlm_calls
 
-    def request(self, row: int, x: torch.Tensor) -> torch.Tensor:
-        """x [1, n_row] → shifted fp32 logits [1, n_row, V] from a forward shared with the other rows."""
+    @property
+    def active(self) -> int:
         with self._cv:
-            self._pending[row] = x
-            if len(self._pending) >= self.active:
-                self._run()
-            else:
-                self._cv.wait_for(lambda: row in self._results or self._error is not None)
-            if row not in self._results:
-                raise RuntimeError("another row's batched forward failed") from self._error
-            return self._results.pop(row)
+            return len(self._active)
 
-    def leave(self) -> None:
-        """A row is finished (or failed): the rest no longer wait for it."""
+    def join(self) -> int:
+        """A new row; it takes part from the next step on."""
         with self._cv:
-            self.active -= 1
-            if self._pending and len(self._pending) >= self.active:
-                self._run()
+            row = self._next
+            self._next += 1
+            self._active.add(row)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="codila-steps", daemon=True)
+                self._thread.start()
+            return row
 
-    def _run(self) -> None:  # lock held
-        reqs, self._pending = self._pending, {}
-        try:
-            order = sorted(reqs)
-            xs = [reqs[r][0] for r in order]
-            n = max(len(x) for x in xs)
-            pad_id = self.dlm.specials.eos
-            batch = torch.full((len(xs), n), pad_id, dtype=xs[0].dtype, device=xs[0].device)
-            keep = torch.zeros((len(xs), n), dtype=torch.long, device=xs[0].device)
-            for i, x in enumerate(xs):
-                batch[i, n - len(x) :] = x
-                keep[i, n - len(x) :] = 1
-            same = all(len(x) == n for x in xs)
-            logits = self.dlm.logits(batch) if same else self.dlm.logits(batch, attention_mask=keep)
-            self.rows_per_forward.append(len(xs))
-            for i, (r, x) in enumerate(zip(order, xs)):
-                self._results[r] = logits[i : i + 1, n - len(x) :]
-        except BaseException as exc:
-            self._error = exc
-            raise
-        finally:
+    def leave(self, row: int) -> None:
+        """The row is finished (or failed, or cancelled): the others no longer wait for it."""
+        with self._cv:
+            self._active.discard(row)
+            self._cancelled.discard(row)
+            self._pending.pop(row, None)
+            self._results.pop(row, None)
             self._cv.notify_all()
+
+    def cancel(self, row: int) -> None:
+        """Make the row's current or next request raise :class:`Cancelled` (from any thread)."""
+        with self._cv:
+            if row in self._active:
+                self._cancelled.add(row)
+                self._pending.pop(row, None)
+                self._cv.notify_all()
+
+    def request(self, row: int, req: _Request) -> Any:
+        with self._cv:
+            if row in self._cancelled:
+                raise Cancelled(f"row {row} was cancelled")
+            self._pending[row] = (time.perf_counter(), req)
+            self._cv.notify_all()
+            self._cv.wait_for(lambda: row in self._results or row in self._cancelled)
+            if row not in self._results:
+                self._pending.pop(row, None)
+                raise Cancelled(f"row {row} was cancelled")
+            ok, value = self._results.pop(row)
+        if not ok:
+            raise value
+        return value
+
+    def _ready(self) -> bool:  # lock held
+        if not self._pending:
+            return False
+        waiting = self._active - self._cancelled
+        oldest = min(t for t, _ in self._pending.values())
+        return len(self._pending) >= len(waiting) or time.perf_counter() - oldest >= self.gather_s
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._ready():
+                    self._cv.wait(timeout=self.gather_s if self._pending else None)
+                reqs = {row: r for row, (_, r) in self._pending.items()}
+                self._pending = {}
+                self.steps += 1
+            results = self._step(reqs)  # outside the lock: rows may queue their next request meanwhile
+            with self._cv:
+                for row, res in results.items():
+                    if row in self._active and row not in self._cancelled:
+                        self._results[row] = res
+                self._cv.notify_all()
+
+    def _step(self, reqs: dict[int, _Request]) -> dict[int, tuple[bool, Any]]:
+        groups: dict[tuple, list[int]] = {}
+        for row in sorted(reqs):
+            r = reqs[row]
+            key = (r.kind, id(r.model)) if r.call is not None else ("solo", row)
+            groups.setdefault(key, []).append(row)
+        results: dict[int, tuple[bool, Any]] = {}
+        for key, rows in groups.items():
+            self._run_group(key[0], rows, [reqs[r] for r in rows], results)
+        return results
+
+    def _run_group(self, kind: str, rows: list[int], reqs: list[_Request], results: dict) -> None:
+        from codila_cli.models import batched
+
+        if len(reqs) > 1 and batched.supports(reqs[0].model):
+            try:
+                outs = batched.run(reqs[0].model, [r.call for r in reqs], causal=kind == "ar")
+                for row, r, out in zip(rows, reqs, outs):
+                    results[row] = (True, r.finish(out))
+                self._record(kind, len(rows))
+                return
+            except Exception:  # noqa: BLE001 - rerun row by row: only the row at fault fails
+                pass
+        for row, r in zip(rows, reqs):
+            try:
+                results[row] = (True, r.direct())
+            except BaseException as exc:  # noqa: BLE001 - raised in the row's own thread
+                results[row] = (False, exc)
+            self._record(kind, 1)
+
+    def _record(self, kind: str, rows: int) -> None:
+        if kind == "ar":
+            self.ar_calls += 1
+        else:
+            self.dlm_calls += 1
+            if len(self.rows_per_forward) < 100_000:
+                self.rows_per_forward.append(rows)
+        if self.on_step is not None:
+            self.on_step(kind, rows)
 
 
 class RowDLM:
-    """One row's view of the shared DLM: plain ``logits(x)`` goes through the batcher; anything else is
-    the underlying denoiser's, unbatched. ``forwards`` counts this row's forwards only."""
+    """One row's view of a DLM: every forward goes through the batcher. ``forwards`` counts this row's."""
 
-    def __init__(self, batcher: Batcher, row: int) -> None:
-        self._batcher, self._row = batcher, row
-        self._dlm = batcher.dlm
+    def __init__(self, batcher: StepBatcher, row: int, dlm: Any) -> None:
+        self._batcher, self._row, self._dlm = batcher, row, dlm
         self.forwards = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._dlm, name)
 
     def logits(self, x: torch.Tensor, *, rows: tuple[int, int] | None = None, **kwargs: Any) -> torch.Tensor:
+        from codila_cli.models.dream import shift_index
+
         self.forwards += 1
-        if kwargs and any(v is not None for v in kwargs.values()):
-            return self._dlm.logits(x, rows=rows, **kwargs)
-        out = self._batcher.request(self._row, x)  # the batch forward projects every row
-        return out if rows is None else out[:, rows[0] : rows[1]]
+        dlm = self._dlm
+        direct = (lambda: dlm.logits(x, rows=rows, **kwargs))
+        if kwargs and any(v is not None for v in kwargs.values()):  # SDDC's pair masks: per row
+            return self._batcher.request(self._row, _Request("solo", dlm, direct))
+        n = x.shape[1]
+        call = KVCall(tokens=x[0], positions=torch.arange(n, device=x.device), past=None,
+                      keep=shift_index(*(rows or (0, n))).to(x.device))
+        return self._batcher.request(self._row, _Request("dlm", dlm.model, direct, call,
+                                                         lambda out: dlm.emittable(out[0])))
+
+    def kv_call(self, ids: torch.Tensor, *, positions: Any | None, past: list | None, keep: torch.Tensor,
+                want_kv: bool = False) -> tuple[torch.Tensor, list | None]:
+        self.forwards += 1
+        dlm = self._dlm
+        n = ids.shape[1]
+        pos = positions[0] if positions is not None else torch.arange(n, device=ids.device)
+        call = KVCall(tokens=ids[0], positions=pos, past=past, keep=keep, want_kv=want_kv)
+
+        def finish(out):
+            logits, kv = out
+            return dlm.emittable(logits), kv
+
+        return self._batcher.request(self._row, _Request(
+            "dlm", dlm.model, lambda: dlm.kv_call(ids, positions=positions, past=past, keep=keep, want_kv=want_kv),
+            call, finish))
 
 
 class RowAR:
-    """One row's view of the AR helper with its own forward counter (the helper runs per row)."""
+    """One row's view of the AR helper: its forwards go through the batcher (``batcher`` None: straight
+    to the helper, as before). ``forwards`` counts this row's."""
 
-    def __init__(self, ar: Any) -> None:
-        self._ar = ar
+    def __init__(self, ar: Any, batcher: StepBatcher | None = None, row: int = 0) -> None:
+        self._ar, self._batcher, self._row = ar, batcher, row
         self.forwards = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ar, name)
 
-    def forward(self, **kwargs: Any) -> Any:
+    def forward(self, *, inputs_embeds: Any, cache: Any | None, keep: int = 1) -> Any:
         self.forwards += 1
-        return self._ar.forward(**kwargs)
+        ar = self._ar
+        if self._batcher is None:
+            return ar.forward(inputs_embeds=inputs_embeds, cache=cache, keep=keep)
+        from codila_cli.models.native import new_cache
+
+        past = [(layer.keys, layer.values) for layer in cache.layers] if cache is not None and cache.layers else None
+        p = int(past[0][0].shape[2]) if past else 0
+        n = int(inputs_embeds.shape[1])
+        device = inputs_embeds.device
+        call = KVCall(tokens=inputs_embeds[0], positions=torch.arange(p, p + n, device=device), past=past,
+                      keep=torch.arange(n - keep, n, device=device), want_kv=True)
+
+        def finish(out):
+            logits, kv = out
+            merged = new_cache(ar.model)
+            for i, (k, v) in enumerate(kv):
+                if past:
+                    k, v = torch.cat([past[i][0], k], dim=2), torch.cat([past[i][1], v], dim=2)
+                merged.update(k, v, i)
+            ar.forwards += 1  # the helper's own counter, as a direct forward counts it
+            return logits.float(), merged
+
+        return self._batcher.request(self._row, _Request(
+            "ar", ar.model, lambda: ar.forward(inputs_embeds=inputs_embeds, cache=cache, keep=keep), call, finish))
 
 
-def run_batched(dlm: Any, rows: int, decode_row: Callable[[int, Any], Any]) -> tuple[list[Any], Batcher]:
-    """Run ``decode_row(row, row_dlm)`` for rows 0..rows−1 side by side; returns (results, batcher).
-
-    The first exception of any row is raised after every row has stopped.
-    """
-    batcher = Batcher(dlm, rows)
+def run_batched(dlm: Any, rows: int, decode_row: Callable[[int, Any, StepBatcher], Any], *,
+                batcher: StepBatcher | None = None) -> tuple[list[Any], StepBatcher]:
+    """Run ``decode_row(i, row_dlm, batcher)`` for i = 0 … rows − 1 side by side; returns (results, batcher).
+    Every row joins before any starts, so the first step serves them all. The first exception of any
+    row is raised after every row has stopped."""
+    batcher = batcher or StepBatcher()
+    ids = [batcher.join() for _ in range(rows)]
     results: list[Any] = [None] * rows
     errors: list[BaseException] = []
 
-    def work(row: int) -> None:
+    def work(i: int) -> None:
         try:
-            results[row] = decode_row(row, RowDLM(batcher, row))
+            results[i] = decode_row(i, RowDLM(batcher, ids[i], dlm), batcher, ids[i])
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(exc)
         finally:
-            batcher.leave()
+            batcher.leave(ids[i])
 
-    threads = [threading.Thread(target=work, args=(r,), name=f"codila-row-{r}", daemon=True) for r in range(rows)]
+    threads = [threading.Thread(target=work, args=(i,), name=f"codila-row-{i}", daemon=True) for i in range(rows)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if errors:
-        raise batcher._error if batcher._error is not None else errors[0]
+        raise errors[0]
     return results, batcher

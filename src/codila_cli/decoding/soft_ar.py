@@ -41,6 +41,7 @@ _REDRAWS = 16  # guarded sampling: struck-out draws before the ban is computed o
 def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
     """(shared ids S [|S|], E_AR[S] [|S|, d] in the AR's dtype, DLM id -> column in S or −1, the AR ids
     the helper may output) on the AR's device: gathered once per helper and bridge, not per decode."""
+    ar = getattr(ar, "_ar", ar)  # a batch row's view (decoding/batch.py::RowAR) shares its helper's
     cache = ar.__dict__.setdefault("_bridge_tensors", {})
     key = id(bridge)
     if key not in cache or cache[key][0] is not bridge:

@@ -26,7 +26,8 @@ ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "e
 
 
 def evaluate_task(models, task: Task, setting: Setting, *, seed: int, limits: SandboxLimits) -> dict:
-    from codila_cli.runtime import generate, infill_tokens
+    from codila_cli.engine.generate import generate
+    from codila_cli.engine.tasks import infill_tokens
 
     _check_fit(task, setting)
     if task.kind == "infill":
@@ -48,7 +49,7 @@ def _with_stop(models, setting: Setting, stop: tuple[str, ...]) -> Any:
     ``def`` must not end it."""
     from dataclasses import replace
 
-    from codila_cli.runtime import is_chat
+    from codila_cli.engine.prompts import is_chat
 
     cfg = setting.config
     if not stop or not hasattr(cfg, "stop") or cfg.stop or is_chat(models.dlm.tokenizer):
@@ -57,7 +58,7 @@ def _with_stop(models, setting: Setting, stop: tuple[str, ...]) -> Any:
 
 
 def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
-    """Several completion tasks decoded together (runtime.generate_many: one DLM forward per step for
+    """Several completion tasks decoded together (engine.generate.generate_many: one DLM forward per step for
     the whole batch); each row equals its single run up to float rounding in left-padded rows. A
     setting with a KV cache decodes its tasks one after another (generate_many: a batch would share
     nothing)."""
@@ -70,7 +71,7 @@ def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, li
 
 
 def _decode_rows(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
-    from codila_cli.runtime import generate_many
+    from codila_cli.engine.generate import generate_many
 
     # one config serves a batch, so its tasks must share their stop lines (a benchmark's tasks do)
     if len(tasks) <= 1 or any(t.kind == "infill" for t in tasks) or len({t.stop for t in tasks}) > 1:
@@ -84,7 +85,7 @@ def _decode_rows(models, tasks: list[Task], setting: Setting, *, seed: int, limi
 def too_long(models, task: Task, setting: Setting) -> bool:
     """True when a completion task's prompt plus the setting's canvas does not fit the DLM's context.
     (An infill task never is: its prefix and suffix are cut to fit around the middle.)"""
-    from codila_cli.runtime import context_overflow
+    from codila_cli.engine.generate import context_overflow
 
     if task.kind == "infill" or not hasattr(setting.config, "max_new_tokens"):  # (a mismatch: _check_fit)
         return False

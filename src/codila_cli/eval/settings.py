@@ -38,7 +38,7 @@ _SHORT = {"block_size": "B", "candidate_blocks": "W", "ar_context": "ctx", "ar_r
 
 def recommended_label(recommended: dict) -> str:
     """The setting `codila gen` runs by default with a helper that recommends ``recommended``
-    (runtime.recommended_decoding), spelled out: {"candidate_blocks": 1, "ar_context": 96, …} ->
+    (engine.recommend.recommended_decoding), spelled out: {"candidate_blocks": 1, "ar_context": 96, …} ->
     "codila:B=4,W=1,ctx=96,rp=1.3"; a recommended cache adds ``cache=…`` and its window ``cb=…``
     ("…,rp=1.3,cache=dual,cb=4"); ``cache_blocks`` alone is left out (it applies only with a cache)."""
     parts = [f"B={recommended.get('block_size', 4)}"]

@@ -92,6 +92,27 @@ class DreamDenoiser:
                              position_ids=position_ids, use_cache=False, logits_to_keep=0 if keep is None else keep)
         return self.emittable(shift_logits(out.logits) if keep is None else out.logits)
 
+    def kv_call(self, ids: Any, *, positions: Any | None, past: list | None, keep: Any,
+                want_kv: bool = False) -> tuple[Any, list | None]:
+        """One bidirectional forward of ``ids`` [1, n] at ``positions`` [1, n] (None: 0 … n − 1) that also
+        attends to ``past`` (per-layer (keys, values), RoPE applied; None: nothing); returns (emittable
+        logits [1, k, V] of the raw rows ``keep``, the per-layer K/V of every token the forward saw when
+        ``want_kv``). The one model call of :class:`BlockCache` (a batch row's view stacks it with other
+        rows' calls: decoding/batch.py)."""
+        import torch
+
+        from codila_cli.models.native import new_cache
+
+        self.forwards += 1
+        cache = new_cache(self.model)
+        for i, (k, v) in enumerate(past or ()):
+            cache.update(k, v, i)  # shared, never written: an update concatenates into new tensors
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask={"full_attention": None}, position_ids=positions,
+                             cache=cache, use_cache=True, logits_to_keep=keep)
+        kv = [(layer.keys, layer.values) for layer in out.cache.layers] if want_kv else None
+        return self.emittable(out.logits), kv
+
     def emittable(self, logits: Any) -> Any:
         """fp32 logits with the mask token's column at the fp32 minimum: its probability is exactly 0, so
         a decoder can never commit ``<mask>`` (a small model sometimes ranks it first, and a committed
@@ -146,21 +167,13 @@ class BlockCache:
     def refresh(self, x: Any, start: int, end: int, *, rows: tuple[int, int] | None = None) -> Any:
         """One full forward: keeps every layer's K/V; shifted logits [B, end − start, V] of tokens [start, end),
         or of tokens ``rows`` = [a, b) when given (a caller projects only the rows it reads)."""
-        import torch
-
-        from codila_cli.models.native import new_cache
-
-        dlm = self.dlm
-        dlm.forwards += 1
         self.full_forwards += 1
-        cache = new_cache(dlm.model)
-        with torch.inference_mode():
-            out = dlm.model(input_ids=x, attention_mask={"full_attention": None}, cache=cache, use_cache=True,
-                            logits_to_keep=shift_index(*(rows or (start, end))).to(x.device))
-        self.keys = [layer.keys for layer in out.cache.layers]
-        self.values = [layer.values for layer in out.cache.layers]
+        logits, kv = self.dlm.kv_call(x, positions=None, past=None, want_kv=True,
+                                      keep=shift_index(*(rows or (start, end))).to(x.device))
+        self.keys = [k for k, _ in kv]
+        self.values = [v for _, v in kv]
         self._kept = None
-        return dlm.emittable(out.logits)
+        return logits
 
     def logits(self, x: Any, start: int, end: int, *, rows: tuple[int, int] | None = None,
                fast_dllm: bool = False) -> Any:
@@ -173,8 +186,6 @@ class BlockCache:
         its own raw output row, not the previous token's; ``rows`` may then reach to the slice's end."""
         import torch
 
-        from codila_cli.models.native import new_cache
-
         dlm = self.dlm
         n = x.shape[1]
         lo = start if fast_dllm else max(1, start) - 1
@@ -183,16 +194,9 @@ class BlockCache:
             keep = torch.cat([torch.arange(0, lo), torch.arange(hi, n)]).to(x.device)
             self._kept = ((lo, hi, n), [(k.index_select(2, keep), v.index_select(2, keep))
                                         for k, v in zip(self.keys, self.values)])
-        cache = new_cache(dlm.model)
-        for i, (k, v) in enumerate(self._kept[1]):
-            cache.update(k, v, i)  # shared, never written: an update concatenates into new tensors
         pos = torch.arange(lo, hi, device=x.device).unsqueeze(0)
-        dlm.forwards += 1
         a, b = rows or (start, end)
         if not start <= a <= b <= (hi if fast_dllm else end):
             raise ValueError(f"rows [{a}, {b}) must lie inside the block [{start}, {end})")
         keep = (shift_index(a, b) - lo).clamp_min(0).to(x.device)  # raw row j predicts token lo + j + 1
-        with torch.inference_mode():
-            out = dlm.model(input_ids=x[:, lo:hi], attention_mask={"full_attention": None}, position_ids=pos,
-                            cache=cache, use_cache=True, logits_to_keep=keep)
-        return dlm.emittable(out.logits)
+        return dlm.kv_call(x[:, lo:hi], positions=pos, past=self._kept[1], keep=keep)[0]

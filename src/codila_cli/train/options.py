@@ -91,11 +91,11 @@ def check_stage_paths(stage: str, *, site: Path | None, reuse: Path | None) -> N
 
 def export_decoding(pairs: list[str]) -> dict | None:
     """``--decoding KEY=VALUE`` of ``codila train export``: an int, a float (with a dot) or text, each a
-    setting the helper may recommend (runtime.recommendable); ``B8.KEY=VALUE`` recommends it for block
+    setting the helper may recommend (engine.recommend.recommendable); ``B8.KEY=VALUE`` recommends it for block
     size 8 only (``by_block_size``); None when none is given."""
     import re
 
-    from codila_cli.runtime import recommendable
+    from codila_cli.engine.recommend import recommendable
     from codila_cli.train.stages import _export_value
 
     out: dict = {}

@@ -466,12 +466,12 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
     there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
     defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
-    exported helper's config.json as ``codila_decoding`` (runtime.recommended_decoding; ``by_block_size``
+    exported helper's config.json as ``codila_decoding`` (engine.recommend.recommended_decoding; ``by_block_size``
     {"8": {...}} holds settings for one block size)."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
-    from codila_cli.runtime import recommendable, recommendable_per_block_size
+    from codila_cli.engine.recommend import recommendable, recommendable_per_block_size
 
     pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():

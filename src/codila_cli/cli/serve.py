@@ -1,0 +1,129 @@
+"""``codila serve``: the engine behind OpenAI, llama.cpp and Ollama endpoints (docs/serve.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from typing import Annotated
+
+import typer
+
+from codila_cli.cli.options import LayeredDevice, LayeredDtype, Quiet, ar_option, dlm_option
+from codila_cli.errors import UsageError
+
+
+def _loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm]") = None,
+    ar: ar_option("AR helper for CoDiLA. [default: bundled-ar with the bundled DLM]") = None,
+    infill_dlm: Annotated[str | None, typer.Option("--infill-dlm", help="Model for fill-in-the-middle requests (suffix, /infill). [default: bundled-infill with the bundled pair, else dreamon where it is cached, else none]")] = None,
+    host: Annotated[str, typer.Option(envvar="CODILA_HOST", help="Address to listen on; anything but loopback needs --api-key or --no-auth.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="CODILA_PORT", help="Port to listen on (0: any free port, printed on stderr).")] = 8012,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar="CODILA_API_KEY", help="Require Authorization: Bearer KEY on every endpoint but /health.")] = None,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="Listen on a non-loopback address without an API key.")] = False,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Rows decoded together at most (a request with n choices takes n); 1–256.")] = 8,
+    max_queue: Annotated[int, typer.Option("--max-queue", help="Requests that may wait for a slot; more get 429 with Retry-After.")] = 32,
+    timeout: Annotated[float, typer.Option("--timeout", help="Per-request deadline in seconds; past it the request is cancelled (504).")] = 300.0,
+    max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")] = 1 << 20,
+    device: LayeredDevice = None,
+    dtype: LayeredDtype = None,
+    quiet: Quiet = False,
+) -> None:
+    """Serve the models over HTTP: OpenAI /v1/completions and /v1/chat/completions, llama.cpp /infill,
+    Ollama /api/generate, /metrics. Requests are decoded together, step by step.
+
+    Examples:
+
+        codila serve
+
+        codila serve --host 0.0.0.0 --api-key "$KEY" --max-batch 16
+    """
+    import math
+
+    from codila_cli.config import load_config
+    from codila_cli.resolve import resolve_gen
+
+    if not 1 <= max_batch <= 256:
+        raise UsageError(f"--max-batch must be between 1 and 256, got {max_batch}", hint="e.g. --max-batch 8")
+    if not 0 <= max_queue <= 100_000:
+        raise UsageError(f"--max-queue must be between 0 and 100000, got {max_queue}", hint="e.g. --max-queue 32")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}", hint="e.g. --timeout 300")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, got {port}", hint="e.g. --port 8012")
+    if max_body < 1024:
+        raise UsageError(f"--max-body must be at least 1024 bytes, got {max_body}", hint="e.g. --max-body 1048576")
+    if api_key is not None and not api_key.strip():
+        raise UsageError("--api-key is empty", hint="give a key, or drop --api-key")
+    if not _loopback(host) and not api_key and not no_auth:
+        raise UsageError(f"listening on {host} would let anyone on the network use the models",
+                         hint="pass --api-key KEY (clients send Authorization: Bearer KEY), or --no-auth to allow it")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        raise UsageError("codila serve needs its extra: FastAPI, uvicorn and prometheus-client",
+                         hint='pip install "codila[serve]"') from None
+    user = load_config()
+    flags = {"device": device, "dtype": dtype}
+    base = resolve_gen(flags, user=user, dlm=dlm, ar=ar)
+    infill_name = infill_dlm or _default_infill(base.dlm)
+    from codila_cli.engine import Engine
+
+    engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype)
+    from codila_cli.serve.app import ServeConfig, create_app
+
+    app = create_app(engine, base, ServeConfig(api_key=api_key, max_batch=max_batch, max_queue=max_queue,
+                                               deadline_s=timeout, max_body=max_body, quiet=quiet))
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=5, lifespan="on")
+    server = uvicorn.Server(config)
+    if not quiet:
+        what = f"{base.dlm} + {base.ar}" if base.ar else base.dlm
+        fill = f", infill {infill_name}" if infill_name else ", no infill model"
+        sys.stderr.write(f"codila serve: {what} ({base.decoder}){fill}; loaded in "
+                         f"{engine.models.load_seconds:.1f} s; max batch {max_batch}\n")
+    _announce(server, host, quiet=quiet)
+    server.run()
+
+
+def _default_infill(dlm: str) -> str | None:
+    """bundled-infill with the bundled pair; dreamon where it is in the cache; else none."""
+    from codila_cli.models.registry import bundled_available
+
+    if dlm == "bundled-dlm":
+        return "bundled-infill" if bundled_available("bundled-infill") else None
+    try:
+        from codila_cli.models.cache import resolve_local_dir
+        from codila_cli.models.registry import resolve_spec
+
+        resolve_local_dir(resolve_spec("dreamon", kind="dlm"))
+        return "dreamon"
+    except Exception:  # noqa: BLE001 - not cached: fill-in-the-middle requests are refused (400)
+        return None
+
+
+def _announce(server: object, host: str, *, quiet: bool) -> None:
+    """Print the address once the socket listens (port 0: the one the OS chose), with -q too."""
+    import threading
+    import time
+
+    def wait() -> None:
+        while not getattr(server, "started", False):
+            if getattr(server, "should_exit", False):
+                return
+            time.sleep(0.05)
+        port = next((s.getsockname()[1] for srv in getattr(server, "servers", []) for s in srv.sockets), None)
+        shown = f"[{host}]" if ":" in host else host
+        sys.stderr.write(f"codila serve: listening on http://{shown}:{port}\n")
+        sys.stderr.flush()
+
+    threading.Thread(target=wait, daemon=True).start()  # even with -q: a script needs the port

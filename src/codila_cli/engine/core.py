@@ -1,0 +1,101 @@
+"""The engine: loaded models plus their resolved settings, running requests (gen, infill, plan; one, or
+many decoded together), for the CLI, ``eval`` and a long-running server alike.
+
+A server keeps one :class:`Engine` for its lifetime: each request decodes as one row of the engine's
+shared :class:`~codila_cli.decoding.batch.StepBatcher` (:meth:`Engine.generate` with ``batched=True``),
+so requests that arrive while others decode join them at the next step. Nothing here prints: decoders
+emit step events (``on_step``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.engine.models import Models
+
+
+@dataclass
+class Engine:
+    """``models`` the gen pair; ``infill_models`` the infill model (with the same helper), or None where
+    there is none. ``batcher`` is created on first batched use; ``on_batch(kind, rows)`` sees every
+    forward the hardware runs for batched requests (a server's metrics)."""
+
+    models: Models
+    infill_models: Models | None = None
+    on_batch: Any = None
+    _batcher: Any = field(default=None, repr=False)
+
+    @classmethod
+    def load(cls, *, dlm: str, ar: str | None, infill_dlm: str | None = None, device: str = "auto",
+             dtype: str = "auto", compile: bool = False) -> "Engine":
+        """Load the gen pair and (``infill_dlm``) the infill model, sharing the helper."""
+        from codila_cli.engine.models import load_models
+
+        models = load_models(dlm=dlm, ar=ar, device=device, dtype=dtype, compile=compile)
+        infill = None
+        if infill_dlm is not None:
+            infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype)
+            if infill is not models and models.ar is not None:
+                from codila_cli.models.tokens import VocabBridge
+
+                infill.ar = models.ar
+                infill.bridge = VocabBridge(
+                    dlm_tokenizer=infill.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,
+                    dlm_specials=infill.dlm.specials, ar_specials=models.ar.specials,
+                    dlm_vocab_rows=infill.dlm.vocab_rows, ar_vocab_rows=models.ar.vocab_rows,
+                    dlm_name=infill_dlm, ar_name=models.ar.name)
+        return cls(models=models, infill_models=infill)
+
+    @property
+    def batcher(self) -> Any:
+        if self._batcher is None:
+            from codila_cli.decoding.batch import StepBatcher
+
+            self._batcher = StepBatcher(on_step=self.on_batch)
+        return self._batcher
+
+    def generate(self, prompt: str, *, decoder: str, config: Any, seed: int | None = None, system: str | None = None,
+                 on_step: OnStep = no_op, batched: bool = False, on_row: Any = None,
+                 messages: list[dict] | None = None) -> Any:
+        """One completion (engine/generate.py::generate); ``batched``: as a row of the shared batch."""
+        from codila_cli.engine.generate import generate
+
+        return generate(self.models, prompt, decoder=decoder, config=config, seed=seed, system=system, on_step=on_step,
+                        batcher=self.batcher if batched else None, on_row=on_row, messages=messages)
+
+    def generate_many(self, prompts: list[str], *, decoder: str, config: Any, seeds: list[int],
+                      system: str | None = None, on_step: OnStep = no_op, batched: bool = True) -> Any:
+        from codila_cli.engine.generate import generate_many
+
+        return generate_many(self.models, prompts, decoder=decoder, config=config, seeds=seeds, system=system,
+                             on_step=on_step, batched=batched)
+
+    def infill_tokens(self, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
+                      on_step: OnStep = no_op, batched: bool = False, on_row: Any = None) -> Any:
+        """The middle between ``prefix`` and ``suffix`` (engine/tasks.py::infill_tokens) on the infill model."""
+        from codila_cli.engine.tasks import infill_tokens
+
+        return infill_tokens(self.require_infill(), prefix, suffix, config=config, seed=seed, on_step=on_step,
+                             batcher=self.batcher if batched else None, on_row=on_row)
+
+    def infill(self, src: Any, region: Any, *, config: Any, seed: int | None = None, instruction: str | None = None,
+               on_step: OnStep = no_op) -> Any:
+        from codila_cli.engine.tasks import infill
+
+        return infill(self.require_infill(), src, region, config=config, seed=seed, instruction=instruction,
+                      on_step=on_step)
+
+    def plan(self, prompt: str, *, config: Any, contract: Any = None, seed: int | None = None,
+             on_step: OnStep = no_op) -> dict:
+        from codila_cli.engine.tasks import plan
+
+        return plan(self.models, prompt, config=config, contract=contract, seed=seed, on_step=on_step)
+
+    def require_infill(self) -> Models:
+        if self.infill_models is None:
+            from codila_cli.errors import UsageError
+
+            raise UsageError("no infill model is loaded", hint="load one (codila serve --infill-dlm dreamon)")
+        return self.infill_models

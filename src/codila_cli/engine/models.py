@@ -1,0 +1,82 @@
+"""The loaded model pair (and infill model): resolution before torch is imported, so a missing model
+fails in milliseconds with exit code 3; then one load onto the chosen device and dtype."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from codila_cli.errors import ModelNotFoundError
+from codila_cli.models.registry import bundled_available, resolve_spec
+
+
+@dataclass
+class Models:
+    dlm: Any
+    ar: Any | None = None
+    bridge: Any | None = None
+    load_seconds: float = 0.0
+    bundled: tuple[str, ...] = ()  # the bundled aliases among the loaded models (demonstration-size)
+
+    def describe(self) -> dict:
+        out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path)}}
+        if self.ar is not None:
+            out["ar"] = {"name": self.ar.name, "path": str(self.ar.ckpt.path)}
+        return out
+
+
+def default_dlm() -> str:
+    if bundled_available("bundled-dlm"):
+        return "bundled-dlm"
+    raise ModelNotFoundError(
+        "no DLM given and the bundled model is not installed in this package",
+        hint="pass --dlm (an alias, repo id or directory), or set CODILA_MODEL",
+    )
+
+
+def default_ar() -> str | None:
+    return "bundled-ar" if bundled_available("bundled-ar") else None
+
+
+def default_infill_dlm() -> str:
+    for name in ("bundled-infill", "bundled-dlm"):
+        if bundled_available(name):
+            return name
+    raise ModelNotFoundError("no infill model given and no bundled model is installed",
+                             hint="pass --dlm dreamon (DreamOn-v0-7B in the HF cache) or a local directory")
+
+
+def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False) -> Models:
+    from codila_cli.models.cache import resolve_local_dir
+
+    dlm_spec = resolve_spec(dlm, kind="dlm")
+    dlm_path = resolve_local_dir(dlm_spec)
+    ar_spec = resolve_spec(ar, kind="ar") if ar else None
+    ar_path = resolve_local_dir(ar_spec) if ar_spec else None
+    t0 = time.perf_counter()
+    from codila_cli.models.dream import load_dlm
+    from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
+
+    dev = choose_device(device)
+    dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(dlm_path, name=dlm, role="dlm"))  # "auto" is per model
+    models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt),
+                    bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
+    if ar_spec is not None and ar_path is not None:
+        from codila_cli.models.ar import load_ar
+        from codila_cli.models.tokens import VocabBridge
+
+        ar_dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(ar_path, name=ar, role="ar"))
+        models.ar = load_ar(ar_path, name=ar, device=dev, dtype=ar_dt)
+        models.bridge = VocabBridge(
+            dlm_tokenizer=models.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,
+            dlm_specials=models.dlm.specials, ar_specials=models.ar.specials,
+            dlm_vocab_rows=models.dlm.vocab_rows, ar_vocab_rows=models.ar.vocab_rows, dlm_name=dlm, ar_name=ar)
+    if compile:  # torch.compile of the model forwards; pays on GPUs at 7B, rarely for the small CPU models
+        import torch
+
+        for m in (models.dlm.model, models.ar.model if models.ar is not None else None):
+            if m is not None:
+                m.forward = torch.compile(m.forward, dynamic=True)
+    models.load_seconds = time.perf_counter() - t0
+    return models

@@ -1,0 +1,134 @@
+"""Infilling (DreamOn, optionally with the CoDiLA helper) and planning (SDDC) on loaded models."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.engine.models import Models
+from codila_cli.errors import UsageError
+from codila_cli.models.tokens import encode_text
+
+
+@dataclass
+class InfillOutcome:
+    middle: str  # indented to fit, ends with a newline unless empty
+    new_text: str
+    seed: int
+    metrics: dict
+    syntax_before: Any
+    syntax_after: Any
+    context_cut: dict
+
+    @property
+    def introduced_errors(self) -> bool:
+        return self.syntax_before.valid and not self.syntax_after.valid
+
+
+def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
+                  on_step: OnStep = no_op, batcher: Any = None, on_row: Any = None) -> tuple[Any, dict, int]:
+    """DreamOn (or CoDiLA) decoding of the middle between two texts; returns (InfillResult, context cut, seed).
+
+    Prefix and suffix are cut to the model's context around the fill point (2/3 of the room for the prefix).
+    ``batcher``/``on_row``: decode as one row of a shared batch (engine/generate.py::generate).
+    """
+    import torch
+
+    from codila_cli.decoding.dreamon import decode_dreamon
+
+    dlm = models.dlm
+    tok = dlm.tokenizer
+    p_ids, s_ids = encode_text(tok, prefix), encode_text(tok, suffix)
+    room = dlm.context_length - config.max_middle_tokens - 2
+    if room < 16:
+        raise UsageError(f"--max-middle-tokens {config.max_middle_tokens} leaves no room for context "
+                         f"(the model's context is {dlm.context_length} tokens)", hint="lower --max-middle-tokens")
+    cut = {"prefix_tokens": len(p_ids), "suffix_tokens": len(s_ids), "prefix_kept": len(p_ids), "suffix_kept": len(s_ids)}
+    if len(p_ids) + len(s_ids) > room:
+        keep_s = min(len(s_ids), max(room // 3, room - len(p_ids)))
+        keep_p = room - keep_s
+        p_ids, s_ids = p_ids[len(p_ids) - keep_p :], s_ids[:keep_s]
+        cut.update(prefix_kept=len(p_ids), suffix_kept=len(s_ids))
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    if batcher is None:
+        torch.manual_seed(seed)
+    gen = torch.Generator(device=dlm.device).manual_seed(seed)
+    writer = None
+    if config.tau is not None:
+        if models.ar is None:
+            raise UsageError("--tau (CoDiLA infill) needs an AR helper", hint="pass --ar, or drop --tau")
+        from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+        # the helper samples at the same temperature as DreamOn's own steps (greedy at 0)
+        writer = SoftBlockWriter(models.ar, models.bridge, temperature=config.sampling.temperature)
+    if batcher is None:
+        res = decode_dreamon(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, writer=writer, generator=gen,
+                             on_step=on_step)
+        return res, cut, seed
+    from codila_cli.decoding.batch import RowAR, RowDLM
+
+    row = batcher.join()
+    try:
+        if on_row is not None:
+            on_row(batcher, row)
+        if writer is not None:
+            writer.ar = RowAR(models.ar, batcher, row)
+        res = decode_dreamon(RowDLM(batcher, row, dlm), prefix_ids=p_ids, suffix_ids=s_ids, config=config,
+                             writer=writer, generator=gen, on_step=on_step)
+    finally:
+        batcher.leave(row)
+    return res, cut, seed
+
+
+def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | None = None,
+           instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
+    """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when config.tau)."""
+    from codila_cli.infill_files import patch, place_middle, split
+    from codila_cli.syntax import check_python
+
+    prefix, suffix = split(src, region)
+    view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
+    res, cut, seed = infill_tokens(models, view_prefix, suffix, config=config, seed=seed, on_step=on_step)
+    tok = models.dlm.tokenizer
+    middle = place_middle(src, region, tok.decode(res.middle, skip_special_tokens=True))
+    new_text = patch(src, region, middle)
+    metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "steps": res.steps,
+               "middle_tokens": len(res.middle), "expansions": res.expansions, "deletions": res.deletions,
+               "tokens_per_step": (len(res.middle) + res.deletions + res.expansions) / res.dlm_forwards
+               if res.dlm_forwards else 0.0, "wall_seconds": res.seconds, "truncated": res.truncated,
+               "load_seconds": round(models.load_seconds, 3)}
+    return InfillOutcome(middle, new_text, seed, metrics, check_python(src.text), check_python(new_text), cut)
+
+
+def plan(models: Models, prompt: str, *, config: Any, contract: Any = None, seed: int | None = None,
+         on_step: OnStep = no_op) -> dict:
+    """Run SDDC; returns the JSON-ready result (program, contract, units, metrics, syntax)."""
+    import torch
+
+    from codila_cli.decoding.sddc import decode_plan
+    from codila_cli.plan_metrics import all_defined, misbound_overrun
+    from codila_cli.syntax import check_python
+
+    if not prompt.strip():
+        raise UsageError("the prompt is empty", hint='codila plan "a CLI that counts words in files"')
+    dlm = models.dlm
+    ids = dlm.tokenizer.encode(prompt, add_special_tokens=False)
+    if len(ids) + 128 > dlm.context_length:
+        raise UsageError(f"the prompt is {len(ids)} tokens; plan needs it under {dlm.context_length - 128} "
+                         f"(the model's context is {dlm.context_length})", hint="shorten the prompt")
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    torch.manual_seed(seed)
+    gen = torch.Generator(device=dlm.device).manual_seed(seed)
+    res = decode_plan(dlm, ids, config=config, contract=contract, generator=gen, on_step=on_step)
+    mis, over = misbound_overrun(res.contract, res.units)
+    syntax = check_python(res.program)
+    return {"text": res.program, "seed": seed, "contract": res.contract.text(), "contract_source": res.contract_source,
+            "units": [{"index": e.index, "role": e.role, "budget": e.budget, "def": list(e.defs), "use": list(e.uses),
+                       "code": code} for e, code in zip(res.contract.entries, res.units)],
+            "warnings": res.warnings, "syntax": syntax,
+            "metrics": {"iterations": res.iterations, "contract_iterations": res.contract_iterations,
+                        "latency_seconds": res.seconds, "misbound": mis, "overrun": over,
+                        "all_defined": all_defined(res.contract, res.program),
+                        "load_seconds": round(models.load_seconds, 3)}}

@@ -1,0 +1,119 @@
+"""Answers and stream chunks in each ecosystem's format (styles: ``openai-completion``,
+``openai-chat``, ``llama-infill``, ``ollama``). OpenAI and llama.cpp stream server-sent events
+(``data: {…}\\n\\n``; OpenAI ends with ``data: [DONE]``); Ollama streams one JSON object per line."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+
+def _sse(obj: Any) -> str:
+    return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
+
+
+def _ndjson(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False) + "\n"
+
+
+def _usage(outs: list) -> dict:
+    p = sum(o.prompt_tokens for o in outs[:1])  # every choice reads the same prompt
+    c = sum(o.completion_tokens for o in outs)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _codila(outs: list) -> dict:
+    return {"choices": [o.codila for o in outs]}
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def document(job: Any, style: str, outs: list) -> dict:
+    """The whole (non-streamed) answer."""
+    if style == "openai-completion":
+        return {"id": job.id, "object": "text_completion", "created": job.created, "model": job.model,
+                "choices": [{"text": o.text, "index": i, "logprobs": None, "finish_reason": o.finish_reason}
+                            for i, o in enumerate(outs)], "usage": _usage(outs), "codila": _codila(outs)}
+    if style == "openai-chat":
+        return {"id": "chat" + job.id, "object": "chat.completion", "created": job.created, "model": job.model,
+                "choices": [{"index": i, "message": {"role": "assistant", "content": o.text}, "logprobs": None,
+                             "finish_reason": o.finish_reason} for i, o in enumerate(outs)],
+                "usage": _usage(outs), "codila": _codila(outs)}
+    o = outs[0]
+    if style == "llama-infill":
+        return {"content": o.text, "stop": True, "stop_type": "eos" if o.finish_reason == "stop" else "limit",
+                "tokens_predicted": o.completion_tokens, "tokens_evaluated": o.prompt_tokens, "truncated": False,
+                "model": job.model, "codila": o.codila}
+    return _ollama_final(job, o)
+
+
+def _ollama_final(job: Any, o: Any) -> dict:
+    seconds = o.codila.get("wall_seconds", 0.0)
+    return {"model": job.model, "created_at": _stamp(), "response": o.text, "done": True,
+            "done_reason": o.finish_reason, "total_duration": int(seconds * 1e9), "prompt_eval_count": o.prompt_tokens,
+            "eval_count": o.completion_tokens, "eval_duration": int(seconds * 1e9), "codila": o.codila}
+
+
+def opening(job: Any, style: str) -> list[str]:
+    """Chunks sent before any text (OpenAI chat: the assistant role of each choice)."""
+    if style != "openai-chat":
+        return []
+    return [_sse(_chat_chunk(job, i, {"role": "assistant", "content": ""}, None)) for i in range(job.n)]
+
+
+def _chat_chunk(job: Any, i: int, delta: dict, finish: str | None) -> dict:
+    return {"id": "chat" + job.id, "object": "chat.completion.chunk", "created": job.created, "model": job.model,
+            "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+
+def _text_chunk(job: Any, i: int, text: str, finish: str | None) -> dict:
+    return {"id": job.id, "object": "text_completion", "created": job.created, "model": job.model,
+            "choices": [{"text": text, "index": i, "logprobs": None, "finish_reason": finish}]}
+
+
+def piece(job: Any, style: str, i: int, text: str) -> str:
+    """A chunk of final text for choice ``i``."""
+    if style == "openai-completion":
+        return _sse(_text_chunk(job, i, text, None))
+    if style == "openai-chat":
+        return _sse(_chat_chunk(job, i, {"content": text}, None))
+    if style == "llama-infill":
+        return _sse({"content": text, "stop": False})
+    return _ndjson({"model": job.model, "created_at": _stamp(), "response": text, "done": False})
+
+
+def last(job: Any, style: str, i: int, out: Any) -> str:
+    """The chunk that ends choice ``i`` (its finish reason; Ollama and llama.cpp: the whole answer's stats)."""
+    one = {"usage": _usage([out]), "codila": _codila([out])} if job.n == 1 else {}  # the last chunk: usage too
+    if style == "openai-completion":
+        return _sse({**_text_chunk(job, i, "", out.finish_reason), **one})
+    if style == "openai-chat":
+        return _sse({**_chat_chunk(job, i, {}, out.finish_reason), **one})
+    if style == "llama-infill":
+        return _sse({**document(job, style, [out]), "content": ""})
+    return _ndjson({**_ollama_final(job, out), "response": ""})
+
+
+def closing(job: Any, style: str, outs: list) -> list[str]:
+    """After every choice ended: OpenAI's usage chunk for several choices (one choice had it in its last
+    chunk) and ``[DONE]``."""
+    if style.startswith("openai") and job.n == 1:
+        return ["data: [DONE]\n\n"]
+    if style == "openai-completion":
+        tail = {**_text_chunk(job, 0, "", None), "choices": [], "usage": _usage(outs), "codila": _codila(outs)}
+        return [_sse(tail), "data: [DONE]\n\n"]
+    if style == "openai-chat":
+        tail = {**_chat_chunk(job, 0, {}, None), "choices": [], "usage": _usage(outs), "codila": _codila(outs)}
+        return [_sse(tail), "data: [DONE]\n\n"]
+    return []
+
+
+def failure(job: Any, style: str, err: Any) -> str:
+    """An error after the stream began (the status line is already sent): one error event."""
+    from codila_cli.serve.app import error_body
+
+    body = error_body("/api/" if style == "ollama" else "/v1/", err.status, err.message, err.kind, err.param, err.code)
+    return _ndjson(body) if style == "ollama" else _sse(body)

@@ -1,0 +1,155 @@
+"""What one API request decodes: its settings (the server's resolved defaults, then the request's
+own fields, then its ``codila`` object), and the text that is final as decoding goes on.
+
+Nothing here knows HTTP: :func:`gen_settings` and :func:`infill_settings` turn request fields into a
+decoder config (a bad value is a ``ValueError`` that the app answers with 400), and
+:class:`FinalText` follows a row's step events and says which text can be sent now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from codila_cli.decoding.events import StepEvent
+
+# the `codila` request object: codila's own decoding choices (every field optional)
+CODILA_KEYS = ("decoder", "block_size", "tau", "cache", "cache_blocks", "tokens_per_step", "candidate_blocks",
+               "conditioning", "steps")
+
+
+@dataclass(frozen=True)
+class GenSettings:
+    decoder: str
+    config: Any
+    seed: int | None
+
+
+def _stops(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    items = [stop] if isinstance(stop, str) else list(stop)
+    if len(items) > 16 or not all(isinstance(s, str) and s for s in items):
+        raise ValueError("stop must be a non-empty string or a list of at most 16 non-empty strings")
+    return tuple(items)
+
+
+def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None, top_p: float | None,
+                 stop: Any, seed: int | None, codila: dict | None) -> GenSettings:
+    """The decoder and config for one completion: ``base`` (resolve.GenRequest, the server's defaults:
+    flags, config file, helper recommendation) with the request's fields on top.
+
+    ``stop`` strings end the text where they occur (OpenAI's rule, checked on the text after decoding,
+    see :func:`cut_at_stop`); codila's own line-start stops (``codila.stop_lines``) end decoding too.
+    """
+    from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+
+    codila = dict(codila or {})
+    unknown = sorted(set(codila) - set(CODILA_KEYS) - {"stop_lines"})
+    if unknown:
+        raise ValueError(f"unknown codila setting(s): {', '.join(unknown)} (known: {', '.join(CODILA_KEYS)}, stop_lines)")
+    decoder = codila.pop("decoder", None) or base.decoder
+    if decoder not in ("dream", "threshold", "codila"):
+        raise ValueError(f"codila.decoder must be dream, threshold or codila, got {decoder!r}")
+    if decoder == "codila" and base.ar is None:
+        raise ValueError("codila.decoder 'codila' needs an AR helper, and this server has none")
+    cfg = base.config
+    common: dict[str, Any] = {}
+    if max_tokens is not None:
+        common["max_new_tokens"] = max_tokens
+    samp = cfg.sampling
+    if temperature is not None or top_p is not None:
+        samp = SamplingConfig(temperature=samp.temperature if temperature is None else float(temperature),
+                              top_p=samp.top_p if top_p is None or top_p >= 1.0 else float(top_p), top_k=samp.top_k)
+    common["sampling"] = samp
+    lines = codila.pop("stop_lines", None)
+    if lines is not None:
+        common["stop"] = _stops(lines)
+    fields = {"max_new_tokens": cfg.max_new_tokens, "early_stop": cfg.early_stop, "stop": cfg.stop, **common}
+    kind = {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig}[decoder]
+    if decoder == base.decoder:
+        extra = {k: v for k, v in codila.items() if k in {f.name for f in dataclasses.fields(kind)}}
+        new = dataclasses.replace(cfg, **fields, **extra)
+        if decoder == "codila" and temperature is not None:  # the helper writes codila's tokens: same temperature
+            new = dataclasses.replace(new, ar_temperature=samp.temperature)
+    else:
+        names = {f.name for f in dataclasses.fields(kind)}
+        extra = {k: v for k, v in codila.items() if k in names}
+        new = kind(**fields, **extra)
+    left = set(codila) - {f.name for f in dataclasses.fields(kind)}
+    if left:
+        raise ValueError(f"codila setting(s) {', '.join(sorted(left))} do not apply to the {decoder} decoder")
+    return GenSettings(decoder=decoder, config=new, seed=seed)
+
+
+def infill_settings(*, max_middle: int | None, temperature: float | None, top_p: float | None,
+                    codila: dict | None, default_max: int = 64) -> Any:
+    """DreamOn settings for one fill-in-the-middle request (``max_middle``: the longest middle)."""
+    from codila_cli.decoding.config import InfillConfig, SamplingConfig
+
+    codila = dict(codila or {})
+    known = {"initial_masks", "steps", "tokens_per_step", "expand_budget", "block_size", "tau"}
+    unknown = sorted(set(codila) - known - {"decoder"})
+    if unknown:
+        raise ValueError(f"unknown codila infill setting(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    codila.pop("decoder", None)
+    sampling = SamplingConfig(temperature=0.0 if temperature is None else float(temperature),
+                              top_p=None if top_p is None or top_p >= 1.0 else float(top_p))
+    n = default_max if max_middle is None or max_middle < 0 else max_middle
+    return InfillConfig(max_middle_tokens=max(1, n), sampling=sampling, **codila)
+
+
+def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    """(text before the first stop string, whether one occurred): OpenAI's ``stop``."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text, False) if cut < 0 else (text[:cut], True)
+
+
+@dataclass
+class FinalText:
+    """Follows one row's step events: the longest committed prefix of the canvas is final (no decoder
+    in codila remasks a committed token), so its text can be sent. ``stops`` (OpenAI stop strings) are
+    held back until they can no longer begin in the unsent tail; an incomplete UTF-8 character is held
+    back too. :meth:`new_text` returns the text to send now, once."""
+
+    tokenizer: Any
+    mask_id: int
+    stop_ids: frozenset
+    stops: tuple[str, ...] = ()
+    sent: str = ""
+    stopped: bool = False
+    _last: int = field(default=-1, repr=False)
+
+    def final_ids(self, canvas: tuple[int, ...]) -> list[int]:
+        ids = []
+        for t in canvas:
+            if t == self.mask_id or t in self.stop_ids:
+                break
+            ids.append(t)
+        return ids
+
+    def new_text(self, event: StepEvent) -> str:
+        if self.stopped:
+            return ""
+        ids = self.final_ids(event.canvas)
+        if len(ids) == self._last:
+            return ""
+        self._last = len(ids)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        while text.endswith("\ufffd"):  # a character whose bytes are not all committed yet
+            text = text[:-1]
+        if self.stops:
+            text, hit = cut_at_stop(text, self.stops)
+            if hit:
+                self.stopped = True
+            else:  # a stop could still begin in the last len(stop) − 1 characters
+                text = text[: max(len(self.sent), len(text) - max(len(s) for s in self.stops) + 1)]
+        if not text.startswith(self.sent) or len(text) <= len(self.sent):
+            return ""
+        out, self.sent = text[len(self.sent) :], text
+        return out
+
+    def rest(self, final: str) -> str:
+        """What is left to send of ``final`` (the whole completion)."""
+        return final[len(self.sent) :] if final.startswith(self.sent) else ""

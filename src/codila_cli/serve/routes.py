@@ -1,0 +1,220 @@
+"""The endpoints, each in its ecosystem's schema (unknown fields are ignored, as other servers do):
+
+* OpenAI: ``GET /v1/models``, ``POST /v1/completions`` (``suffix`` → fill-in-the-middle),
+  ``POST /v1/chat/completions``; SSE streams of OpenAI chunks ending in ``data: [DONE]``;
+* llama.cpp: ``POST /infill`` (``input_prefix``, ``input_suffix``, ``input_extra``, ``prompt``, ``n_predict``);
+* Ollama: ``POST /api/generate`` (``suffix`` → fill-in-the-middle; NDJSON stream by default), ``GET /api/tags``;
+* ``GET /health``, ``GET /metrics`` (Prometheus).
+
+Every decoding request may carry a ``codila`` object (decoder, block_size, tau, cache, …;
+serve/requests.py) and every answer carries one back (forwards, tokens per forward, syntax report).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from codila_cli.serve.app import APIError
+from codila_cli.serve.stream import Job, run_job
+
+router = APIRouter()
+Prompt = str | list[str]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class CompletionRequest(_Body):
+    model: str | None = None
+    prompt: Prompt = ""
+    suffix: str | None = None
+    max_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = None
+    n: int = Field(1, ge=1, le=8)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stream: bool = False
+    codila: dict[str, Any] | None = None
+
+
+class Message(_Body):
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = ""
+
+
+class ChatRequest(_Body):
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = None
+    n: int = Field(1, ge=1, le=8)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stream: bool = False
+    codila: dict[str, Any] | None = None
+
+
+class ExtraChunk(_Body):
+    filename: str = ""
+    text: str = ""
+
+
+class InfillRequest(_Body):
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[ExtraChunk] = []
+    prompt: str = ""
+    n_predict: int | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = Field(None, ge=-1, lt=2**63)
+    stream: bool = False
+    codila: dict[str, Any] | None = None
+
+
+class OllamaOptions(_Body):
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    num_predict: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stop: list[str] | None = None
+
+
+class OllamaGenerate(_Body):
+    model: str
+    prompt: str = ""
+    suffix: str | None = None
+    system: str | None = None
+    stream: bool = True
+    options: OllamaOptions = OllamaOptions()
+    codila: dict[str, Any] | None = None
+
+
+def _state(request: Request) -> Any:
+    return request.app.state
+
+
+def _names(request: Request) -> list[str]:
+    st = _state(request)
+    names = [st.engine.models.dlm.name, "codila"]
+    if st.engine.infill_models is not None:
+        names.append(st.engine.infill_models.dlm.name)
+    return names
+
+
+def _check_model(request: Request, model: str | None, *, ollama: bool = False) -> None:
+    if not model:
+        return
+    name = model[: -len(":latest")] if model.endswith(":latest") else model
+    if name not in _names(request):
+        raise APIError(404, f"the model {model!r} is not served here (serving: {', '.join(_names(request))})",
+                       kind="invalid_request_error", param="model", code="model_not_found")
+
+
+def _one_prompt(prompt: Prompt) -> str:
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise APIError(400, "prompt must be a string or a list of exactly one string", param="prompt")
+        return prompt[0]
+    return prompt
+
+
+@router.get("/health")
+async def health(request: Request) -> dict:
+    st = _state(request)
+    return {"status": "ok", "models": _names(request)[:1] + _names(request)[2:], "running": st.engine.batcher.active,
+            "max_batch": st.config.max_batch}
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict:
+    created = int(time.time())
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": created, "owned_by": "codila"}
+                                       for n in _names(request)]}
+
+
+@router.get("/api/tags")
+async def tags(request: Request) -> dict:
+    st = _state(request)
+    out = []
+    for m in [st.engine.models] + ([st.engine.infill_models] if st.engine.infill_models is not None else []):
+        path = m.dlm.ckpt.path
+        size = sum(f.stat().st_size for f in path.glob("*.safetensors")) if path.is_dir() else 0
+        out.append({"name": f"{m.dlm.name}:latest", "model": f"{m.dlm.name}:latest", "size": size,
+                    "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "digest": uuid.uuid5(uuid.NAMESPACE_URL, str(path)).hex,
+                    "details": {"format": "safetensors", "family": "dream", "families": ["dream"]}})
+    return {"models": out}
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    body, kind = _state(request).metrics.render()
+    return Response(body, media_type=kind)
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    _check_model(request, body.model)
+    prompt = _one_prompt(body.prompt)
+    job = Job.completion(request, prompt=prompt, suffix=body.suffix, max_tokens=body.max_tokens,
+                         temperature=body.temperature, top_p=body.top_p, stop=body.stop, n=body.n, seed=body.seed,
+                         codila=body.codila, model=body.model)
+    return await run_job(request, job, style="openai-completion", stream=body.stream)
+
+
+@router.post("/v1/chat/completions")
+async def chat(body: ChatRequest, request: Request) -> Response:
+    _check_model(request, body.model)
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": _text(m.content)}
+                for m in body.messages]
+    job = Job.chat(request, messages=messages, max_tokens=body.max_completion_tokens or body.max_tokens,
+                   temperature=body.temperature, top_p=body.top_p, stop=body.stop, n=body.n, seed=body.seed,
+                   codila=body.codila, model=body.model)
+    return await run_job(request, job, style="openai-chat", stream=body.stream)
+
+
+@router.post("/infill")
+async def infill(body: InfillRequest, request: Request) -> Response:
+    extra = "".join(f"# {c.filename}\n{c.text}\n" if c.filename else f"{c.text}\n" for c in body.input_extra if c.text)
+    job = Job.infill(request, prefix=extra + body.input_prefix + body.prompt, suffix=body.input_suffix,
+                     max_middle=body.n_predict, temperature=body.temperature, top_p=body.top_p,
+                     seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None)
+    return await run_job(request, job, style="llama-infill", stream=body.stream)
+
+
+@router.post("/api/generate")
+async def generate(body: OllamaGenerate, request: Request) -> Response:
+    _check_model(request, body.model, ollama=True)
+    o = body.options
+    if body.suffix:
+        job = Job.infill(request, prefix=body.prompt, suffix=body.suffix, max_middle=o.num_predict,
+                         temperature=o.temperature, top_p=o.top_p, seed=o.seed, codila=body.codila, model=body.model)
+    else:
+        job = Job.completion(request, prompt=body.prompt, suffix=None,
+                             max_tokens=o.num_predict if o.num_predict is None or o.num_predict >= 0 else None,
+                             temperature=o.temperature, top_p=o.top_p, stop=o.stop, n=1, seed=o.seed,
+                             codila=body.codila, model=body.model, system=body.system)
+    return await run_job(request, job, style="ollama", stream=body.stream)
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+
+
+__all__ = ["router", "JSONResponse", "StreamingResponse", "json"]

@@ -1,0 +1,306 @@
+"""One decoding request from admission to its last byte: :class:`Job` (what to decode, validated before
+anything is admitted, so a bad request is a 4xx and never a broken stream) and :func:`run_job` (its
+rows in worker threads, then one JSON answer or a stream in the endpoint's format).
+
+Streamed text is final text only: the committed prefix of each row's canvas (serve/requests.py::
+FinalText), sent after each step that extends it, so the first chunk follows the first committed
+block. The last chunk carries ``finish_reason`` and ``usage``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from codila_cli.serve.app import APIError
+
+
+@dataclass
+class RowOut:
+    text: str
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+    codila: dict
+
+
+@dataclass
+class Job:
+    kind: str  # "gen" | "infill"
+    engine: Any
+    settings: Any  # GenSettings (gen) or InfillConfig (infill)
+    n: int = 1
+    prompt: str = ""
+    suffix: str = ""
+    system: str | None = None
+    messages: list[dict] | None = None
+    stops: tuple[str, ...] = ()
+    seed: int | None = None
+    model: str = "codila"
+    created: int = field(default_factory=lambda: int(time.time()))
+    id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
+
+    @classmethod
+    def completion(cls, request: Request, *, prompt: str, suffix: str | None, max_tokens: int | None,
+                   temperature: float | None, top_p: float | None, stop: Any, n: int, seed: int | None,
+                   codila: dict | None, model: str | None, system: str | None = None) -> "Job":
+        if suffix:
+            return cls.infill(request, prefix=prompt, suffix=suffix, max_middle=max_tokens, temperature=temperature,
+                              top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
+        st = request.app.state
+        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                             codila=codila)
+        _check_context(st.engine.models, prompt, settings.config, system=system, messages=None)
+        return cls("gen", st.engine, settings, n=n, prompt=prompt, system=system, stops=_stop_strings(stop),
+                   seed=seed, model=model or st.engine.models.dlm.name)
+
+    @classmethod
+    def chat(cls, request: Request, *, messages: list[dict], max_tokens: int | None, temperature: float | None,
+             top_p: float | None, stop: Any, n: int, seed: int | None, codila: dict | None, model: str | None) -> "Job":
+        from codila_cli.engine.prompts import is_chat
+
+        st = request.app.state
+        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                             codila=codila)
+        models = st.engine.models
+        if is_chat(models.dlm.tokenizer):
+            prompt, msgs = "", messages
+        else:  # a raw code model: the conversation's text, in order, is the prompt it continues
+            prompt, msgs = "\n\n".join(m["content"] for m in messages if m["content"]), None
+        _check_context(models, prompt, settings.config, system=None, messages=msgs)
+        return cls("gen", st.engine, settings, n=n, prompt=prompt, messages=msgs, stops=_stop_strings(stop),
+                   seed=seed, model=model or models.dlm.name)
+
+    @classmethod
+    def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
+               top_p: float | None, seed: int | None, codila: dict | None, model: str | None, n: int = 1,
+               stop: Any = None) -> "Job":
+        from codila_cli.serve.requests import infill_settings
+
+        st = request.app.state
+        try:
+            cfg = infill_settings(max_middle=max_middle, temperature=temperature, top_p=top_p, codila=codila)
+        except (ValueError, TypeError) as exc:
+            raise APIError(400, str(exc), param="codila") from None
+        models = st.engine.infill_models
+        if models is None:
+            raise APIError(400, "this server has no infill model", param="suffix")
+        if cfg.tau is not None and models.ar is None:
+            raise APIError(400, "codila.tau (CoDiLA infill) needs an AR helper, and this server has none", param="codila")
+        room = models.dlm.context_length - cfg.max_middle_tokens - 2
+        if room < 16:
+            raise APIError(400, f"the longest middle ({cfg.max_middle_tokens} tokens) leaves no room for context in "
+                                f"the model's {models.dlm.context_length}", param="max_tokens")
+        if not (prefix or suffix).strip():
+            raise APIError(400, "the prefix and the suffix are both empty", param="prompt")
+        return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=_stop_strings(stop), seed=seed,
+                   model=model or models.dlm.name)
+
+    def seed_of(self, i: int) -> int | None:
+        return None if self.seed is None else self.seed + i
+
+    def decode(self, i: int, on_step: Any, on_row: Any) -> RowOut | None:
+        """Row ``i`` (seed + i), in the calling worker thread; None when it was cancelled."""
+        from codila_cli.decoding.batch import Cancelled
+        from codila_cli.serve.requests import cut_at_stop
+
+        try:
+            if self.kind == "gen":
+                s = self.settings
+                r = self.engine.generate(self.prompt, decoder=s.decoder, config=s.config, seed=self.seed_of(i),
+                                         system=self.system, messages=self.messages, on_step=on_step, batched=True,
+                                         on_row=on_row)
+                text, hit = cut_at_stop(r.completion, self.stops)
+                m = r.metrics
+                info = {"decoder": s.decoder, "seed": r.seed, "dlm_forwards": m["dlm_forwards"],
+                        "ar_forwards": m["ar_forwards"], "tokens_per_forward": round(m.get("tokens_per_step", 0.0), 3),
+                        "wall_seconds": round(m["wall_seconds"], 4), "syntax": r.syntax.to_dict()}
+                return RowOut(text, "stop" if hit or m["ended"] else "length", r.prompt_tokens, m["tokens"], info)
+            res, cut, seed = self.engine.infill_tokens(self.prompt, self.suffix, config=self.settings,
+                                                       seed=self.seed_of(i), on_step=on_step, batched=True,
+                                                       on_row=on_row)
+            tok = self.engine.infill_models.dlm.tokenizer
+            text, hit = cut_at_stop(tok.decode(res.middle, skip_special_tokens=True), self.stops)
+            from codila_cli.syntax import check_python
+
+            info = {"decoder": "dreamon" if self.settings.tau is None else "codila", "seed": seed,
+                    "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
+                    "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
+                    "expansions": res.expansions, "deletions": res.deletions, "context": cut,
+                    "syntax": check_python(self.prompt + text + self.suffix).to_dict()}
+            return RowOut(text, "length" if res.truncated and not hit else "stop",
+                          cut["prefix_kept"] + cut["suffix_kept"], len(res.middle), info)
+        except Cancelled:
+            return None
+
+    def tracker(self) -> Any:
+        from codila_cli.serve.requests import FinalText
+
+        models = self.engine.models if self.kind == "gen" else self.engine.infill_models
+        sp = models.dlm.specials
+        return FinalText(tokenizer=models.dlm.tokenizer, mask_id=sp.mask, stop_ids=frozenset(sp.stop_ids),
+                         stops=self.stops)
+
+
+def _settings(base: Any, **kw: Any) -> Any:
+    from codila_cli.serve.requests import gen_settings
+
+    try:
+        return gen_settings(base, stop=None, **kw)
+    except (ValueError, TypeError) as exc:
+        raise APIError(400, str(exc), param="codila") from None
+
+
+def _stop_strings(stop: Any) -> tuple[str, ...]:
+    from codila_cli.serve.requests import _stops
+
+    try:
+        return _stops(stop)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="stop") from None
+
+
+def _check_context(models: Any, prompt: str, config: Any, *, system: str | None, messages: list | None) -> None:
+    from codila_cli.engine.generate import _prepare
+    from codila_cli.errors import CodilaError
+
+    try:
+        _prepare(models, prompt, config, system, messages)
+    except CodilaError as exc:
+        raise APIError(400, str(exc), param="prompt", code="context_length_exceeded"
+                       if "context" in str(exc) else None) from None
+
+
+async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Response:
+    from codila_cli.serve.runner import DeadlineExceeded, QueueFull
+
+    st = request.app.state
+    runner = st.runner
+    try:
+        await runner.admit(job.n)
+    except QueueFull as exc:
+        raise APIError(429, f"the server is busy: {exc}; try again shortly", kind="rate_limit_error",
+                       code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+    ticket = runner.ticket()
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    t0 = time.perf_counter()
+
+    def row(i: int) -> Any:
+        ft = job.tracker()
+
+        def on_step(event: Any) -> None:
+            if stream:
+                text = ft.new_text(event)
+                if text:
+                    loop.call_soon_threadsafe(queue.put_nowait, ("text", i, text))
+
+        try:
+            out = job.decode(i, on_step, ticket.on_row)
+        except BaseException as exc:  # noqa: BLE001 - answered to this client only
+            loop.call_soon_threadsafe(queue.put_nowait, ("error", i, exc))
+            raise
+        loop.call_soon_threadsafe(queue.put_nowait, ("done", i, (out, ft)))
+        return out
+
+    watch = None if stream else request.is_disconnected
+    tasks = [asyncio.ensure_future(runner.call(lambda i=i: row(i), ticket, watch=watch)) for i in range(job.n)]
+
+    async def finish() -> None:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+        ticket.cancel("finished")
+        runner.done(ticket)
+        await runner.release(job.n)
+        st.metrics.latency.labels(request.url.path).observe(time.perf_counter() - t0)
+
+    if not stream:
+        try:
+            outs = await asyncio.gather(*tasks)
+        except DeadlineExceeded as exc:
+            raise APIError(504, str(exc), kind="timeout_error", code="deadline_exceeded") from None
+        except Exception as exc:  # noqa: BLE001
+            raise _as_api_error(exc) from None
+        finally:
+            await finish()
+        if any(o is None for o in outs):  # cancelled: the client went away; nobody reads this
+            return Response(status_code=499)
+        _count(st, outs)
+        return JSONResponse(_document(job, style, outs))
+    return StreamingResponse(_events(job, style, queue, tasks, finish, st, t0),
+                             media_type="application/x-ndjson" if style == "ollama" else "text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _events(job: Job, style: str, queue: asyncio.Queue, tasks: list, finish: Any, st: Any, t0: float):
+    from codila_cli.serve import formats
+
+    outs: dict[int, RowOut] = {}
+    first = True
+    try:
+        for chunk in formats.opening(job, style):
+            yield chunk
+        left = set(range(job.n))
+        while left:
+            kind, i, value = await queue.get()
+            if kind == "text":
+                if first:
+                    st.metrics.first_chunk.observe(time.perf_counter() - t0)
+                    first = False
+                yield formats.piece(job, style, i, value)
+            elif kind == "error":
+                yield formats.failure(job, style, _as_api_error(value))
+                return
+            else:
+                out, ft = value
+                if out is None:
+                    return
+                rest = ft.rest(out.text)
+                if rest:
+                    yield formats.piece(job, style, i, rest)
+                outs[i] = out
+                left.discard(i)
+                yield formats.last(job, style, i, out)
+        _count(st, list(outs.values()))
+        for chunk in formats.closing(job, style, [outs[i] for i in range(job.n)]):
+            yield chunk
+    finally:
+        await finish()
+
+
+def _count(st: Any, outs: list) -> None:
+    for o in outs:
+        st.metrics.prompt_tokens.inc(o.prompt_tokens)
+        st.metrics.tokens.inc(o.completion_tokens)
+
+
+def _as_api_error(exc: BaseException) -> APIError:
+    from codila_cli.errors import CodilaError, UsageError
+    from codila_cli.serve.runner import DeadlineExceeded
+
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, DeadlineExceeded):
+        return APIError(504, str(exc), kind="timeout_error", code="deadline_exceeded")
+    if isinstance(exc, (UsageError, ValueError)):
+        return APIError(400, str(exc))
+    if isinstance(exc, CodilaError):
+        return APIError(500, str(exc), kind="server_error")
+    return APIError(500, f"internal error: {type(exc).__name__}: {exc}"[:500], kind="server_error")
+
+
+def _document(job: Job, style: str, outs: list[RowOut]) -> dict:
+    from codila_cli.serve import formats
+
+    return formats.document(job, style, outs)
+
+
+__all__ = ["Job", "RowOut", "run_job", "json"]
