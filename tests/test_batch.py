@@ -1,4 +1,5 @@
-"""Batched decoding (decoding/batch.py): a batch of N equals N single runs, with per-row accounting."""
+"""Batched decoding (decoding/batch.py, models/batched.py): a batch of N equals N single runs, with
+per-row accounting; rows join and leave at any step; a failing or cancelled row touches no other."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ CASES = {
     "threshold": ThresholdConfig(max_new_tokens=16, block_length=8, threshold=0.5, sampling=SAMPLED),
     "codila": CodilaConfig(max_new_tokens=16, block_size=4, ar_temperature=1.0, sampling=SAMPLED),
     "codila-dynamic": CodilaConfig(max_new_tokens=16, block_size=4, tau=2.0, sampling=SAMPLED),
-    # the bundled helper recommends a prefix cache: its calls cannot share forwards, so no batch
+    # the bundled helper recommends a prefix cache: its refreshes and cached slices are stacked too
     "codila-prefix": CodilaConfig(max_new_tokens=16, block_size=4, candidate_blocks=1, cache="prefix",
                                   cache_blocks=2, ar_temperature=1.0, sampling=SAMPLED),
 }
@@ -26,39 +27,73 @@ def _on_gpu(models):
     return SimpleNamespace(dlm=SimpleNamespace(device=torch.device("cuda")))
 
 
+@pytest.fixture
+def lockstep(monkeypatch):
+    """Batchers that wait for every row at each step (a long gather window), so the forward counts
+    are exact: one shared forward per step, not a timing-dependent split."""
+    from codila_cli.decoding import batch
+
+    real = batch.StepBatcher.__init__
+    monkeypatch.setattr(batch.StepBatcher, "__init__",
+                        lambda self, on_step=None, gather_s=60.0: real(self, on_step=on_step, gather_s=gather_s))
+
+
+@pytest.fixture(scope="module")
+def native_models(tiny):
+    """The tiny checkpoints on the native engine (models/native.py), as the bundled models run: every
+    model call stacks there; on transformers only the plain DLM forwards do."""
+    import os
+
+    from codila_cli.engine.models import load_models
+
+    old = os.environ.get("CODILA_ENGINE")
+    os.environ["CODILA_ENGINE"] = "native"
+    try:
+        return load_models(dlm=str(tiny["dlm"]), ar=str(tiny["ar"]), device="cpu", dtype="float32")
+    finally:
+        os.environ.pop("CODILA_ENGINE") if old is None else os.environ.__setitem__("CODILA_ENGINE", old)
+
+
+@pytest.mark.parametrize("engine", ["native", "transformers"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_batch_of_n_equals_n_single_runs(tiny_models, case):
-    from codila_cli.engine.generate import batching_pays, generate, generate_many
+def test_batch_of_n_equals_n_single_runs(tiny_models, native_models, case, engine, lockstep):
+    from codila_cli.engine.generate import generate, generate_many
+    from codila_cli.models.batched import supports
+
+    models = native_models if engine == "native" else tiny_models
+    assert supports(models.dlm.model) == (engine == "native")
 
     decoder = case.split("-")[0]
     cfg = CASES[case]
-    # same token length: the batched forward is then bit-identical to single forwards (rows of other
-    # lengths are left-padded, equal up to float rounding: test_padded_rows_match_unpadded_logits)
+    # same token length: a stacked forward is then bit-identical to single forwards (rows of other lengths
+    # are left-padded, equal up to float rounding: test_stacked_rows_match_their_own_forwards; the tiny
+    # random models have near-ties everywhere, so rounding could flip a token there)
     prompts = ["def f(x):", "def f(x):", "def a(b):", "def f(n):"]
-    tok = tiny_models.dlm.tokenizer
-    assert len({len(tok.encode(p, add_special_tokens=False)) for p in prompts}) == 1
+    assert len({len(models.dlm.tokenizer.encode(p, add_special_tokens=False)) for p in prompts}) == 1
     seeds = [11, 12, 13, 14]
-    batch = generate_many(tiny_models, prompts, decoder=decoder, config=cfg, seeds=seeds)
-    singles = [generate(tiny_models, p, decoder=decoder, config=cfg, seed=s) for p, s in zip(prompts, seeds)]
+    batch = generate_many(models, prompts, decoder=decoder, config=cfg, seeds=seeds)
+    singles = [generate(models, p, decoder=decoder, config=cfg, seed=s) for p, s in zip(prompts, seeds)]
     for b, s in zip(batch.results, singles):
         assert b.text == s.text
         assert b.seed == s.seed
         for key in ("tokens", "dlm_forwards", "ar_forwards", "steps"):
             assert b.metrics[key] == s.metrics[key], key
-    if cfg.__dict__.get("cache", "none") != "none":  # every cached call runs per row: nothing is shared,
-        assert not batch.batched  # so the rows ran one after another and the hardware ran all their forwards
-        assert batch.batched_forwards == sum(s.metrics["dlm_forwards"] for s in singles)
-        assert not batching_pays(_on_gpu(tiny_models), cfg)
-    else:  # the hardware ran one forward per step of the longest row, not one per row and step
-        assert batch.batched
-        assert batch.batched_forwards == max(s.metrics["dlm_forwards"] for s in singles)
-        assert batching_pays(_on_gpu(tiny_models), cfg)
-    assert batch.summary()["row_dlm_forwards"] == sum(s.metrics["dlm_forwards"] for s in singles)
+    summary = batch.summary()
+    assert batch.batched
+    assert summary["row_dlm_forwards"] == sum(s.metrics["dlm_forwards"] for s in singles)
+    if engine == "transformers" and cfg.__dict__.get("cache", "none") != "none":  # cached calls: per row there
+        assert batch.batched_forwards == summary["row_dlm_forwards"]
+        return
+    # the hardware ran one forward per step of the longest row, not one per row and step, KV caches included
+    assert batch.batched_forwards == max(s.metrics["dlm_forwards"] for s in singles)
+    if decoder == "codila" and engine == "native":  # the helper's forwards are stacked too
+        assert summary["row_ar_forwards"] == sum(s.metrics["ar_forwards"] for s in singles)
+        assert summary["batched_ar_forwards"] < summary["row_ar_forwards"] or not summary["row_ar_forwards"]
 
 
-def test_rows_one_after_another_equal_the_batch(tiny_models, monkeypatch):
-    """batched=False (what gen -n does on a CPU) decodes the rows in turn: the same texts and per-row
-    counts as the batch, the hardware's forwards are the rows' sum, and on_step sees row 0 only."""
+def test_rows_one_after_another_equal_the_batch(tiny_models, lockstep):
+    """batched=False decodes the rows in turn: the same texts and per-row counts as the batch, the
+    hardware's forwards are the rows' sum, and on_step sees row 0 only."""
     from codila_cli.engine.generate import batching_pays, generate_many
 
     cfg = CASES["codila"]
@@ -73,10 +108,10 @@ def test_rows_one_after_another_equal_the_batch(tiny_models, monkeypatch):
     assert turn.summary()["batched"] is False and batch.summary()["batched"] is True
     steps = [e.step for e in events]
     assert steps and steps == sorted(steps)  # one run's events: a second row would start again at step 0
-    assert batching_pays(tiny_models) is False  # the tiny models run on the CPU
+    assert batching_pays(tiny_models) is False  # on transformers, on a CPU, only plain DLM forwards stack
 
 
-def test_rows_that_finish_leave_the_batch(tiny_models):
+def test_rows_that_finish_leave_the_batch(tiny_models, lockstep):
     """Rows of different canvas lengths: the batch shrinks as rows finish; counts stay per row."""
     from codila_cli.decoding.batch import run_batched
     from codila_cli.decoding.dream import decode_dream
@@ -85,37 +120,51 @@ def test_rows_that_finish_leave_the_batch(tiny_models):
     prompt = dlm.tokenizer.encode("def f(x):", add_special_tokens=False)
     lengths = [4, 8, 12]
 
-    def row(r, row_dlm):
+    def row(r, row_dlm, batcher, row_id):
         cfg = DreamConfig(max_new_tokens=lengths[r], tokens_per_step=1, early_stop=False)
         return decode_dream(row_dlm, prompt, config=cfg)
 
-    before = dlm.forwards
     results, batcher = run_batched(dlm, 3, row)
     assert [r.dlm_forwards for r in results] == lengths
-    assert batcher.batched_forwards == 12 == dlm.forwards - before
+    assert batcher.batched_forwards == 12
     assert batcher.rows_per_forward == [3] * 4 + [2] * 4 + [1] * 4
 
 
-def test_padded_rows_match_unpadded_logits(tiny_models):
-    """Left padding with Dream's convention leaves each row's logits unchanged."""
-    from codila_cli.decoding.batch import Batcher
+def test_stacked_rows_match_their_own_forwards(tiny_models):
+    """models/batched.py: rows of other lengths, with and without cached K/V, bidirectional and causal,
+    give each row's own logits and K/V (left padding and the mask leave them unchanged)."""
+    from codila_cli.models import batched
+    from codila_cli.models.dream import shift_index
 
-    dlm = tiny_models.dlm
-    short = torch.tensor([[5, 6, 7]])
-    long = torch.tensor([[5, 9, 10, 11, 12, 6]])
-    alone = [dlm.logits(short), dlm.logits(long)]
-    b = Batcher(dlm, 2)
-    import threading
-
-    out = {}
-    t = threading.Thread(target=lambda: out.__setitem__(0, b.request(0, short)))
-    t.start()
-    out[1] = b.request(1, long)
-    t.join()
-    # row 0 of a shifted canvas has no predictor; compare the rows that predict real tokens
-    assert torch.allclose(out[0][:, 1:], alone[0][:, 1:], atol=1e-4)
-    assert torch.allclose(out[1], alone[1], atol=1e-4)
-    assert b.batched_forwards == 1
+    dlm, ar = tiny_models.dlm, tiny_models.ar
+    short, long = torch.tensor([[5, 6, 7]]), torch.tensor([[5, 9, 10, 11, 12, 6]])
+    keep_s, keep_l = shift_index(1, 3), shift_index(0, 6)
+    alone = [dlm.kv_call(short, positions=None, past=None, keep=keep_s, want_kv=True),
+             dlm.kv_call(long, positions=None, past=None, keep=keep_l, want_kv=True)]
+    calls = [batched.KVCall(short[0], torch.arange(3), None, keep_s, True),
+             batched.KVCall(long[0], torch.arange(6), None, keep_l, True)]
+    out = batched.run(dlm.model, calls, causal=False)
+    for (a_logits, a_kv), (b_logits, b_kv) in zip(alone, out):
+        assert torch.allclose(dlm.emittable(b_logits), a_logits, atol=1e-4)
+        assert all(torch.allclose(x[0], y[0], atol=1e-5) for x, y in zip(a_kv, b_kv))
+    # a cached slice: tokens 3… of the long row attend to the K/V of tokens 0–2
+    past = [(k[:, :, :3], v[:, :, :3]) for k, v in alone[1][1]]
+    pos = torch.arange(3, 6)
+    direct = dlm.kv_call(long[:, 3:], positions=pos[None], past=past, keep=torch.arange(3))[0]
+    stacked = batched.run(dlm.model, [batched.KVCall(long[0, 3:], pos, past, torch.arange(3)), calls[0]],
+                          causal=False)[0][0]
+    assert torch.allclose(dlm.emittable(stacked), direct, atol=1e-4)
+    # the causal helper: embeddings with a context cache, next to a row without one
+    emb = ar.embedding
+    e1, e2 = emb[torch.tensor([3, 4, 5, 6])], emb[torch.tensor([7, 8])]
+    _, cache = ar.forward(inputs_embeds=e1[:2][None], cache=None, keep=1)
+    want1, _ = ar.forward(inputs_embeds=e1[2:][None], cache=cache, keep=2)
+    want2, _ = ar.forward(inputs_embeds=e2[None], cache=None, keep=1)
+    ctx = [(layer.keys, layer.values) for layer in cache.layers]
+    got = batched.run(ar.model, [batched.KVCall(e1[2:], torch.arange(2, 4), ctx, torch.arange(0, 2)),
+                                 batched.KVCall(e2, torch.arange(2), None, torch.arange(1, 2))], causal=True)
+    assert torch.allclose(got[0][0].float(), want1, atol=1e-4)
+    assert torch.allclose(got[1][0].float(), want2, atol=1e-4)
 
 
 def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):
@@ -123,7 +172,7 @@ def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):
 
     dlm = tiny_models.dlm
 
-    def row(r, row_dlm):
+    def row(r, row_dlm, batcher, row_id):
         if r == 1:
             raise ValueError("row 1 broke")
         x = torch.tensor([[5, 6, 7]])
@@ -133,6 +182,47 @@ def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):
 
     with pytest.raises(ValueError, match="row 1 broke"):
         run_batched(dlm, 3, row)
+
+
+def test_a_row_joins_a_running_batch_and_a_cancelled_row_leaves_it(tiny_models, lockstep):
+    """Continuous batching: a row that joins mid-decode is served from the next step on, with its own
+    result; a cancelled row raises Cancelled in its own thread and the others finish unchanged."""
+    import threading
+
+    from codila_cli.decoding.batch import Cancelled, StepBatcher
+    from codila_cli.engine.generate import generate
+
+    cfg = CASES["codila-prefix"]
+    alone = {p: generate(tiny_models, p, decoder="codila", config=cfg, seed=7).text for p in ("def f(x):", "def g(y):")}
+    batcher = StepBatcher(gather_s=60.0)
+    out: dict = {}
+    rows: dict = {}
+    started = threading.Event()
+
+    def run(name, prompt):
+        def on_step(_):
+            started.set()
+        try:
+            out[name] = generate(tiny_models, prompt, decoder="codila", config=cfg, seed=7, batcher=batcher,
+                                 on_step=on_step, on_row=lambda b, r: rows.__setitem__(name, r)).text
+        except Cancelled:
+            out[name] = "cancelled"
+
+    first = threading.Thread(target=run, args=("first", "def f(x):"))
+    first.start()
+    started.wait(30)
+    late = threading.Thread(target=run, args=("late", "def g(y):"))
+    doomed = threading.Thread(target=run, args=("doomed", "def f(x):"))
+    late.start()
+    doomed.start()
+    while "doomed" not in rows:
+        pass
+    batcher.cancel(rows["doomed"])
+    for t in (first, late, doomed):
+        t.join(60)
+    assert out["first"] == alone["def f(x):"] and out["late"] == alone["def g(y):"]
+    assert out["doomed"] == "cancelled"
+    assert batcher.active == 0
 
 
 def test_generate_many_validates_its_arguments(tiny_models):

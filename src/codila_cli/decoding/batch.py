@@ -53,6 +53,7 @@ class _Request:
     direct: Callable[[], Any]  # the row's own forward (bit-identical to decoding alone)
     call: KVCall | None = None  # the stackable form, when there is one
     finish: Callable[[Any], Any] | None = None  # turns (raw logits, kv) of a stacked run into direct()'s result
+    owner: Any = None  # the DreamDenoiser of a plain DLM forward (stacked by padding on any engine)
 
 
 class StepBatcher:
@@ -65,7 +66,7 @@ class StepBatcher:
     after each forward the hardware runs, with the rows it served.
     """
 
-    def __init__(self, *, on_step: Callable[[str, int], None] | None = None, gather_s: float = 0.002) -> None:
+    def __init__(self, *, on_step: Callable[[str, int], None] | None = None, gather_s: float = 0.01) -> None:
         self._cv = threading.Condition()
         self._active: set[int] = set()
         self._cancelled: set[int] = set()
@@ -169,9 +170,13 @@ class StepBatcher:
     def _run_group(self, kind: str, rows: list[int], reqs: list[_Request], results: dict) -> None:
         from codila_cli.models import batched
 
-        if len(reqs) > 1 and batched.supports(reqs[0].model):
+        plain = all(r.owner is not None for r in reqs)
+        if len(reqs) > 1 and (batched.supports(reqs[0].model) or plain):
             try:
-                outs = batched.run(reqs[0].model, [r.call for r in reqs], causal=kind == "ar")
+                if batched.supports(reqs[0].model):
+                    outs = batched.run(reqs[0].model, [r.call for r in reqs], causal=kind == "ar")
+                else:  # another engine: plain forwards padded into one (Dream's padding convention)
+                    outs = _padded(reqs[0].owner, [r.call for r in reqs])
                 for row, r, out in zip(rows, reqs, outs):
                     results[row] = (True, r.finish(out))
                 self._record(kind, len(rows))
@@ -196,6 +201,24 @@ class StepBatcher:
             self.on_step(kind, rows)
 
 
+def _padded(dlm: Any, calls: list[KVCall]) -> list[tuple[torch.Tensor, None]]:
+    """Plain DLM forwards of several rows as one, on any engine: rows left-padded (positions count real
+    tokens only, pads masked out of attention: DreamDenoiser.raw_logits), and only the union of the kept
+    rows projected onto the vocabulary."""
+    n = max(c.new for c in calls)
+    device = calls[0].tokens.device
+    batch = torch.full((len(calls), n), dlm.specials.eos, dtype=torch.long, device=device)
+    mask = torch.zeros((len(calls), n), dtype=torch.long, device=device)
+    for i, c in enumerate(calls):
+        batch[i, n - c.new :] = c.tokens
+        mask[i, n - c.new :] = 1
+    wanted = [(n - c.new) + c.keep.to(device) for c in calls]
+    union = torch.unique(torch.cat(wanted))
+    logits = dlm.raw_logits(batch, attention_mask=None if bool(mask.all()) else mask, keep=union)
+    dlm.forwards -= 1  # raw_logits counts it; the rows' own views count their share
+    return [(logits[i : i + 1, torch.searchsorted(union, w)], None) for i, w in enumerate(wanted)]
+
+
 class RowDLM:
     """One row's view of a DLM: every forward goes through the batcher. ``forwards`` counts this row's."""
 
@@ -218,7 +241,7 @@ class RowDLM:
         call = KVCall(tokens=x[0], positions=torch.arange(n, device=x.device), past=None,
                       keep=shift_index(*(rows or (0, n))).to(x.device))
         return self._batcher.request(self._row, _Request("dlm", dlm.model, direct, call,
-                                                         lambda out: dlm.emittable(out[0])))
+                                                         lambda out: dlm.emittable(out[0]), owner=dlm))
 
     def kv_call(self, ids: torch.Tensor, *, positions: Any | None, past: list | None, keep: torch.Tensor,
                 want_kv: bool = False) -> tuple[torch.Tensor, list | None]:
