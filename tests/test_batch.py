@@ -130,13 +130,13 @@ def test_rows_that_finish_leave_the_batch(tiny_models, lockstep):
     assert batcher.rows_per_forward == [3] * 4 + [2] * 4 + [1] * 4
 
 
-def test_stacked_rows_match_their_own_forwards(tiny_models):
+def test_stacked_rows_match_their_own_forwards(native_models):
     """models/batched.py: rows of other lengths, with and without cached K/V, bidirectional and causal,
     give each row's own logits and K/V (left padding and the mask leave them unchanged)."""
     from codila_cli.models import batched
     from codila_cli.models.dream import shift_index
 
-    dlm, ar = tiny_models.dlm, tiny_models.ar
+    dlm, ar = native_models.dlm, native_models.ar
     short, long = torch.tensor([[5, 6, 7]]), torch.tensor([[5, 9, 10, 11, 12, 6]])
     keep_s, keep_l = shift_index(1, 3), shift_index(0, 6)
     alone = [dlm.kv_call(short, positions=None, past=None, keep=keep_s, want_kv=True),
@@ -158,9 +158,9 @@ def test_stacked_rows_match_their_own_forwards(tiny_models):
     emb = ar.embedding
     e1, e2 = emb[torch.tensor([3, 4, 5, 6])], emb[torch.tensor([7, 8])]
     _, cache = ar.forward(inputs_embeds=e1[:2][None], cache=None, keep=1)
+    ctx = [(layer.keys, layer.values) for layer in cache.layers]  # before the next forward extends the cache
     want1, _ = ar.forward(inputs_embeds=e1[2:][None], cache=cache, keep=2)
     want2, _ = ar.forward(inputs_embeds=e2[None], cache=None, keep=1)
-    ctx = [(layer.keys, layer.values) for layer in cache.layers]
     got = batched.run(ar.model, [batched.KVCall(e1[2:], torch.arange(2, 4), ctx, torch.arange(0, 2)),
                                  batched.KVCall(e2, torch.arange(2), None, torch.arange(1, 2))], causal=True)
     assert torch.allclose(got[0][0].float(), want1, atol=1e-4)
