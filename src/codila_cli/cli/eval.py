@@ -44,8 +44,7 @@ def eval_cmd(
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
                                          prepare_output, too_long_warning)
-    from codila_cli.engine.generate import batching_pays
-    from codila_cli.engine.models import load_models
+    from codila_cli.engine import generate as engine_gen, models as engine_models
     from codila_cli.ui.terminal import stderr_is_tty
 
     if not 1 <= batch_size <= 64:
@@ -62,13 +61,13 @@ def eval_cmd(
     if any(t.test for t in chosen):
         need_jail(unsafe_local_exec, quiet=quiet)
     shard = init_from_env()
-    models = load_models(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model)
+    models = engine_models.load_models(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model)
     talk = not quiet and shard.main
     note_bundled(models, quiet=not talk)
     warning = too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens)
     if warning and talk:
         sys.stderr.write(f"Warning: {warning}\n")
-    if batch_size > 1 and not batching_pays(models) and talk:
+    if batch_size > 1 and not engine_gen.batching_pays(models) and talk:
         sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there than one task "
                          "at a time (same completions; docs/decoders.md, \"Batching\")\n")
     total = -(-len(chosen) // shard.world) * len(run.settings)

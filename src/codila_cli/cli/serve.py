@@ -46,26 +46,11 @@ def serve(
 
         codila serve --host 0.0.0.0 --api-key "$KEY" --max-batch 16
     """
-    import math
-
     from codila_cli.config import load_config
     from codila_cli.resolve import resolve_gen
 
-    if not 1 <= max_batch <= 256:
-        raise UsageError(f"--max-batch must be between 1 and 256, got {max_batch}", hint="e.g. --max-batch 8")
-    if not 0 <= max_queue <= 100_000:
-        raise UsageError(f"--max-queue must be between 0 and 100000, got {max_queue}", hint="e.g. --max-queue 32")
-    if not (math.isfinite(timeout) and timeout > 0):
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}", hint="e.g. --timeout 300")
-    if not 0 <= port <= 65535:
-        raise UsageError(f"--port must be between 0 and 65535, got {port}", hint="e.g. --port 8012")
-    if max_body < 1024:
-        raise UsageError(f"--max-body must be at least 1024 bytes, got {max_body}", hint="e.g. --max-body 1048576")
-    if api_key is not None and not api_key.strip():
-        raise UsageError("--api-key is empty", hint="give a key, or drop --api-key")
-    if not _loopback(host) and not api_key and not no_auth:
-        raise UsageError(f"listening on {host} would let anyone on the network use the models",
-                         hint="pass --api-key KEY (clients send Authorization: Bearer KEY), or --no-auth to allow it")
+    _check(host=host, port=port, api_key=api_key, no_auth=no_auth, max_batch=max_batch, max_queue=max_queue,
+           timeout=timeout, max_body=max_body)
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -93,6 +78,28 @@ def serve(
                          f"{engine.models.load_seconds:.1f} s; max batch {max_batch}\n")
     _announce(server, host, quiet=quiet)
     server.run()
+
+
+def _check(*, host: str, port: int, api_key: str | None, no_auth: bool, max_batch: int, max_queue: int,
+           timeout: float, max_body: int) -> None:
+    """Refuse bad limits and an open non-loopback address before anything loads."""
+    import math
+
+    if not 1 <= max_batch <= 256:
+        raise UsageError(f"--max-batch must be between 1 and 256, got {max_batch}", hint="e.g. --max-batch 8")
+    if not 0 <= max_queue <= 100_000:
+        raise UsageError(f"--max-queue must be between 0 and 100000, got {max_queue}", hint="e.g. --max-queue 32")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}", hint="e.g. --timeout 300")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, got {port}", hint="e.g. --port 8012")
+    if max_body < 1024:
+        raise UsageError(f"--max-body must be at least 1024 bytes, got {max_body}", hint="e.g. --max-body 1048576")
+    if api_key is not None and not api_key.strip():
+        raise UsageError("--api-key is empty", hint="give a key, or drop --api-key")
+    if not _loopback(host) and not api_key and not no_auth:
+        raise UsageError(f"listening on {host} would let anyone on the network use the models",
+                         hint="pass --api-key KEY (clients send Authorization: Bearer KEY), or --no-auth to allow it")
 
 
 def _default_infill(dlm: str) -> str | None:

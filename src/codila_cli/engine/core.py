@@ -29,7 +29,7 @@ class Engine:
 
     @classmethod
     def load(cls, *, dlm: str, ar: str | None, infill_dlm: str | None = None, device: str = "auto",
-             dtype: str = "auto", compile: bool = False) -> "Engine":
+             dtype: str = "auto", compile: bool = False) -> Engine:
         """Load the gen pair and (``infill_dlm``) the infill model, sharing the helper."""
         from codila_cli.engine.models import load_models
 

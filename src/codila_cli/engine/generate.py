@@ -197,7 +197,7 @@ class BatchOutcome:
     ar_forwards: int | None = None  # AR forwards the hardware ran (None: every row's own)
 
     @classmethod
-    def one_after_another(cls, results: list[GenerationResult], wall_seconds: float) -> "BatchOutcome":
+    def one_after_another(cls, results: list[GenerationResult], wall_seconds: float) -> BatchOutcome:
         """Rows decoded in turn: the hardware ran every row's forwards."""
         return cls(results, sum(r.metrics["dlm_forwards"] for r in results), wall_seconds, batched=False)
 

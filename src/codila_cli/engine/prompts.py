@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from codila_cli.errors import UsageError
 from codila_cli.models.tokens import encode_text
 
 

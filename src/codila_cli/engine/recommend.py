@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from codila_cli.models.registry import resolve_spec
 
-
 RECOMMENDABLE: dict[str, type] = {"block_size": int, "candidate_blocks": int, "ar_context": int,
                                   "ar_repetition_penalty": float, "cache": str, "cache_blocks": int,
                                   "ar_syntax_guard": bool, "ar_no_repeat_ngram": int, "conditioning": str}

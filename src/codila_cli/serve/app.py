@@ -22,6 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from codila_cli.serve.errors import APIError, error_body
+
 
 @dataclass
 class ServeConfig:
@@ -31,22 +33,6 @@ class ServeConfig:
     deadline_s: float = 300.0
     max_body: int = 1 << 20  # bytes
     quiet: bool = False
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
-        self.headers = headers or {}
-
-
-def error_body(path: str, status: int, message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
-    """The error object clients of that endpoint parse: Ollama's {"error": "…"}; OpenAI's (and
-    llama.cpp's, which has the same shape) {"error": {"message", "type", "param", "code"}}."""
-    if path.startswith("/api/"):
-        return {"error": message}
-    return {"error": {"message": message, "type": kind, "param": param, "code": code if code is not None else status}}
 
 
 class BodyLimit:

@@ -113,7 +113,7 @@ def closing(job: Any, style: str, outs: list) -> list[str]:
 
 def failure(job: Any, style: str, err: Any) -> str:
     """An error after the stream began (the status line is already sent): one error event."""
-    from codila_cli.serve.app import error_body
+    from codila_cli.serve.errors import error_body
 
     body = error_body("/api/" if style == "ollama" else "/v1/", err.status, err.message, err.kind, err.param, err.code)
     return _ndjson(body) if style == "ollama" else _sse(body)

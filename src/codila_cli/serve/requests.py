@@ -16,7 +16,7 @@ from codila_cli.decoding.events import StepEvent
 
 # the `codila` request object: codila's own decoding choices (every field optional)
 CODILA_KEYS = ("decoder", "block_size", "tau", "cache", "cache_blocks", "tokens_per_step", "candidate_blocks",
-               "conditioning", "steps")
+               "conditioning", "steps", "early_stop")
 
 
 @dataclass(frozen=True)

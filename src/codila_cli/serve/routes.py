@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from codila_cli.serve.app import APIError
+from codila_cli.serve.errors import APIError
 from codila_cli.serve.stream import Job, run_job
 
 router = APIRouter()
@@ -116,7 +116,7 @@ def _names(request: Request) -> list[str]:
 def _check_model(request: Request, model: str | None, *, ollama: bool = False) -> None:
     if not model:
         return
-    name = model[: -len(":latest")] if model.endswith(":latest") else model
+    name = model.removesuffix(":latest")
     if name not in _names(request):
         raise APIError(404, f"the model {model!r} is not served here (serving: {', '.join(_names(request))})",
                        kind="invalid_request_error", param="model", code="model_not_found")
@@ -217,4 +217,4 @@ def _text(content: Any) -> str:
     return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
 
 
-__all__ = ["router", "JSONResponse", "StreamingResponse", "json"]
+__all__ = ["JSONResponse", "StreamingResponse", "json", "router"]

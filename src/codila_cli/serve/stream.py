@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from codila_cli.serve.app import APIError
+from codila_cli.serve.errors import APIError
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Job:
     @classmethod
     def completion(cls, request: Request, *, prompt: str, suffix: str | None, max_tokens: int | None,
                    temperature: float | None, top_p: float | None, stop: Any, n: int, seed: int | None,
-                   codila: dict | None, model: str | None, system: str | None = None) -> "Job":
+                   codila: dict | None, model: str | None, system: str | None = None) -> Job:
         if suffix:
             return cls.infill(request, prefix=prompt, suffix=suffix, max_middle=max_tokens, temperature=temperature,
                               top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
@@ -63,7 +63,7 @@ class Job:
 
     @classmethod
     def chat(cls, request: Request, *, messages: list[dict], max_tokens: int | None, temperature: float | None,
-             top_p: float | None, stop: Any, n: int, seed: int | None, codila: dict | None, model: str | None) -> "Job":
+             top_p: float | None, stop: Any, n: int, seed: int | None, codila: dict | None, model: str | None) -> Job:
         from codila_cli.engine.prompts import is_chat
 
         st = request.app.state
@@ -81,7 +81,7 @@ class Job:
     @classmethod
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
                top_p: float | None, seed: int | None, codila: dict | None, model: str | None, n: int = 1,
-               stop: Any = None) -> "Job":
+               stop: Any = None) -> Job:
         from codila_cli.serve.requests import infill_settings
 
         st = request.app.state
@@ -204,7 +204,7 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
 
         try:
             out = job.decode(i, on_step, ticket.on_row)
-        except BaseException as exc:  # noqa: BLE001 - answered to this client only
+        except BaseException as exc:
             loop.call_soon_threadsafe(queue.put_nowait, ("error", i, exc))
             raise
         loop.call_soon_threadsafe(queue.put_nowait, ("done", i, (out, ft)))
@@ -303,4 +303,4 @@ def _document(job: Job, style: str, outs: list[RowOut]) -> dict:
     return formats.document(job, style, outs)
 
 
-__all__ = ["Job", "RowOut", "run_job", "json"]
+__all__ = ["Job", "RowOut", "json", "run_job"]

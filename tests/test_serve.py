@@ -1,0 +1,300 @@
+"""``codila serve`` as a real process on the bundled models, on a free port: the official openai client,
+httpx for llama.cpp's /infill and Ollama's /api/generate, concurrency, disconnects, auth, limits, a fuzz."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+openai = pytest.importorskip("openai")
+
+KEY = "test-key-123"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        self.port = _free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "codila_cli", "serve", "--port", str(self.port), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if any("listening on" in line for line in self.lines):
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError("server died: " + "".join(self.lines))
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("server did not start: " + "".join(self.lines))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--max-batch", "8", "--max-queue", "8", "--max-body", "65536")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+PROMPTS = ["def fib(n):", "def is_prime(n):\n", "def parse(line):", "class Stack:\n", "def gcd(a, b):",
+           "def read_json(path):", "def flatten(xs):", "def word_count(text):"]
+
+
+def test_health_models_and_tags(server, client):
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+    ids = [m.id for m in client.models.list().data]
+    assert "bundled-dlm" in ids and "codila" in ids
+    tags = httpx.get(server.url + "/api/tags").json()["models"]
+    assert tags[0]["name"] == "bundled-dlm:latest" and tags[0]["size"] > 1_000_000
+
+
+def test_completion_matches_codila_gen_and_reports_usage(server, client):
+    r = client.completions.create(model="codila", prompt="def fib(n):", max_tokens=32, temperature=0, seed=3)
+    choice = r.choices[0]
+    gen = subprocess.run([sys.executable, "-m", "codila_cli", "gen", "-q", "--max-new-tokens", "32", "--seed", "3",
+                          "--json", "def fib(n):"], capture_output=True, text=True, check=True)
+    doc = json.loads(gen.stdout)
+    assert choice.text == doc["completion"]  # the same engine, the same settings: token for token
+    assert choice.finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens == doc["metrics"]["prompt_tokens"]
+    assert r.usage.completion_tokens == doc["metrics"]["tokens"] <= 32
+    extra = r.model_extra["codila"]["choices"][0]
+    assert extra["dlm_forwards"] == doc["metrics"]["dlm_forwards"] and "syntax" in extra
+
+
+def test_streaming_sends_final_text_in_blocks_and_ends_with_usage(server, client):
+    full = client.completions.create(model="codila", prompt="def parse(line):", max_tokens=48, seed=1)
+    chunks = list(client.completions.create(model="codila", prompt="def parse(line):", max_tokens=48, seed=1,
+                                            stream=True))
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert len([t for t in texts if t]) >= 2  # block by block, not one piece at the end
+    assert "".join(texts) == full.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+
+
+def test_chat_completions_and_streaming(client):
+    r = client.chat.completions.create(model="codila", messages=[{"role": "user", "content": "def add(a, b):"}],
+                                       max_tokens=24, seed=2)
+    assert r.choices[0].message.role == "assistant" and isinstance(r.choices[0].message.content, str)
+    parts = list(client.chat.completions.create(model="codila", messages=[{"role": "user", "content": "def add(a, b):"}],
+                                                max_tokens=24, seed=2, stream=True))
+    assert parts[0].choices[0].delta.role == "assistant"
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == r.choices[0].message.content
+    assert parts[-1].choices[0].finish_reason == r.choices[0].finish_reason
+
+
+def test_suffix_fills_the_middle_and_infill_and_ollama_agree(server, client):
+    prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    r = client.completions.create(model="codila", prompt=prefix, suffix=suffix, max_tokens=16, seed=5)
+    middle = r.choices[0].text
+    llama = httpx.post(server.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix, "n_predict": 16,
+                                                     "seed": 5, "samplers": ["top_k"], "cache_prompt": True},
+                       timeout=60).json()
+    assert llama["content"] == middle and llama["stop"] is True
+    ollama = httpx.post(server.url + "/api/generate", content=json.dumps(
+        {"model": "codila", "prompt": prefix, "suffix": suffix, "stream": False, "options": {"num_predict": 16, "seed": 5}}),
+        timeout=60).json()  # no content-type, as Ollama's docs send it
+    assert ollama["response"] == middle and ollama["done"] is True
+    # streamed: SSE in llama.cpp's format, the pieces add up to the same middle
+    with httpx.stream("POST", server.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix,
+                                                            "n_predict": 16, "seed": 5, "stream": True}) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ")]
+    assert "".join(e["content"] for e in events) == middle and events[-1]["stop"] is True
+
+
+def test_ollama_generate_streams_ndjson(server):
+    with httpx.stream("POST", server.url + "/api/generate", json={"model": "bundled-dlm:latest", "prompt": "def gcd(a, b):",
+                                                                  "options": {"num_predict": 24, "seed": 4}}) as s:
+        lines = [json.loads(line) for line in s.iter_lines() if line]
+    assert lines[-1]["done"] is True and all(not x["done"] for x in lines[:-1])
+    once = httpx.post(server.url + "/api/generate", json={"model": "codila", "prompt": "def gcd(a, b):", "stream": False,
+                                                          "options": {"num_predict": 24, "seed": 4}}, timeout=60).json()
+    assert "".join(x["response"] for x in lines) == once["response"]
+
+
+def test_eight_concurrent_requests_equal_the_same_requests_one_at_a_time(client):
+    def ask(p: str) -> str:
+        return client.completions.create(model="codila", prompt=p, max_tokens=48, temperature=0, seed=0).choices[0].text
+
+    alone = [ask(p) for p in PROMPTS]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, PROMPTS))
+    assert together == alone
+
+
+def test_codila_request_object_and_unknown_fields(client):
+    r = client.completions.create(model="codila", prompt="def f(x):", max_tokens=16, seed=1,
+                                  extra_body={"codila": {"decoder": "dream", "tokens_per_step": 2}, "frobnicate": 1})
+    assert r.model_extra["codila"]["choices"][0]["decoder"] == "dream"
+    with pytest.raises(openai.BadRequestError, match="unknown codila setting"):
+        client.completions.create(model="codila", prompt="x", extra_body={"codila": {"bogus": 1}})
+
+
+@pytest.mark.parametrize(("body", "status", "needle"), [
+    ('{"prompt": ', 400, "not valid JSON"),
+    ('{"prompt": 5}', 400, "prompt"),
+    ('{"prompt": "def f():", "max_tokens": "many"}', 400, "max_tokens"),
+    ('{"prompt": "def f():", "max_tokens": 100000}', 400, "context"),
+    ('{"prompt": "' + "x = 1\\n" * 400 + '", "max_tokens": 16}', 400, "context"),
+    ('{"prompt": "def f():", "model": "gpt-9"}', 404, "not served"),
+    ('{"prompt": "def f():", "n": 99}', 400, "n"),
+    ('{"prompt": "def f():", "temperature": -1}', 400, "temperature"),
+])
+def test_bad_requests_get_openai_style_errors(server, body, status, needle):
+    r = httpx.post(server.url + "/v1/completions", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"] and err["type"]
+
+
+def test_a_body_over_the_limit_is_413(server):
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "x" * 70000}, timeout=30)
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+
+
+def test_a_disconnect_mid_stream_frees_the_slot(server):
+    def running() -> int:
+        return httpx.get(server.url + "/health").json()["running"]
+
+    with httpx.stream("POST", server.url + "/v1/completions",
+                      json={"prompt": "def parse(line):", "max_tokens": 400, "stream": True,
+                            "codila": {"early_stop": False}}) as s:
+        for line in s.iter_lines():
+            if line.startswith("data: "):
+                break
+        assert running() == 1
+    deadline = time.time() + 10
+    while running() and time.time() < deadline:
+        time.sleep(0.05)
+    assert running() == 0
+    metrics = httpx.get(server.url + "/metrics").text
+    assert re.search(r'codila_cancelled_total\{reason="(disconnected|cancelled|finished)"\}', metrics)
+
+
+def test_metrics_count_requests_tokens_and_batch_sizes(server, client):
+    client.completions.create(model="codila", prompt="def f(x):", max_tokens=8)
+    text = httpx.get(server.url + "/metrics").text
+    for name in ("codila_requests_total", "codila_generated_tokens_total", "codila_batch_rows_bucket",
+                 "codila_queue_length", "codila_request_seconds_bucket", "codila_forwards_total"):
+        assert name in text
+    assert "POST /v1/completions 200" in "".join(server.lines)  # one line per request on stderr
+
+
+def test_a_full_queue_is_429_with_retry_after():
+    s = Server("--max-batch", "1", "--max-queue", "0", "-q")
+    try:
+        slow = {"prompt": "def parse(line):", "max_tokens": 300, "codila": {"early_stop": False}}
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(httpx.post, s.url + "/v1/completions", json=slow, timeout=120)
+            while httpx.get(s.url + "/health").json()["running"] == 0:
+                time.sleep(0.02)
+            r = httpx.post(s.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 4}, timeout=30)
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            assert r.json()["error"]["type"] == "rate_limit_error"
+            assert first.result().status_code == 200
+    finally:
+        s.stop()
+
+
+def test_auth_and_the_non_loopback_rule():
+    s = Server("--api-key", KEY, "-q")
+    try:
+        assert httpx.get(s.url + "/health").status_code == 200  # health is open
+        assert httpx.get(s.url + "/v1/models").status_code == 401
+        assert httpx.get(s.url + "/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        ok = openai.OpenAI(base_url=s.url + "/v1", api_key=KEY, max_retries=0)
+        assert ok.models.list().data
+    finally:
+        s.stop()
+    r = subprocess.run([sys.executable, "-m", "codila_cli", "serve", "--host", "0.0.0.0", "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--api-key" in r.stderr and r.stderr.startswith("Error:")
+
+
+def test_sigterm_stops_the_server_within_seconds_while_a_request_runs():
+    s = Server("-q")
+    slow = {"prompt": "def parse(line):", "max_tokens": 400, "codila": {"early_stop": False}}
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(lambda: httpx.post(s.url + "/v1/completions", json=slow, timeout=60))
+        while httpx.get(s.url + "/health").json()["running"] == 0:
+            time.sleep(0.02)
+        t0 = time.time()
+        code = s.stop()
+        assert time.time() - t0 < 10 and code is not None
+        try:
+            fut.result()
+        except httpx.HTTPError:
+            pass  # the connection was closed: cancelled cleanly
+
+
+def test_api_fuzz_finds_no_server_error(server):
+    """schemathesis against the server's own OpenAPI document: no request, however malformed, gets a 5xx."""
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, settings
+
+    schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
+    failures = []
+
+    for op in schema.get_all_operations():
+        operation = op.ok()
+        if operation.path in ("/metrics",):
+            continue
+
+        @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @schemathesis.given(case=operation.as_strategy())
+        def check(case):
+            if isinstance(case.body, dict):  # keep decodes short: the fuzz is about parsing, not decoding
+                for key in ("max_tokens", "n_predict"):
+                    if isinstance(case.body.get(key), int):
+                        case.body[key] = min(case.body[key], 8)
+                if isinstance(case.body.get("options"), dict) and isinstance(case.body["options"].get("num_predict"), int):
+                    case.body["options"]["num_predict"] = min(case.body["options"]["num_predict"], 8)
+                if isinstance(case.body.get("n"), int):
+                    case.body["n"] = min(case.body["n"], 2)
+            r = case.call(base_url=server.url, timeout=60)
+            if r.status_code >= 500:
+                failures.append((case.method, case.path, case.body, r.status_code, r.text[:300]))
+
+        check()
+    assert not failures, failures[:3]
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"
