@@ -18,5 +18,5 @@ def test_cli_reference_is_current():
 def test_readme_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    command = 'pip install -q torch==2.13.0 && pip install -q -e ".[test,eval,train]" && python -m pytest'
+    command = 'pip install -q torch==2.13.0 && pip install -q -e ".[test,eval,train,serve]" && python -m pytest'
     assert command in readme and command in ci

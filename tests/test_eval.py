@@ -246,26 +246,17 @@ def test_eval_runs_task_major_and_returns_rows_setting_major(tiny):
         assert [r["setting"] for r in rows] == ["dream:K=4"] * 3 + ["codila:B=4"] * 3
 
 
-def test_a_cached_setting_is_never_batched(tiny_models, monkeypatch):
-    """A batch shares no forward of a setting with a KV cache (every cached call runs per row), so
-    --batch-size decodes such a setting's tasks one after another: the same rows as batch size 1, and
-    nothing is batched for it."""
-    from codila_cli.decoding import batch
+def test_a_cached_setting_batches_and_gives_the_rows_of_batch_size_1(tiny_models):
+    """A setting with a KV cache stacks its rows' cached calls too (decoding/batch.py): --batch-size
+    gives the same rows as batch size 1."""
     from codila_cli.eval.runner import run_eval
 
     tasks = select(load_tasks("humaneval"), limit=3, ids=None)
     settings = [parse_setting("codila:B=4,W=1,cache=prefix,cb=2", max_new_tokens=8)]
     one = run_eval(tiny_models, tasks, settings, limits=FAST, batch_size=1)
-
-    def no_batch(*a, **kw):
-        raise AssertionError("a cached setting was batched")
-
-    monkeypatch.setattr(batch, "run_batched", no_batch)
     three = run_eval(tiny_models, tasks, settings, limits=FAST, batch_size=3)
     assert [r["completion"] for r in three] == [r["completion"] for r in one]
     assert [r["dlm_forwards"] for r in three] == [r["dlm_forwards"] for r in one]
-    with pytest.raises(AssertionError, match="batched"):  # an uncached setting still batches
-        run_eval(tiny_models, tasks, [parse_setting("dream:K=4", max_new_tokens=8)], limits=FAST, batch_size=3)
 
 
 def test_a_task_too_long_for_the_context_counts_as_failed_and_the_run_goes_on(tiny_models, tiny, tmp_path):

@@ -68,15 +68,14 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
         common["stop"] = _stops(lines)
     fields = {"max_new_tokens": cfg.max_new_tokens, "early_stop": cfg.early_stop, "stop": cfg.stop, **common}
     kind = {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig}[decoder]
+    names = {f.name for f in dataclasses.fields(kind)}
+    extra = {k: v for k, v in codila.items() if k in names}
     if decoder == base.decoder:
-        extra = {k: v for k, v in codila.items() if k in {f.name for f in dataclasses.fields(kind)}}
-        new = dataclasses.replace(cfg, **fields, **extra)
+        new = dataclasses.replace(cfg, **{**fields, **extra})
         if decoder == "codila" and temperature is not None:  # the helper writes codila's tokens: same temperature
             new = dataclasses.replace(new, ar_temperature=samp.temperature)
     else:
-        names = {f.name for f in dataclasses.fields(kind)}
-        extra = {k: v for k, v in codila.items() if k in names}
-        new = kind(**fields, **extra)
+        new = kind(**{**fields, **extra})
     left = set(codila) - {f.name for f in dataclasses.fields(kind)}
     if left:
         raise ValueError(f"codila setting(s) {', '.join(sorted(left))} do not apply to the {decoder} decoder")

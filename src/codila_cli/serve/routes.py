@@ -133,8 +133,8 @@ def _one_prompt(prompt: Prompt) -> str:
 @router.get("/health")
 async def health(request: Request) -> dict:
     st = _state(request)
-    return {"status": "ok", "models": _names(request)[:1] + _names(request)[2:], "running": st.engine.batcher.active,
-            "max_batch": st.config.max_batch}
+    return {"status": "ok", "models": _names(request)[:1] + _names(request)[2:], "running": st.runner.in_use,
+            "rows_decoding": st.engine.batcher.active, "max_batch": st.config.max_batch}
 
 
 @router.get("/v1/models")

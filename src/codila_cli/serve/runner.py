@@ -99,6 +99,11 @@ class Runner:
         self._tickets: set[Ticket] = set()
         self.stopping = False
 
+    @property
+    def in_use(self) -> int:
+        """Batch slots taken by admitted requests."""
+        return self.max_batch - self._free
+
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
             self._cond = asyncio.Condition()
