@@ -1,7 +1,7 @@
 """``codila serve``'s ASGI app: FastAPI (request schemas and the OpenAPI document from one set of
 pydantic models) on uvicorn. Endpoints: serve/routes.py; admission, deadlines, metrics: serve/runner.py.
 
-Cross-cutting rules here: a body over ``max_body`` bytes is refused with 413 before it is read in full;
+Cross-cutting rules here (:class:`Gate`): a body over ``max_body`` bytes is refused with 413 before it is read in full;
 with an API key, every endpoint but ``/health`` needs ``Authorization: Bearer KEY`` (compared in
 constant time); every error is one JSON error object in the schema of the endpoint's ecosystem
 (OpenAI's for ``/v1``, llama.cpp's for ``/infill``, Ollama's for ``/api``); a bug in codila is a 500
@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codila_cli.serve.errors import APIError, error_body
@@ -35,25 +35,33 @@ class ServeConfig:
     quiet: bool = False
 
 
-class BodyLimit:
-    """Pure ASGI middleware: 413 for a body over ``limit`` bytes (by Content-Length, or while it streams in)."""
+class Gate:
+    """Pure ASGI middleware around the app (no BaseHTTPMiddleware: that one wraps every response body in
+    a task of its own, and a stream must run undisturbed until its client leaves): a POST without a
+    content type is read as JSON (``curl -d``, as Ollama's docs send it); a body over ``config.max_body``
+    bytes is a 413, by Content-Length or while it streams in; the API key; a codila bug is a 500 with
+    its message; the request metric and one stderr line when the response has been sent."""
 
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: Any, config: ServeConfig, metrics: Any) -> None:
+        self.app, self.config, self.metrics = app, config, metrics
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        path = scope.get("path", "")
         headers = dict(scope.get("headers") or [])
-        if scope.get("method") == "POST" and b"content-type" not in headers:  # curl -d, as Ollama's docs send it
+        if scope.get("method") == "POST" and b"content-type" not in headers:
             scope = {**scope, "headers": [*scope.get("headers", []), (b"content-type", b"application/json")]}
-        length = headers.get(b"content-length")
-        try:
-            too_big = length is not None and int(length) > self.limit
-        except ValueError:
-            too_big = False
-        if too_big:
-            return await self._refuse(scope, send)
+        status = 0
+
+        async def sent(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        limit = self.config.max_body
         seen = 0
 
         async def limited() -> dict:
@@ -61,19 +69,42 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _TooBig()
             return message
 
         try:
-            await self.app(scope, limited, send)
+            if self.config.api_key and path != "/health" and not _authorised(headers, self.config.api_key):
+                await self._answer(scope, sent, 401, "missing or wrong API key (Authorization: Bearer KEY)",
+                                   "authentication_error", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            elif _too_long(headers.get(b"content-length"), limit):
+                await self._answer(scope, sent, 413, f"the request body is over the server's limit of {limit} bytes")
+            else:
+                await self.app(scope, limited, sent)
         except _TooBig:
-            await self._refuse(scope, send)
+            if not status:
+                await self._answer(scope, sent, 413, f"the request body is over the server's limit of {limit} bytes")
+        except Exception as exc:  # noqa: BLE001 - a codila bug: a 500 with its message, the server lives on
+            if not status:
+                await self._answer(scope, sent, 500, f"internal error: {type(exc).__name__}: {exc}"[:500], "server_error")
+        self.metrics.requests.labels(_endpoint(path), str(status)).inc()
+        if not self.config.quiet:
+            client = (scope.get("client") or ("-",))[0]
+            sys.stderr.write(f"{client} {scope.get('method')} {path} {status} {(time.perf_counter() - t0) * 1000:.0f}ms\n")
+            sys.stderr.flush()
 
-    async def _refuse(self, scope: dict, send: Any) -> None:
-        body = error_body(scope.get("path", ""), 413, f"the request body is over the server's limit of {self.limit} bytes",
-                          "invalid_request_error")
-        await JSONResponse(body, status_code=413)(scope, _no_receive, send)
+    @staticmethod
+    async def _answer(scope: dict, send: Any, status: int, message: str, kind: str = "invalid_request_error",
+                      code: str | None = None, headers: dict | None = None) -> None:
+        body = error_body(scope.get("path", ""), status, message, kind, code=code)
+        await JSONResponse(body, status_code=status, headers=headers)(scope, _no_receive, send)
+
+
+def _too_long(length: bytes | None, limit: int) -> bool:
+    try:
+        return length is not None and int(length) > limit
+    except ValueError:
+        return False
 
 
 class _TooBig(Exception):
@@ -104,28 +135,6 @@ def create_app(engine: Any, base: Any, config: ServeConfig) -> FastAPI:
     app.state.engine, app.state.base, app.state.config = engine, base, config
     app.state.runner, app.state.metrics = runner, metrics
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Response:
-        t0 = time.perf_counter()
-        path = request.url.path
-        if config.api_key and path != "/health" and not _authorised(request, config.api_key):
-            response: Response = JSONResponse(error_body(path, 401, "missing or wrong API key (Authorization: Bearer KEY)",
-                                                         "authentication_error", code="invalid_api_key"),
-                                              status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        else:
-            try:
-                response = await call_next(request)
-            except Exception as exc:  # noqa: BLE001 - a codila bug: a 500 with its message, the server lives on
-                response = JSONResponse(error_body(path, 500, f"internal error: {type(exc).__name__}: {exc}"[:500],
-                                                   "server_error"), status_code=500)
-        metrics.requests.labels(_endpoint(path), str(response.status_code)).inc()
-        if not config.quiet:
-            client = request.client.host if request.client else "-"
-            sys.stderr.write(f"{client} {request.method} {path} {response.status_code} "
-                             f"{(time.perf_counter() - t0) * 1000:.0f}ms\n")
-            sys.stderr.flush()
-        return response
-
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
         return JSONResponse(error_body(request.url.path, exc.status, exc.message, exc.kind, exc.param, exc.code),
@@ -152,11 +161,11 @@ def create_app(engine: Any, base: Any, config: ServeConfig) -> FastAPI:
     from codila_cli.serve.routes import router
 
     app.include_router(router)
-    return BodyLimit(app, config.max_body) if config.max_body else app  # type: ignore[return-value]
+    return Gate(app, config, metrics)  # type: ignore[return-value]
 
 
-def _authorised(request: Request, key: str) -> bool:
-    header = request.headers.get("authorization", "")
+def _authorised(headers: dict, key: str) -> bool:
+    header = headers.get(b"authorization", b"").decode("latin-1")
     scheme, _, token = header.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
