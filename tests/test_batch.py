@@ -128,6 +128,14 @@ def test_rows_that_finish_leave_the_batch(tiny_models, lockstep):
     assert [r.dlm_forwards for r in results] == lengths
     assert batcher.batched_forwards == 12
     assert batcher.rows_per_forward == [3] * 4 + [2] * 4 + [1] * 4
+    # the scheduler thread ends with the last row (a batcher per gen -n / eval batch leaves no thread behind)
+    import threading
+    import time
+
+    deadline = time.time() + 5
+    while batcher._thread is not None and time.time() < deadline:
+        time.sleep(0.01)
+    assert batcher._thread is None and "codila-steps" not in {t.name for t in threading.enumerate()}
 
 
 def test_stacked_rows_match_their_own_forwards(native_models):

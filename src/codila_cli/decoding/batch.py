@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ class _Request:
 class StepBatcher:
     """Gathers the rows' model calls into stacked forwards (thread-safe; rows join and leave at any time).
 
-    A scheduler thread runs one step at a time: as soon as every row still decoding has a request
+    A scheduler thread (alive while rows are) runs one step at a time: as soon as every row still decoding has a request
     waiting, or the oldest waiting request has waited ``gather_s`` seconds. A row busy in its own Python
     (sampling, the helper's choice rules) then catches the next step instead of holding this one, and
     its work overlaps the running forward (torch releases the GIL). ``on_step(kind, rows)`` is called
@@ -79,7 +80,6 @@ class StepBatcher:
         self.dlm_calls = 0  # DLM forwards the hardware ran (each shared by the rows then decoding)
         self.ar_calls = 0
         self.rows_per_forward: list[int] = []  # rows served by each DLM forward (bounded: see _record)
-        self.steps = 0
 
     @property
     def batched_forwards(self) -> int:
@@ -101,6 +101,18 @@ class StepBatcher:
                 self._thread = threading.Thread(target=self._loop, name="codila-steps", daemon=True)
                 self._thread.start()
             return row
+
+    @contextmanager
+    def row(self, on_row: Callable[["StepBatcher", int], None] | None = None) -> Iterator[int]:
+        """A row for the ``with`` block: joined on entry (``on_row(batcher, row)`` is told it, so a caller
+        can cancel it), left on exit, however the block ends."""
+        row = self.join()
+        try:
+            if on_row is not None:
+                on_row(self, row)
+            yield row
+        finally:
+            self.leave(row)
 
     def leave(self, row: int) -> None:
         """The row is finished (or failed, or cancelled): the others no longer wait for it."""
@@ -145,10 +157,12 @@ class StepBatcher:
         while True:
             with self._cv:
                 while not self._ready():
+                    if not self._active:  # nobody left: the thread ends; the next join starts another
+                        self._thread = None
+                        return
                     self._cv.wait(timeout=self.gather_s if self._pending else None)
                 reqs = {row: r for row, (_, r) in self._pending.items()}
                 self._pending = {}
-                self.steps += 1
             results = self._step(reqs)  # outside the lock: rows may queue their next request meanwhile
             with self._cv:
                 for row, res in results.items():
@@ -181,7 +195,7 @@ class StepBatcher:
                     results[row] = (True, r.finish(out))
                 self._record(kind, len(rows))
                 return
-            except Exception:  # noqa: BLE001 - rerun row by row: only the row at fault fails
+            except Exception:  # noqa: BLE001, S110 - rerun row by row: only the row at fault fails
                 pass
         for row, r in zip(rows, reqs):
             try:

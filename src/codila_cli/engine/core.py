@@ -38,14 +38,7 @@ class Engine:
         if infill_dlm is not None:
             infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype)
             if infill is not models and models.ar is not None:
-                from codila_cli.models.tokens import VocabBridge
-
-                infill.ar = models.ar
-                infill.bridge = VocabBridge(
-                    dlm_tokenizer=infill.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,
-                    dlm_specials=infill.dlm.specials, ar_specials=models.ar.specials,
-                    dlm_vocab_rows=infill.dlm.vocab_rows, ar_vocab_rows=models.ar.vocab_rows,
-                    dlm_name=infill_dlm, ar_name=models.ar.name)
+                infill.attach_helper(models.ar)
         return cls(models=models, infill_models=infill)
 
     @property

@@ -175,15 +175,10 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
     else:
         from codila_cli.decoding.batch import RowAR, RowDLM
 
-        row = batcher.join()
-        try:
-            if on_row is not None:
-                on_row(batcher, row)
+        with batcher.row(on_row) as row:
             ar = RowAR(models.ar, batcher, row) if models.ar is not None else None
             res = _decode(models, RowDLM(batcher, row, dlm), ar, ids, decoder=decoder, config=config, gen=gen,
                           on_step=tee, raw=mode == "raw")
-        finally:
-            batcher.leave(row)
     return _result(models, prompt, mode, ids, res, decoder=decoder, config=config, seed=seed, recorder=recorder,
                    wall=time.perf_counter() - t0)
 

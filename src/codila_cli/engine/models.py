@@ -19,6 +19,16 @@ class Models:
     load_seconds: float = 0.0
     bundled: tuple[str, ...] = ()  # the bundled aliases among the loaded models (demonstration-size)
 
+    def attach_helper(self, ar: Any) -> None:
+        """Use the loaded helper ``ar`` with this DLM (and the vocabulary bridge between them)."""
+        from codila_cli.models.tokens import VocabBridge
+
+        self.ar = ar
+        self.bridge = VocabBridge(
+            dlm_tokenizer=self.dlm.tokenizer, ar_tokenizer=ar.tokenizer, dlm_specials=self.dlm.specials,
+            ar_specials=ar.specials, dlm_vocab_rows=self.dlm.vocab_rows, ar_vocab_rows=ar.vocab_rows,
+            dlm_name=self.dlm.name, ar_name=ar.name)
+
     def describe(self) -> dict:
         out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path)}}
         if self.ar is not None:
@@ -64,14 +74,9 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
                     bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
     if ar_spec is not None and ar_path is not None:
         from codila_cli.models.ar import load_ar
-        from codila_cli.models.tokens import VocabBridge
 
         ar_dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(ar_path, name=ar, role="ar"))
-        models.ar = load_ar(ar_path, name=ar, device=dev, dtype=ar_dt)
-        models.bridge = VocabBridge(
-            dlm_tokenizer=models.dlm.tokenizer, ar_tokenizer=models.ar.tokenizer,
-            dlm_specials=models.dlm.specials, ar_specials=models.ar.specials,
-            dlm_vocab_rows=models.dlm.vocab_rows, ar_vocab_rows=models.ar.vocab_rows, dlm_name=dlm, ar_name=ar)
+        models.attach_helper(load_ar(ar_path, name=ar, device=dev, dtype=ar_dt))
     if compile:  # torch.compile of the model forwards; pays on GPUs at 7B, rarely for the small CPU models
         import torch
 

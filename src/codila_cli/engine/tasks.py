@@ -69,16 +69,11 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
         return res, cut, seed
     from codila_cli.decoding.batch import RowAR, RowDLM
 
-    row = batcher.join()
-    try:
-        if on_row is not None:
-            on_row(batcher, row)
+    with batcher.row(on_row) as row:
         if writer is not None:
             writer.ar = RowAR(models.ar, batcher, row)
         res = decode_dreamon(RowDLM(batcher, row, dlm), prefix_ids=p_ids, suffix_ids=s_ids, config=config,
                              writer=writer, generator=gen, on_step=on_step)
-    finally:
-        batcher.leave(row)
     return res, cut, seed
 
 

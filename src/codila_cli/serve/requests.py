@@ -23,10 +23,10 @@ CODILA_KEYS = ("decoder", "block_size", "tau", "cache", "cache_blocks", "tokens_
 class GenSettings:
     decoder: str
     config: Any
-    seed: int | None
 
 
-def _stops(stop: Any) -> tuple[str, ...]:
+def stop_strings(stop: Any) -> tuple[str, ...]:
+    """OpenAI's ``stop``: None, one string, or a list of at most 16 non-empty strings."""
     if stop is None:
         return ()
     items = [stop] if isinstance(stop, str) else list(stop)
@@ -36,13 +36,12 @@ def _stops(stop: Any) -> tuple[str, ...]:
 
 
 def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None, top_p: float | None,
-                 stop: Any, seed: int | None, codila: dict | None) -> GenSettings:
+                 codila: dict | None) -> GenSettings:
     """The decoder and config for one completion: ``base`` (resolve.GenRequest, the server's defaults:
-    flags, config file, helper recommendation) with the request's fields on top.
-
-    ``stop`` strings end the text where they occur (OpenAI's rule, checked on the text after decoding,
-    see :func:`cut_at_stop`); codila's own line-start stops (``codila.stop_lines``) end decoding too.
-    """
+    flags, config file, helper recommendation) with the request's fields on top. Another decoder than
+    the server's (``codila.decoder``) starts from that decoder's built-in defaults. OpenAI ``stop``
+    strings are not decoder settings (the text is cut after decoding: :func:`cut_at_stop`);
+    ``codila.stop_lines`` are codila's line-start stops, which end decoding too."""
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
 
     codila = dict(codila or {})
@@ -54,32 +53,23 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
         raise ValueError(f"codila.decoder must be dream, threshold or codila, got {decoder!r}")
     if decoder == "codila" and base.ar is None:
         raise ValueError("codila.decoder 'codila' needs an AR helper, and this server has none")
+    kind = {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig}[decoder]
+    names = {f.name for f in dataclasses.fields(kind)}
+    misplaced = sorted(set(codila) - names - {"stop_lines"})
+    if misplaced:
+        raise ValueError(f"codila setting(s) {', '.join(misplaced)} do not apply to the {decoder} decoder")
     cfg = base.config
-    common: dict[str, Any] = {}
-    if max_tokens is not None:
-        common["max_new_tokens"] = max_tokens
     samp = cfg.sampling
     if temperature is not None or top_p is not None:
         samp = SamplingConfig(temperature=samp.temperature if temperature is None else float(temperature),
                               top_p=samp.top_p if top_p is None or top_p >= 1.0 else float(top_p), top_k=samp.top_k)
-    common["sampling"] = samp
     lines = codila.pop("stop_lines", None)
-    if lines is not None:
-        common["stop"] = _stops(lines)
-    fields = {"max_new_tokens": cfg.max_new_tokens, "early_stop": cfg.early_stop, "stop": cfg.stop, **common}
-    kind = {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig}[decoder]
-    names = {f.name for f in dataclasses.fields(kind)}
-    extra = {k: v for k, v in codila.items() if k in names}
-    if decoder == base.decoder:
-        new = dataclasses.replace(cfg, **{**fields, **extra})
-        if decoder == "codila" and temperature is not None:  # the helper writes codila's tokens: same temperature
-            new = dataclasses.replace(new, ar_temperature=samp.temperature)
-    else:
-        new = kind(**{**fields, **extra})
-    left = set(codila) - {f.name for f in dataclasses.fields(kind)}
-    if left:
-        raise ValueError(f"codila setting(s) {', '.join(sorted(left))} do not apply to the {decoder} decoder")
-    return GenSettings(decoder=decoder, config=new, seed=seed)
+    fields = {"max_new_tokens": cfg.max_new_tokens if max_tokens is None else max_tokens, "sampling": samp,
+              "early_stop": cfg.early_stop, "stop": cfg.stop if lines is None else stop_strings(lines), **codila}
+    new = dataclasses.replace(cfg, **fields) if decoder == base.decoder else kind(**fields)
+    if decoder == "codila" and temperature is not None:  # the helper writes codila's tokens: the same temperature
+        new = dataclasses.replace(new, ar_temperature=samp.temperature)
+    return GenSettings(decoder=decoder, config=new)
 
 
 def infill_settings(*, max_middle: int | None, temperature: float | None, top_p: float | None,

@@ -12,13 +12,12 @@ serve/requests.py) and every answer carries one back (forwards, tokens per forwa
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from codila_cli.serve.errors import APIError
@@ -28,22 +27,33 @@ router = APIRouter()
 Prompt = str | list[str]
 
 
+Temperature = Annotated[float | None, Field(ge=0, le=2)]
+TopP = Annotated[float | None, Field(gt=0, le=1)]
+Seed = Annotated[int | None, Field(ge=0, lt=2**63)]
+Count = Annotated[int | None, Field(ge=0)]
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class CompletionRequest(_Body):
+class _OpenAIRequest(_Body):
+    """The fields OpenAI's completions and chat completions share."""
+
     model: str | None = None
-    prompt: Prompt = ""
-    suffix: str | None = None
-    max_tokens: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: Count = None
+    temperature: Temperature = None
+    top_p: TopP = None
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1, le=8)
-    seed: int | None = Field(None, ge=0, lt=2**63)
+    seed: Seed = None
     stream: bool = False
     codila: dict[str, Any] | None = None
+
+
+class CompletionRequest(_OpenAIRequest):
+    prompt: Prompt = ""
+    suffix: str | None = None
 
 
 class Message(_Body):
@@ -51,18 +61,9 @@ class Message(_Body):
     content: str | list[dict[str, Any]] | None = ""
 
 
-class ChatRequest(_Body):
-    model: str | None = None
+class ChatRequest(_OpenAIRequest):
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=0)
-    max_completion_tokens: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    stop: str | list[str] | None = None
-    n: int = Field(1, ge=1, le=8)
-    seed: int | None = Field(None, ge=0, lt=2**63)
-    stream: bool = False
-    codila: dict[str, Any] | None = None
+    max_completion_tokens: Count = None
 
 
 class ExtraChunk(_Body):
@@ -76,18 +77,18 @@ class InfillRequest(_Body):
     input_extra: list[ExtraChunk] = []
     prompt: str = ""
     n_predict: int | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = Field(None, ge=-1, lt=2**63)
+    temperature: Temperature = None
+    top_p: TopP = None
+    seed: int | None = Field(None, ge=-1, lt=2**63)  # llama.cpp: -1 = random
     stream: bool = False
     codila: dict[str, Any] | None = None
 
 
 class OllamaOptions(_Body):
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
+    temperature: Temperature = None
+    top_p: TopP = None
     num_predict: int | None = None
-    seed: int | None = Field(None, ge=0, lt=2**63)
+    seed: Seed = None
     stop: list[str] | None = None
 
 
@@ -113,7 +114,7 @@ def _names(request: Request) -> list[str]:
     return names
 
 
-def _check_model(request: Request, model: str | None, *, ollama: bool = False) -> None:
+def _check_model(request: Request, model: str | None) -> None:
     if not model:
         return
     name = model.removesuffix(":latest")
@@ -196,7 +197,7 @@ async def infill(body: InfillRequest, request: Request) -> Response:
 
 @router.post("/api/generate")
 async def generate(body: OllamaGenerate, request: Request) -> Response:
-    _check_model(request, body.model, ollama=True)
+    _check_model(request, body.model)
     o = body.options
     if body.suffix:
         job = Job.infill(request, prefix=body.prompt, suffix=body.suffix, max_middle=o.num_predict,
@@ -216,5 +217,3 @@ def _text(content: Any) -> str:
         return content
     return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
 
-
-__all__ = ["JSONResponse", "StreamingResponse", "json", "router"]

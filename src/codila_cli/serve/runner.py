@@ -156,16 +156,16 @@ class Runner:
                     return await asyncio.wait_for(asyncio.shield(fut), timeout=0.25)
                 except asyncio.TimeoutError:
                     pass
-                if time.monotonic() > deadline:
-                    ticket.cancel("deadline")
-                    self.metrics.cancelled.labels("deadline").inc()
-                    await asyncio.wait([fut])
-                    raise DeadlineExceeded(f"the request ran past the server's deadline of {self.deadline_s:g} s")
-                if watch is not None and await watch():
-                    ticket.cancel("disconnected")
-                    self.metrics.cancelled.labels("disconnected").inc()
-                    await asyncio.wait([fut])
-                    return fut.result() if not fut.exception() else None
+                late = time.monotonic() > deadline
+                if late or (watch is not None and await watch()):
+                    reason = "deadline" if late else "disconnected"
+                    ticket.cancel(reason)
+                    self.metrics.cancelled.labels(reason).inc()
+                    await asyncio.wait([fut])  # the rows end at their next model call
+                    fut.exception()  # retrieved: nobody reads a cancelled request's result
+                    if late:
+                        raise DeadlineExceeded(f"the request ran past the server's deadline of {self.deadline_s:g} s")
+                    return None
         except asyncio.CancelledError:
             ticket.cancel("cancelled")
             self.metrics.cancelled.labels("cancelled").inc()

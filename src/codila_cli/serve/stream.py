@@ -10,7 +10,6 @@ block. The last chunk carries ``finish_reason`` and ``usage``.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -55,8 +54,7 @@ class Job:
             return cls.infill(request, prefix=prompt, suffix=suffix, max_middle=max_tokens, temperature=temperature,
                               top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
         st = request.app.state
-        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                             codila=codila)
+        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, codila=codila)
         _check_context(st.engine.models, prompt, settings.config, system=system, messages=None)
         return cls("gen", st.engine, settings, n=n, prompt=prompt, system=system, stops=_stop_strings(stop),
                    seed=seed, model=model or st.engine.models.dlm.name)
@@ -67,8 +65,7 @@ class Job:
         from codila_cli.engine.prompts import is_chat
 
         st = request.app.state
-        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                             codila=codila)
+        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, codila=codila)
         models = st.engine.models
         if is_chat(models.dlm.tokenizer):
             prompt, msgs = "", messages
@@ -153,16 +150,16 @@ def _settings(base: Any, **kw: Any) -> Any:
     from codila_cli.serve.requests import gen_settings
 
     try:
-        return gen_settings(base, stop=None, **kw)
+        return gen_settings(base, **kw)
     except (ValueError, TypeError) as exc:
         raise APIError(400, str(exc), param="codila") from None
 
 
 def _stop_strings(stop: Any) -> tuple[str, ...]:
-    from codila_cli.serve.requests import _stops
+    from codila_cli.serve.requests import stop_strings
 
     try:
-        return _stops(stop)
+        return stop_strings(stop)
     except ValueError as exc:
         raise APIError(400, str(exc), param="stop") from None
 
@@ -179,7 +176,7 @@ def _check_context(models: Any, prompt: str, config: Any, *, system: str | None,
 
 
 async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Response:
-    from codila_cli.serve.runner import DeadlineExceeded, QueueFull
+    from codila_cli.serve.runner import QueueFull
 
     st = request.app.state
     runner = st.runner
@@ -217,6 +214,8 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
         for t in tasks:
             if not t.done():
                 t.cancel()
+            elif not t.cancelled():
+                t.exception()  # retrieved (a stream already answered it): no "never retrieved" warning
         ticket.cancel("finished")
         runner.done(ticket)
         await runner.release(job.n)
@@ -225,22 +224,22 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
     if not stream:
         try:
             outs = await asyncio.gather(*tasks)
-        except DeadlineExceeded as exc:
-            raise APIError(504, str(exc), kind="timeout_error", code="deadline_exceeded") from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - one error object for this client
             raise _as_api_error(exc) from None
         finally:
             await finish()
         if any(o is None for o in outs):  # cancelled: the client went away; nobody reads this
             return Response(status_code=499)
         _count(st, outs)
-        return JSONResponse(_document(job, style, outs))
-    return StreamingResponse(_events(job, style, queue, tasks, finish, st, t0),
+        from codila_cli.serve import formats
+
+        return JSONResponse(formats.document(job, style, outs))
+    return StreamingResponse(_events(job, style, queue, finish, st, t0),
                              media_type="application/x-ndjson" if style == "ollama" else "text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _events(job: Job, style: str, queue: asyncio.Queue, tasks: list, finish: Any, st: Any, t0: float):
+async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: Any, t0: float):
     from codila_cli.serve import formats
 
     outs: dict[int, RowOut] = {}
@@ -297,10 +296,4 @@ def _as_api_error(exc: BaseException) -> APIError:
     return APIError(500, f"internal error: {type(exc).__name__}: {exc}"[:500], kind="server_error")
 
 
-def _document(job: Job, style: str, outs: list[RowOut]) -> dict:
-    from codila_cli.serve import formats
 
-    return formats.document(job, style, outs)
-
-
-__all__ = ["Job", "RowOut", "json", "run_job"]
