@@ -15,10 +15,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from codila_cli.engine.models import default_ar, default_dlm, load_models
 from codila_cli.eval.benchmarks import load_tasks, select
 from codila_cli.eval.runner import markdown, run_eval, write_outputs
 from codila_cli.eval.settings import parse_setting
-from codila_cli.engine.models import default_ar, default_dlm, load_models
 
 
 @contextmanager

@@ -18,11 +18,11 @@ import statistics
 import time
 from pathlib import Path
 
+from codila_cli.engine.generate import context_overflow, generate
+from codila_cli.engine.models import default_ar, default_dlm, load_models
 from codila_cli.eval.heldout import load_heldout
 from codila_cli.eval.runner import reference_label
 from codila_cli.eval.settings import parse_setting
-from codila_cli.engine.generate import context_overflow, generate
-from codila_cli.engine.models import default_ar, default_dlm, load_models
 
 R = "codila:B=4,W=1,ctx=64,rp=1.3"  # the bundled helper's recommendation without its cache
 # R with prefix,cb=8 is what `codila gen` runs on the bundled pair (its recommended cache)

@@ -12,9 +12,9 @@ import statistics
 
 import torch
 
-from codila_cli.eval.heldout import load_heldout
-from codila_cli.engine.prompts import encode_prompt
 from codila_cli.engine.models import load_models
+from codila_cli.engine.prompts import encode_prompt
+from codila_cli.eval.heldout import load_heldout
 
 
 def main() -> None:

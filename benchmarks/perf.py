@@ -32,10 +32,10 @@ import sys
 import time
 from pathlib import Path
 
+from codila_cli.engine.generate import generate
+from codila_cli.engine.models import default_ar, default_dlm, load_models
 from codila_cli.eval.heldout import load_heldout
 from codila_cli.eval.settings import parse_setting
-from codila_cli.engine.models import default_ar, default_dlm, load_models
-from codila_cli.engine.generate import generate
 
 SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0.9,cache=prefix",
             "threshold:0.9,cache=dual", "codila:B=4", "codila:B=4,cache=prefix", "codila:B=4,cache=dual",

@@ -24,12 +24,13 @@ from pathlib import Path
 
 from codila_cli.contract import Contract, Entry, parse_contract
 from codila_cli.decoding.config import DreamConfig, PlanConfig
-from codila_cli.plan_metrics import all_defined
 from codila_cli.engine.generate import generate
 from codila_cli.engine.models import load_models
 from codila_cli.engine.tasks import plan
-from codila_cli.train.corpus import HELDOUT_PACKAGES, collect_sources
+from codila_cli.plan_metrics import all_defined
+from codila_cli.train.corpus import collect_sources
 from codila_cli.train.plan_data import _units, plan_prompt
+from codila_cli.train.prompt_sets import HELDOUT_PACKAGES
 
 
 def tasks(limit: int) -> list[dict]:

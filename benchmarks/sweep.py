@@ -14,10 +14,10 @@ import json
 import sys
 from pathlib import Path
 
+from codila_cli.engine.models import default_ar, default_dlm, load_models
 from codila_cli.eval.benchmarks import load_tasks, select
 from codila_cli.eval.runner import markdown, run_eval, write_outputs
 from codila_cli.eval.settings import PAPER_GRID, parse_setting
-from codila_cli.engine.models import default_ar, default_dlm, load_models
 
 
 def main() -> None:

@@ -110,8 +110,8 @@ def test_helper_may_recommend_top_k_conditioning(tiny, tmp_path):
     --conditioning says otherwise; a malformed value is ignored; eval's default label spells it out."""
     import shutil
 
-    from codila_cli.eval.settings import parse_setting, recommended_label
     from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.eval.settings import parse_setting, recommended_label
 
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)

@@ -152,8 +152,8 @@ def test_doctor_ok_with_local_models(tiny, monkeypatch):
 def test_every_gen_setting_with_a_default_can_be_set_in_the_config_file():
     """config.toml's [gen] table accepts every `codila gen` setting that has a library default (the
     file sits between the environment and the defaults in the precedence)."""
-    from codila_cli.resolve import GEN_DEFAULTS
     from codila_cli.config import SCHEMA
+    from codila_cli.resolve import GEN_DEFAULTS
 
     runtime = {"device", "dtype"}
     assert set(GEN_DEFAULTS) - runtime == set(SCHEMA["gen"])

@@ -419,8 +419,8 @@ def test_cache_projects_only_the_rows_asked_for(tiny_models, mode):
 def test_static_codila_with_cache_projects_one_block(tiny_models, monkeypatch):
     """W = 1 with a 3-block dual window: every DLM forward projects the 4 rows of the block being
     written, never the whole window; the text is what projecting the whole window gives."""
-    from codila_cli.models import dream
     from codila_cli.engine.generate import generate
+    from codila_cli.models import dream
 
     cfg = CodilaConfig(max_new_tokens=24, block_size=4, candidate_blocks=1, early_stop=False, cache="dual",
                        cache_blocks=3)
@@ -467,8 +467,8 @@ def test_cached_decoders_run_and_count(tiny_models, decoder, cfg, mode):
 def test_codila_cache_refreshes_once_per_window(tiny_models, mode, monkeypatch):
     """Static CoDiLA with a cache: the window of W blocks stays put until full, so a 24-slot canvas with
     B = 4, W = 2 costs 24 / 8 = 3 full forwards and 3 window forwards (one per remaining block)."""
-    from codila_cli.models.dream import BlockCache
     from codila_cli.engine.generate import generate
+    from codila_cli.models.dream import BlockCache
 
     refreshes = []
     real = BlockCache.refresh
@@ -578,8 +578,8 @@ def test_ar_context_kv_reuse_is_exact(tiny_models):
 
 def test_codila_cache_blocks_sets_the_window(tiny_models, monkeypatch):
     """W = 1 with a cache of 3 blocks: one full forward per 12 slots, a window forward for the rest."""
-    from codila_cli.models.dream import BlockCache
     from codila_cli.engine.generate import generate
+    from codila_cli.models.dream import BlockCache
 
     refreshes = []
     real = BlockCache.refresh

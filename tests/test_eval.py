@@ -14,10 +14,9 @@ from typer.testing import CliRunner
 
 from codila_cli.cli import app
 from codila_cli.eval.benchmarks import load_tasks, select
+from codila_cli.eval.jail import detect as _detect_jail  # noqa: E402
 from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 from codila_cli.eval.settings import parse_setting
-
-from codila_cli.eval.jail import detect as _detect_jail  # noqa: E402
 
 JAIL = _detect_jail().kind != "none"
 # benign programs (canonical solutions) also run where no jail exists; hostile ones only in the jail
@@ -230,8 +229,8 @@ def test_batched_eval_gives_one_row_per_task_in_order(tiny, tmp_path):
 def test_eval_runs_task_major_and_returns_rows_setting_major(tiny):
     """Every setting decodes a task before the next task starts (tokens/s side by side on a machine
     whose speed drifts); the rows come back in (setting, task) order, with or without batching."""
-    from codila_cli.eval.runner import run_eval
     from codila_cli.engine.models import load_models
+    from codila_cli.eval.runner import run_eval
 
     models = load_models(dlm=str(tiny["dlm"]), ar=str(tiny["ar"]), device="cpu", dtype="float32")
     tasks = select(load_tasks("humaneval"), limit=3, ids=None)

@@ -345,8 +345,8 @@ def test_a_model_written_return_stays_inside_the_function(tmp_path):
 def test_special_token_strings_in_a_file_are_text(tiny, monkeypatch, engine):
     """A file (or prompt) that contains `<|endoftext|>` is encoded as those characters, not as the token
     (both tokenizer kinds: transformers', and the native engine's tokenizers-only stand-in)."""
-    from codila_cli.models.tokens import encode_text
     from codila_cli.engine.models import load_models
+    from codila_cli.models.tokens import encode_text
 
     monkeypatch.setenv("CODILA_ENGINE", engine)
     for engine_dir in (tiny["dlm"],):

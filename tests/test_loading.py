@@ -178,8 +178,8 @@ def test_dream_given_as_ar_is_refused(tiny):
 
 
 def test_incompatible_vocabularies_refused(tiny, tmp_path):
-    from codila_cli.models.tokens import VocabBridge
     from codila_cli.engine.models import load_models
+    from codila_cli.models.tokens import VocabBridge
     from codila_cli.train.tiny import build_tiny
 
     other = build_tiny(tmp_path / "other", vocab_size=300)  # a different BPE: ids mean other strings
@@ -204,8 +204,8 @@ def test_loading_keeps_one_copy_of_the_weights(tiny, engine, monkeypatch):
     """The loaded tensors become the parameters (no staging copy, no fp32 detour): the embedding is
     the very tensor read from the file, the state dict is consumed, nothing is left on the meta device.
     (benchmarks/load_memory.py: peak RSS 3.3× → 1.2× the bf16 weights for the native engine.)"""
-    from codila_cli.models import loading
     from codila_cli.engine.models import load_models
+    from codila_cli.models import loading
 
     seen: dict = {}
     real = loading.load_state_dict

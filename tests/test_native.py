@@ -94,7 +94,7 @@ def test_whole_decodes_agree(tiny, monkeypatch, decoder, cfg):
 
 
 def test_native_tokenizer_matches_the_fast_tokenizer():
-    from codila_cli.models.native import NativeTokenizer
+    from codila_cli.models.native_tokenizer import NativeTokenizer
     from codila_cli.models.registry import bundled_path
     from codila_cli.models.tokens import load_tokenizer
 

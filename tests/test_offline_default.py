@@ -122,7 +122,7 @@ def test_build_corpus_records_the_site_what_it_missed_and_the_prompt_packages(tm
 
 
 def test_package_prompts_drop_functions_the_corpus_trained_on(tmp_path):
-    from codila_cli.train.corpus import package_prompts
+    from codila_cli.train.prompt_sets import package_prompts
 
     site = _site(tmp_path)
     train = tmp_path / "train.jsonl"

@@ -37,9 +37,9 @@ def shaped(tmp_path_factory):
 def test_shaped_pair_loads_with_the_real_token_layout_and_decodes(shaped, monkeypatch):
     """Both engines load the pair through the real loader, find the specials at the real offsets,
     keep the colliding ids out of the bridge, and decode the same tokens with the expected forwards."""
-    from codila_cli.eval.settings import parse_setting
     from codila_cli.engine.generate import generate
     from codila_cli.engine.models import load_models
+    from codila_cli.eval.settings import parse_setting
 
     cfg = json.loads((shaped["dlm"] / "config.json").read_text())
     assert cfg["model_type"] == "Dream" and cfg["vocab_size"] == 921 and not cfg["tie_word_embeddings"]
@@ -147,10 +147,10 @@ def test_auto_dtype_on_cpu_keeps_large_bf16_checkpoints_in_bf16_per_model(shaped
     a bf16 DLM decodes with an fp32 helper."""
     import shutil
 
-    from codila_cli.eval.settings import parse_setting
-    from codila_cli.models import loading
     from codila_cli.engine.generate import generate
     from codila_cli.engine.models import load_models
+    from codila_cli.eval.settings import parse_setting
+    from codila_cli.models import loading
 
     def dtypes(m):
         return m.dlm.model.get_input_embeddings().weight.dtype, m.ar.embedding.dtype if m.ar else None

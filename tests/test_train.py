@@ -92,10 +92,10 @@ def _tiny_run(tmp_path, tok):
 
 
 def test_loss_goes_down_and_resume_is_exact(tmp_path, tok, monkeypatch):
-    from codila_cli.train import stages
-    from codila_cli.train.stages import Shape
+    from codila_cli.train import networks, stages
+    from codila_cli.train.networks import Shape
 
-    monkeypatch.setattr(stages, "DLM_SHAPE", Shape(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=64))
+    monkeypatch.setattr(networks, "DLM_SHAPE", Shape(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=64))
     run = _tiny_run(tmp_path, tok)
     kw = dict(batch=4, seq_len=32, lr=1e-2)
     logs: list[dict] = []
@@ -275,16 +275,16 @@ def test_prompted_rows_noise_only_the_canvas(tmp_path, tok):
 
 
 def test_helper_shape_is_recorded_and_a_run_keeps_it(tmp_path, tok, monkeypatch):
-    from codila_cli.train import stages
-    from codila_cli.train.stages import Shape
+    from codila_cli.train import networks, stages
+    from codila_cli.train.networks import Shape
 
     tiny_shapes = {"small": Shape(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, max_positions=64),
                    "base": Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, max_positions=64)}
-    monkeypatch.setattr(stages, "AR_SHAPES", tiny_shapes)
+    monkeypatch.setattr(networks, "AR_SHAPES", tiny_shapes)
     run = _tiny_run(tmp_path, tok)
-    assert stages._ar_shape(run) == tiny_shapes["small"]  # runs older than the record: session 1's helper
+    assert networks.ar_shape(run) == tiny_shapes["small"]  # runs older than the record: session 1's helper
     stages.stage_ar(run, steps=1, batch=2, seq_len=32)
-    assert stages._ar_shape(run) == tiny_shapes["base"]
+    assert networks.ar_shape(run) == tiny_shapes["base"]
     state = torch.load(run / "ar" / "final.pt", weights_only=True)
     assert state["model.embed_tokens.weight"].shape[1] == 32 and "model.layers.1.mlp.up_proj.weight" in state
     with pytest.raises(ValueError, match="another helper shape"):
@@ -295,12 +295,12 @@ def test_ar_init_continues_an_exported_helper_and_refuses_another_shape(tmp_path
     """`codila train ar --init DIR` starts from DIR's weights (issue 26: continue the bundled helper)."""
     from safetensors.torch import load_file
 
-    from codila_cli.train import stages
-    from codila_cli.train.stages import Shape
+    from codila_cli.train import networks, stages
+    from codila_cli.train.networks import Shape
 
     tiny_shapes = {"small": Shape(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, max_positions=64),
                    "base": Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, max_positions=64)}
-    monkeypatch.setattr(stages, "AR_SHAPES", tiny_shapes)
+    monkeypatch.setattr(networks, "AR_SHAPES", tiny_shapes)
     first = _tiny_run(tmp_path / "a", tok)
     stages.stage_ar(first, steps=30, batch=4, seq_len=32, lr=1e-2)
     trained = load_file(str(first / "ar" / "final" / "model.safetensors"))
@@ -447,7 +447,7 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     stage_export(run, target=tmp_path / "out3", ar_decoding={"ar_repetition_penalty": 1.3,
                                                               "by_block_size": {"8": {"ar_repetition_penalty": 1.7}}})
     assert recommended_decoding(str(tmp_path / "out3" / "ar"), block_size=8) == {"ar_repetition_penalty": 1.7}
-    from codila_cli.train.stages import _export_value
+    from codila_cli.train.export import export_value as _export_value
 
     assert [_export_value(v) for v in ("4", "1.3", "dual", "true", "false")] == [4, 1.3, "dual", True, False]
 
@@ -457,8 +457,8 @@ def test_train_export_decoding_flags_reach_the_export(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from codila_cli.cli import app
-    from codila_cli.train import stages
     from codila_cli.errors import UsageError
+    from codila_cli.train import stages
     from codila_cli.train.options import export_decoding
 
     assert export_decoding(["ar_context=96", "ar_repetition_penalty=1.3", "cache=prefix"]) == {
@@ -489,9 +489,9 @@ def test_export_re_records_the_pair_so_gen_does_not_warn(tiny, tmp_path):
     a DLM with other weights still gets one."""
     import shutil
 
+    from codila_cli.engine.models import load_models
     from codila_cli.models.cache import fingerprint, helper_mismatch, identity, same_model
     from codila_cli.models.registry import resolve_spec
-    from codila_cli.engine.models import load_models
     from codila_cli.train.stages import stage_export
 
     run = tmp_path / "run"
@@ -532,10 +532,10 @@ def test_tasks_from_a_given_dlm_needs_no_dlm_stage_in_the_run(tmp_path, tok, mon
     the plan examples are tokenized with DIR's tokenizer and the fine-tune starts from DIR's weights."""
     from safetensors.torch import load_file
 
-    from codila_cli.train import stages
-    from codila_cli.train.stages import Shape
+    from codila_cli.train import networks, stages
+    from codila_cli.train.networks import Shape
 
-    monkeypatch.setattr(stages, "DLM_SHAPE", Shape(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=64))
+    monkeypatch.setattr(networks, "DLM_SHAPE", Shape(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=64))
     source = _tiny_run(tmp_path / "a", tok)
     stages.stage_dlm(source, steps=1, batch=2, seq_len=32)
     fresh = _tiny_run(tmp_path / "b", tok)

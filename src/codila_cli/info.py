@@ -58,10 +58,10 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     from: env > file > the configured AR helper's recommendation (engine.recommend.recommended_decoding) > the
     configured DLM's generation_config.json (resolve.model_defaults) > default; ``gen.ar_temperature``
     otherwise follows ``gen.temperature`` as set by the user."""
-    from codila_cli.models.registry import bundled_available
-    from codila_cli.resolve import GEN_DEFAULTS
     from codila_cli.engine.models import default_ar
     from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.models.registry import bundled_available
+    from codila_cli.resolve import GEN_DEFAULTS
 
     env_keys = {("models", "dlm"): "CODILA_MODEL", ("models", "ar"): "CODILA_AR_MODEL",
                 ("runtime", "device"): "CODILA_DEVICE", ("runtime", "dtype"): "CODILA_DTYPE"}

@@ -9,9 +9,9 @@ each value came from (``-v`` and ``--json`` print it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any

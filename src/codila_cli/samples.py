@@ -31,11 +31,11 @@ def all_greedy(cfg: Any) -> bool:
 
 def sample_many(models: Any, text: str, *, decoder: str, config: Any, seeds: list[int], system: str | None = None,
                 view: ViewFactory | None = None) -> Any:
-    """One batched decode when batching pays (a GPU, no KV cache), else one sample after another; with
+    """One batched decode when batching pays (engine.generate.batching_pays), else one sample after another; with
     ``view``, a batch is followed by view(0) and samples in turn each get view(i). Returns a BatchOutcome."""
     from codila_cli.engine.generate import BatchOutcome, batching_pays, generate, generate_many
 
-    batched = batching_pays(models, config)
+    batched = batching_pays(models)
     n = len(seeds)
     if view is None:
         return generate_many(models, [text] * n, decoder=decoder, config=config, seeds=seeds, system=system,

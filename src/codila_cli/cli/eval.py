@@ -38,13 +38,13 @@ def eval_cmd(
 
     Generated code runs only here, in a sandboxed subprocess (docs/evaluation.md).
     """
+    from codila_cli.engine import generate as engine_gen, models as engine_models  # noqa: I001
     from codila_cli.eval.benchmarks import load_tasks, select
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
     from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
                                          prepare_output, too_long_warning)
-    from codila_cli.engine import generate as engine_gen, models as engine_models
     from codila_cli.ui.terminal import stderr_is_tty
 
     if not 1 <= batch_size <= 64:
@@ -68,8 +68,8 @@ def eval_cmd(
     if warning and talk:
         sys.stderr.write(f"Warning: {warning}\n")
     if batch_size > 1 and not engine_gen.batching_pays(models) and talk:
-        sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there than one task "
-                         "at a time (same completions; docs/decoders.md, \"Batching\")\n")
+        sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU with this engine: a batch runs slower there "
+                         "than one task at a time (same completions; docs/decoders.md, \"Batching\")\n")
     total = -(-len(chosen) // shard.world) * len(run.settings)
     show = talk and stderr_is_tty()
     partial = PartialRows(output, shard.rank)  # survives an interrupted run

@@ -49,10 +49,10 @@ def infill(
     The patched file goes to stdout unless --diff or --in-place.
     """
     from codila_cli.decoding.config import InfillConfig, SamplingConfig
+    from codila_cli.engine.models import default_ar, default_infill_dlm, load_models
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
     from codila_cli.models.generation import task_sampling
     from codila_cli.report import note_bundled
-    from codila_cli.engine.models import default_ar, default_infill_dlm, load_models
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)

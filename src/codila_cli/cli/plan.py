@@ -37,11 +37,11 @@ def plan(
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, read_contract
     from codila_cli.decoding.config import PlanConfig, SamplingConfig
+    from codila_cli.engine.models import load_models
     from codila_cli.models.generation import task_sampling
     from codila_cli.models.registry import default_plan_dlm
     from codila_cli.prompts import read_prompt
     from codila_cli.report import note_bundled
-    from codila_cli.engine.models import load_models
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)

@@ -207,7 +207,7 @@ class BatchOutcome:
                 "tokens_per_second": round(tokens / self.wall_seconds, 2) if self.wall_seconds > 0 else 0.0}
 
 
-def batching_pays(models: Models, config: Any = None) -> bool:
+def batching_pays(models: Models) -> bool:
     """Whether decoding rows together beats decoding them one after another: on a GPU one forward
     serves N rows for about the price of one; on a CPU only where the engine stacks every model call,
     KV-cached ones and the helper's included (the native engine of the bundled models,

@@ -4,7 +4,7 @@
 ``heldout_ext_prompts.jsonl`` (120) come only from packages outside the corpus (issue 26,
 scripts/make_prompt_sets.py).
 
-Built by ``train/corpus.py::heldout_prompts`` (validation-split files and packages outside the corpus,
+Built by ``train/prompt_sets.py::heldout_prompts`` (validation-split files and packages outside the corpus,
 round-robin over packages, no 20-token overlap with any training function) and shipped as package data.
 ``prompt + completion`` is checked for syntax; an empty completion counts as not valid, because a
 signature + docstring alone already parses.

@@ -120,7 +120,7 @@ def load_tokenizer(path: Path, *, name: str, native: bool = False) -> Any:
     has_template = isinstance(template, str) and bool(template.strip())
     try:
         if native and not has_template:
-            from codila_cli.models.native import NativeTokenizer
+            from codila_cli.models.native_tokenizer import NativeTokenizer
 
             return NativeTokenizer(file, kwargs)
         from transformers import PreTrainedTokenizerFast

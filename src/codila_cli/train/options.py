@@ -23,7 +23,7 @@ def stage_options(stage: str, *, shape: str = "base", init: Path | None = None, 
                   batch: int | None = None, lr: float | None = None, bare_body: str | None = None,
                   seed: int | None = None) -> dict[str, Any]:
     """The keyword arguments of ``stages.stage_<stage>`` for the flags given (None = the stage's own)."""
-    from codila_cli.train.stages import AR_SHAPES
+    from codila_cli.train.networks import AR_SHAPES
 
     extra: dict[str, Any] = {}
     if shape not in AR_SHAPES:
@@ -96,7 +96,7 @@ def export_decoding(pairs: list[str]) -> dict | None:
     import re
 
     from codila_cli.engine.recommend import recommendable
-    from codila_cli.train.stages import _export_value
+    from codila_cli.train.export import export_value as _export_value
 
     out: dict = {}
     for pair in pairs:

@@ -17,34 +17,19 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from codila_cli.train import networks
 from codila_cli.train.data import load_tokens, sample_batch, tokenize_split
+from codila_cli.train.export import export_value, stage_export
 from codila_cli.train.loop import LoopConfig, run_loop
 from codila_cli.train.tokenizer import BOS, EOS, EXPAND, MASK, THINK_CLOSE, THINK_OPEN
 
-
-@dataclass(frozen=True)
-class Shape:
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-    max_positions: int = 1024
-
-
-DLM_SHAPE = Shape(hidden=256, layers=6, heads=4, kv_heads=2, intermediate=768, max_positions=512)
-# the helper: session 1 shipped "small" (1.9 M parameters); "base" (4.5 M, still below the DLM's 6.8 M)
-AR_SHAPES = {"small": Shape(hidden=160, layers=2, heads=4, kv_heads=2, intermediate=480, max_positions=512),
-             "base": Shape(hidden=256, layers=3, heads=4, kv_heads=2, intermediate=768, max_positions=512)}
-AR_LR = {"small": 3e-3, "base": 2e-3}
 STAGES = ("corpus", "tokenizer", "arinit", "dlm", "sft", "ar", "tasks", "export")  # then `codila train align`
-MAX_BUNDLE_BYTES = 40 * 2**20
 Log = Callable[[dict], None]
 
 
@@ -102,31 +87,6 @@ def _tokenise(run: Path) -> dict:
     return out
 
 
-def _qwen2(shape: Shape, vocab: int, ids: dict):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                      num_key_value_heads=shape.kv_heads, max_position_embeddings=shape.max_positions,
-                      rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=ids["bos"],
-                      eos_token_id=ids["eos"], pad_token_id=ids["eos"])
-    cfg._attn_implementation = "sdpa"
-    return Qwen2ForCausalLM(cfg)
-
-
-def _qwen3(shape: Shape, vocab: int, ids: dict):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                      num_key_value_heads=shape.kv_heads, head_dim=shape.hidden // shape.heads,
-                      max_position_embeddings=shape.max_positions, rope_theta=10000.0,
-                      tie_word_embeddings=True, bos_token_id=ids["bos"], eos_token_id=ids["eos"],
-                      pad_token_id=ids["eos"])
-    cfg._attn_implementation = "sdpa"
-    return Qwen3ForCausalLM(cfg)
-
-
 def _batcher(run: Path, split: str, ids: dict, *, batch: int, seq_len: int, seed: int, function_share: float,
              suffix: str = ""):
     data = load_tokens(run / f"tokens_{split}{suffix}.npz")
@@ -144,25 +104,13 @@ def _valid_batches(run: Path, ids: dict, *, n: int = 8, batch: int = 16, seq_len
     return [get(i) for i in range(n)]
 
 
-def _export(model, directory: Path, *, dream: bool, ids: dict, run: Path, meta: dict) -> None:
-    from codila_cli.models.export import save_checkpoint
-
-    specials = {"eos": ids["eos"], "pad": ids["eos"], "bos": ids["bos"]}
-    if dream:
-        specials["mask"] = ids["mask"]
-    save_checkpoint(model, directory, dream=dream, specials=specials, dtype="bfloat16",
-                    extra_config={"codila_training": meta})
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(run / "tokenizer" / f, directory / f)
-
-
 def stage_arinit(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 0,
                  lr: float = 2e-3, on_log: Log | None = None) -> dict:
     from codila_cli.train.objectives import causal_lm_loss
 
     ids = _ids(run)
     torch.manual_seed(seed)
-    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+    model = networks.qwen2(networks.DLM_SHAPE, ids["vocab"], ids)
     get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
     valid = _valid_batches(run, ids)
     cfg = LoopConfig(steps=steps, lr=lr, seed=seed)
@@ -183,24 +131,16 @@ def _dlm_valid(model, valid: list[torch.Tensor], mask_id: int) -> float:
     return sum(vals) / len(vals)
 
 
-def _bidirectional(model):
-    """Turn the Qwen2 network's attention bidirectional (a Dream DLM); returns the model."""
-    for module in model.modules():
-        if hasattr(module, "is_causal"):
-            module.is_causal = False
-    return model
-
-
 def stage_dlm(run: Path, *, steps: int, batch: int = 8, seq_len: int = 512, seed: int = 1, lr: float = 1e-3,
               on_log: Log | None = None) -> dict:
     from codila_cli.train.objectives import diffusion_loss
 
     ids = _ids(run)
-    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
+    model = networks.qwen2(networks.DLM_SHAPE, ids["vocab"], ids)
     init = run / "arinit" / "final.pt"
     if init.exists() and not (run / "dlm" / "ckpt.pt").exists():
         model.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
-    _bidirectional(model)
+    networks.bidirectional(model)
     get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5)
     valid = _valid_batches(run, ids)
     cfg = LoopConfig(steps=steps, lr=lr, seed=seed, warmup=50)
@@ -208,15 +148,9 @@ def stage_dlm(run: Path, *, steps: int, batch: int = 8, seq_len: int = 512, seed
                     train_step=lambda s, g: diffusion_loss(model, get(s), mask_id=ids["mask"], gen=g)[0],
                     valid_loss=lambda: _dlm_valid(model, valid, ids["mask"]), on_log=on_log)
     meta = {"stage": "dlm", "steps": steps, "batch": batch, "seq_len": seq_len, "valid_ce_15pct": last.get("valid"),
-            "shape": asdict(DLM_SHAPE)}
-    _export(model, run / "dlm" / "final", dream=True, ids=ids, run=run, meta=meta)
+            "shape": asdict(networks.DLM_SHAPE)}
+    networks.export_checkpoint(model, run / "dlm" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
-
-
-def _final_dlm_dir(run: Path) -> Path:
-    """The finished DLM: the prompt-conditioned ``sft`` stage when it ran, else the ``dlm`` stage."""
-    sft = run / "sft" / "final"
-    return sft if (sft / "model.safetensors").is_file() else run / "dlm" / "final"
 
 
 def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, canvas: int = 128,
@@ -247,9 +181,9 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
                               run / f"prompted_{split}{suffix}.npz", bare_body=bare_body)
     prompted = {s: load_prompted(run / f"prompted_{s}{suffix}.npz") for s in ("train", "valid")}
     if init is not None:
-        model = _dlm_from_final(run, "sft", ids, init=init)
+        model = networks.dlm_from_final(run, "sft", ids, init=init)
     else:
-        model = _bidirectional(_qwen2(DLM_SHAPE, ids["vocab"], ids))
+        model = networks.bidirectional(networks.qwen2(networks.DLM_SHAPE, ids["vocab"], ids))
         if not (run / "sft" / "ckpt.pt").exists():
             src = run / "dlm" / "ckpt.pt"
             model.load_state_dict(torch.load(src, map_location="cpu", weights_only=True)["model"])
@@ -299,15 +233,9 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
     meta = {"stage": "sft", "steps": steps, "batch": batch, "seq_len": seq_len, "canvas": canvas,
             "prompted_share": prompted_share, "frontier": frontier, "bare_body": bare_body,
             "init": init.name if init else "dlm", "lr": lr,
-            "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(DLM_SHAPE)}
-    _export(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
+            "valid_canvas_ce_50pct": last.get("valid"), "shape": asdict(networks.DLM_SHAPE)}
+    networks.export_checkpoint(model, run / "sft" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
-
-
-def _ar_shape(run: Path) -> Shape:
-    """The helper shape this run's ``ar`` stage chose (``RUN/ar/shape.json``; "small" for runs older than it)."""
-    f = run / "ar" / "shape.json"
-    return Shape(**json.loads(f.read_text())) if f.is_file() else AR_SHAPES["small"]
 
 
 def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed: int = 2, lr: float | None = None,
@@ -326,57 +254,28 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
         tokenize_split(run / "corpus" / "train.jsonl", run / "tokenizer" / "tokenizer.json",
                        run / f"tokens_train{suffix}.npz", bos=ids["bos"], eos=ids["eos"], bare_body=bare_body)
     torch.manual_seed(seed)
-    chosen = AR_SHAPES[shape]
+    chosen = networks.AR_SHAPES[shape]
     recorded = run / "ar" / "shape.json"
-    if recorded.is_file() and _ar_shape(run) != chosen:
+    if recorded.is_file() and networks.ar_shape(run) != chosen:
         raise ValueError(f"{run / 'ar'} was started with another helper shape; use a new run directory")
     recorded.parent.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(asdict(chosen)))
-    model = _qwen3(chosen, ids["vocab"], ids)
+    model = networks.qwen3(chosen, ids["vocab"], ids)
     if init is not None and not (run / "ar" / "ckpt.pt").exists():  # a resumed run reads its checkpoint
-        _load_helper(model, init)
+        networks.load_helper(model, init)
     get = _batcher(run, "train", ids, batch=batch, seq_len=seq_len, seed=seed, function_share=0.5, suffix=suffix)
     valid = _valid_batches(run, ids)
-    cfg = LoopConfig(steps=steps, lr=lr or AR_LR[shape], seed=seed)
+    cfg = LoopConfig(steps=steps, lr=lr or networks.AR_LR[shape], seed=seed)
     last = run_loop(model=model, stage_dir=run / "ar", cfg=cfg,
                     train_step=lambda s, g: causal_lm_loss(model, get(s)),
                     valid_loss=lambda: sum(float(causal_lm_loss(model, v)) for v in valid) / len(valid),
                     on_log=on_log)
     torch.save(model.state_dict(), run / "ar" / "final.pt")
-    _export(model, run / "ar" / "final", dream=False, ids=ids, run=run,
+    networks.export_checkpoint(model, run / "ar" / "final", dream=False, ids=ids, run=run,
             meta={"stage": "ar", "steps": steps, "shape": asdict(chosen), "lr": cfg.lr, "seed": seed,
                   "bare_body": bare_body,
                   "init": init.name if init is not None else None})  # what `codila train align --ar` reads
     return last
-
-
-def _load_helper(model, init: Path) -> None:
-    """``init``'s weights into ``model`` (fp32), refusing a helper of another shape or vocabulary."""
-    from safetensors.torch import load_file
-
-    state = load_file(str(init / "model.safetensors"))
-    if "lm_head.weight" not in state:  # tied embeddings are stored once
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    own = model.state_dict()
-    wrong = sorted(k for k in own if k not in state or state[k].shape != own[k].shape)
-    extra = sorted(set(state) - set(own))
-    if wrong or extra:
-        raise ValueError(f"--init {init} is not a helper of this shape and vocabulary "
-                         f"({len(wrong)} missing or differently shaped tensors, {len(extra)} unexpected)")
-    model.load_state_dict({k: v.float() for k, v in state.items()})
-
-
-def _dlm_from_final(run: Path, stage: str, ids: dict, *, init: Path | None = None):
-    """The finished DLM (or the Dream checkpoint directory ``init``) as a trainable bidirectional
-    network (fresh start of a fine-tune stage)."""
-    model = _qwen2(DLM_SHAPE, ids["vocab"], ids)
-    if not (run / stage / "ckpt.pt").exists():  # a resumed run loads its own checkpoint instead
-        from safetensors.torch import load_file
-
-        state = load_file(str((init or _final_dlm_dir(run)) / "model.safetensors"))
-        model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-        model.tie_weights()
-    return _bidirectional(model)
 
 
 def _plan_examples(run: Path, split: str, ids: dict, *, source: Path | None = None):
@@ -390,7 +289,7 @@ def _plan_examples(run: Path, split: str, ids: dict, *, source: Path | None = No
     cache = run / f"plan2_{split}.pt"  # 2: prompts name the units (plan_data.plan_prompt)
     if cache.exists():
         return torch.load(cache, weights_only=False)
-    dlm = load_dlm(source or _final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32)
+    dlm = load_dlm(source or networks.final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32)
     texts = (r["text"] for r in read_jsonl(run / "corpus" / f"{split}.jsonl") if r["kind"] == "file")
     ex = build_examples(texts, tokenizer=dlm.tokenizer, specials=dlm.specials, vocab_rows=dlm.vocab_rows,
                         config=PlanConfig())
@@ -405,12 +304,12 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
     commands, so the bundle stays under its size cap."""
     from tokenizers import Tokenizer
 
-    from codila_cli.train.objectives import dreamon_batch, dreamon_loss, diffusion_loss
+    from codila_cli.train.objectives import diffusion_loss, dreamon_batch, dreamon_loss
 
     ids = _ids(run)
     newline = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json")).token_to_id("Ċ")
     plan = {split: _plan_examples(run, split, ids, source=init) for split in ("train", "valid")}
-    model = _dlm_from_final(run, "tasks", ids, init=init)
+    model = networks.dlm_from_final(run, "tasks", ids, init=init)
     data = {split: load_tokens(run / f"tokens_{split}.npz") for split in ("train", "valid")}
 
     def infill_loss(split: str, step: int, g: torch.Generator) -> torch.Tensor:
@@ -446,77 +345,9 @@ def stage_tasks(run: Path, *, steps: int, batch: int = 8, seed: int = 6, lr: flo
                     valid_loss=vloss, on_log=on_log)
     meta = {"stage": "tasks", "steps": steps, "batch": batch, "valid_loss": last.get("valid"),
             "plan_examples": len(plan["train"]), "init": init.name if init is not None else "dlm",
-            "shape": asdict(DLM_SHAPE)}
-    _export(model, run / "tasks" / "final", dream=True, ids=ids, run=run, meta=meta)
+            "shape": asdict(networks.DLM_SHAPE)}
+    networks.export_checkpoint(model, run / "tasks" / "final", dream=True, ids=ids, run=run, meta=meta)
     return last
-
-
-def _export_value(text: str) -> bool | int | float | str:
-    """``KEY=VALUE`` of `stages export`: true / false, an int, a float (with a dot), else the text (cache=dual)."""
-    if text in ("true", "false"):
-        return text == "true"
-    try:
-        return float(text) if "." in text else int(text)
-    except ValueError:
-        return text
-
-
-def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = None, ar: Path | None = None,
-                 tasks: Path | None = None, ar_decoding: dict | None = None) -> dict:
-    """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
-    there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
-    defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
-    exported helper's config.json as ``codila_decoding`` (engine.recommend.recommended_decoding; ``by_block_size``
-    {"8": {...}} holds settings for one block size)."""
-    from codila_cli.models.registry import BUNDLED_DIR
-
-    target = target or BUNDLED_DIR
-    from codila_cli.engine.recommend import recommendable, recommendable_per_block_size
-
-    pairs = {"dlm": dlm or _final_dlm_dir(run), "ar": ar or run / "align" / "final"}
-    if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
-        pairs["tasks"] = tasks or run / "tasks" / "final"
-    for key, value in (ar_decoding or {}).items():
-        if not (recommendable_per_block_size(value) if key == "by_block_size" else recommendable(key, value)):
-            raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
-    for name, src in pairs.items():
-        if not (src / "model.safetensors").is_file():
-            raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
-    total = sum(f.stat().st_size for src in pairs.values() for f in src.iterdir() if f.is_file())
-    if total > MAX_BUNDLE_BYTES:
-        raise ValueError(f"bundle is {total / 2**20:.1f} MiB, over the {MAX_BUNDLE_BYTES / 2**20:.0f} MiB cap")
-    for name, src in pairs.items():
-        dst = target / name
-        if dst.exists():
-            shutil.rmtree(dst)
-        dst.mkdir(parents=True)
-        for f in src.iterdir():  # the files only: an aligned helper's training/ state stays behind
-            if f.is_file():
-                shutil.copy2(f, dst / f.name)
-    cfg_file = target / "ar" / "config.json"
-    cfg = json.loads(cfg_file.read_text())
-    if ar_decoding:
-        cfg["codila_decoding"] = dict(ar_decoding)
-    _rerecord_pair(cfg, pairs["dlm"], target / "dlm")
-    cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    return {"bytes": total, "target": str(target)}
-
-
-def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
-    """The exported pair moves into the package: when the helper records (``codila_train align``) that it
-    was aligned to the DLM being exported with it, record that DLM as it now is, ``bundled-dlm`` at its
-    new place (same weights, same fingerprint), so `codila gen` does not warn about a mismatch."""
-    from codila_cli.models.cache import identity, same_model
-    from codila_cli.models.registry import resolve_spec
-
-    recorded = (ar_config.get("codila_training") or {}).get("dlm")
-    if not isinstance(recorded, dict):
-        return
-    src = identity(resolve_spec(str(dlm_src), kind="dlm"), dlm_src)
-    if same_model(recorded, src):  # by fingerprint, else by directory (a record made before fingerprints)
-        ar_config["codila_training"]["dlm"] = {**identity(resolve_spec(str(dlm_dst), kind="dlm"), dlm_dst),
-                                               "name": "bundled-dlm", "path": None,
-                                               "exported_from": recorded.get("exported_from", recorded)}  # once, not nested
 
 
 def stage_args(stage: str, args: list[str]) -> dict:
@@ -532,7 +363,7 @@ def stage_args(stage: str, args: list[str]) -> dict:
         if eq and key in table and (table[key][2] is None or stage in table[key][2]):
             name, kind, _ = table[key]
             extra[name] = kind(value)
-        elif not eq and stage == "ar" and arg in AR_SHAPES:
+        elif not eq and stage == "ar" and arg in networks.AR_SHAPES:
             extra["shape"] = arg
         elif not eq and stage in ("tasks", "sft", "ar"):
             extra["init"] = Path(arg)
@@ -558,7 +389,7 @@ if __name__ == "__main__":
     elif stage == "export":
         print(stage_export(run_dir, dlm=Path(args[0]) if args else None, ar=Path(args[1]) if len(args) > 1 else None,
                            tasks=Path(args[2]) if len(args) > 2 else None,
-                           ar_decoding={k: _export_value(v) for k, v in (a.split("=", 1) for a in args[3:])} or None))
+                           ar_decoding={k: export_value(v) for k, v in (a.split("=", 1) for a in args[3:])} or None))
     else:
         fn = {"arinit": stage_arinit, "dlm": stage_dlm, "sft": stage_sft, "ar": stage_ar,
               "tasks": stage_tasks}[stage]

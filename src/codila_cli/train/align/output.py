@@ -90,9 +90,9 @@ def select_decoding(cfg: Any, models: Any, pair: Any, device: Any) -> dict:
     same, or when the best makes fewer than max(2, 10 %) of the prompts valid: a choice the measurement
     cannot support would override the library defaults for nothing."""
     from codila_cli.decoding.config import CodilaConfig
-    from codila_cli.eval.runner import repetitive
-    from codila_cli.engine.models import Models
     from codila_cli.engine.generate import generate
+    from codila_cli.engine.models import Models
+    from codila_cli.eval.runner import repetitive
     from codila_cli.syntax import check_python
 
     prompts = validation_prompts(cfg, cfg.select_decoding)
