@@ -68,7 +68,7 @@ def eval_cmd(
     if warning and talk:
         sys.stderr.write(f"Warning: {warning}\n")
     if batch_size > 1 and not engine_gen.batching_pays(models) and talk:
-        sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU with this engine: a batch runs slower there "
+        sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there "
                          "than one task at a time (same completions; docs/decoders.md, \"Batching\")\n")
     total = -(-len(chosen) // shard.world) * len(run.settings)
     show = talk and stderr_is_tty()

@@ -79,7 +79,7 @@ def gen(
     no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
-    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch where batching pays (a GPU, or the native engine of the bundled models), else one after another; 1–64.")] = 1,
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.")] = 1,
     device: LayeredDevice = None,
     dtype: LayeredDtype = None,
     json_out: json_option("Print one JSON object instead of the code.") = False,

@@ -60,8 +60,9 @@ class _Request:
 class StepBatcher:
     """Gathers the rows' model calls into stacked forwards (thread-safe; rows join and leave at any time).
 
-    A scheduler thread (alive while rows are) runs one step at a time: as soon as every row still decoding has a request
-    waiting, or the oldest waiting request has waited ``gather_s`` seconds. A row busy in its own Python
+    One step runs at a time, in the thread of one of the waiting rows, as soon as every row still
+    decoding has a request waiting, or the oldest waiting request has waited ``gather_s`` seconds. A
+    row busy in its own Python
     (sampling, the helper's choice rules) then catches the next step instead of holding this one, and
     its work overlaps the running forward (torch releases the GIL). ``on_step(kind, rows)`` is called
     after each forward the hardware runs, with the rows it served.
@@ -74,7 +75,7 @@ class StepBatcher:
         self._pending: dict[int, tuple[float, _Request]] = {}
         self._results: dict[int, tuple[bool, Any]] = {}
         self._next = 0
-        self._thread: threading.Thread | None = None
+        self._running = False  # a row's thread is running a step (outside the lock)
         self.gather_s = gather_s
         self.on_step = on_step
         self.dlm_calls = 0  # DLM forwards the hardware ran (each shared by the rows then decoding)
@@ -97,9 +98,6 @@ class StepBatcher:
             row = self._next
             self._next += 1
             self._active.add(row)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="codila-steps", daemon=True)
-                self._thread.start()
             return row
 
     @contextmanager
@@ -132,12 +130,19 @@ class StepBatcher:
                 self._cv.notify_all()
 
     def request(self, row: int, req: _Request) -> Any:
+        """Queue the row's call and wait for its result. The waiting row that finds the step ready (and
+        no step running) runs it in its own thread: a row alone runs its own forward where it samples,
+        with no hand-off."""
         with self._cv:
             if row in self._cancelled:
                 raise Cancelled(f"row {row} was cancelled")
             self._pending[row] = (time.perf_counter(), req)
             self._cv.notify_all()
-            self._cv.wait_for(lambda: row in self._results or row in self._cancelled)
+            while row not in self._results and row not in self._cancelled:
+                if not self._running and self._ready():
+                    self._lead()
+                else:
+                    self._cv.wait(timeout=None if self._running or not self._pending else self.gather_s)
             if row not in self._results:
                 self._pending.pop(row, None)
                 raise Cancelled(f"row {row} was cancelled")
@@ -153,22 +158,20 @@ class StepBatcher:
         oldest = min(t for t, _ in self._pending.values())
         return len(self._pending) >= len(waiting) or time.perf_counter() - oldest >= self.gather_s
 
-    def _loop(self) -> None:
-        while True:
-            with self._cv:
-                while not self._ready():
-                    if not self._active:  # nobody left: the thread ends; the next join starts another
-                        self._thread = None
-                        return
-                    self._cv.wait(timeout=self.gather_s if self._pending else None)
-                reqs = {row: r for row, (_, r) in self._pending.items()}
-                self._pending = {}
-            results = self._step(reqs)  # outside the lock: rows may queue their next request meanwhile
-            with self._cv:
-                for row, res in results.items():
-                    if row in self._active and row not in self._cancelled:
-                        self._results[row] = res
-                self._cv.notify_all()
+    def _lead(self) -> None:  # lock held; runs one step with the lock released
+        reqs = {row: r for row, (_, r) in self._pending.items()}
+        self._pending = {}
+        self._running = True
+        self._cv.release()
+        try:
+            results = self._step(reqs)  # other rows may queue their next request meanwhile
+        finally:
+            self._cv.acquire()
+            self._running = False
+        for row, res in results.items():
+            if row in self._active and row not in self._cancelled:
+                self._results[row] = res
+        self._cv.notify_all()
 
     def _step(self, reqs: dict[int, _Request]) -> dict[int, tuple[bool, Any]]:
         groups: dict[tuple, list[int]] = {}
