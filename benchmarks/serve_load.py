@@ -107,6 +107,7 @@ def main() -> None:
     import shlex
 
     proc = start(port, max_batch=max(levels), extra=shlex.split(args.serve_args))
+    health = httpx.get(url + "/health", timeout=10).json()
     try:
         bodies = [{"prompt": p, "max_tokens": args.max_tokens, "temperature": 0, "seed": 0}
                   for p in prompts(args.requests)]
@@ -122,10 +123,14 @@ def main() -> None:
         proc.wait(30)
     import torch
 
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
     report = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                           "torch": torch.__version__, "threads": torch.get_num_threads()},
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=ROOT).stdout.strip(),
+              "commit": git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "-uno") else ""),
+              "device": health["device"], "dtype": health["dtype"], "serve_args": args.serve_args,
+              "command": "python benchmarks/serve_load.py " + " ".join(sys.argv[1:]),
               "requests": args.requests, "max_tokens": args.max_tokens, "same_texts_at_every_level": same,
               "levels": [{k: v for k, v in r.items() if k != "texts"} for r in rows], "short_behind_7_long": short}
     print("| clients | tokens/s | × one after another | p50 s | p95 s |\n|---|---|---|---|---|")

@@ -80,7 +80,9 @@ PROMPTS = ["def fib(n):", "def is_prime(n):\n", "def parse(line):", "class Stack
 
 
 def test_health_models_and_tags(server, client):
-    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+    health = httpx.get(server.url + "/health").json()
+    assert health["status"] == "ok" and health["device"] == "cpu" and health["dtype"] in ("float32", "bfloat16")
+    assert health["running"] == 0 and health["max_batch"] == 8
     ids = [m.id for m in client.models.list().data]
     assert "bundled-dlm" in ids and "codila" in ids
     tags = httpx.get(server.url + "/api/tags").json()["models"]

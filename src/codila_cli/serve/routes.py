@@ -134,8 +134,10 @@ def _one_prompt(prompt: Prompt) -> str:
 @router.get("/health")
 async def health(request: Request) -> dict:
     st = _state(request)
+    dlm = st.engine.models.dlm
     return {"status": "ok", "models": _names(request)[:1] + _names(request)[2:], "running": st.runner.in_use,
-            "rows_decoding": st.engine.batcher.active, "max_batch": st.config.max_batch}
+            "rows_decoding": st.engine.batcher.active, "max_batch": st.config.max_batch,
+            "device": str(dlm.device), "dtype": str(dlm.ckpt.dtype).removeprefix("torch.")}
 
 
 @router.get("/v1/models")
