@@ -144,6 +144,46 @@ def test_suffix_fills_the_middle_and_infill_and_ollama_agree(server, client):
     assert "".join(e["content"] for e in events) == middle and events[-1]["stop"] is True
 
 
+def test_editor_clients_request_shapes(server):
+    """What the editors send, as their sources build it: llama.vscode's /infill (with its n_predict 0
+    cache warm-up, samplers, n_indent, t_max_* fields), a stop list; Continue's Ollama provider
+    (/api/show, whose template must mention .Suffix and whose parameters must be `key value` lines,
+    then /api/generate with prompt + suffix); Tabby's openai/completion (prompt + suffix, streamed)."""
+    prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    t0 = time.time()
+    warm = httpx.post(server.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix, "input_extra": [],
+                                                    "prompt": "", "n_predict": 0, "samplers": [], "cache_prompt": True,
+                                                    "t_max_prompt_ms": 500, "t_max_predict_ms": 1}, timeout=30)
+    assert warm.status_code == 200 and warm.json()["content"] == "" and time.time() - t0 < 5
+    full = httpx.post(server.url + "/infill", json={
+        "input_prefix": prefix, "input_suffix": suffix, "prompt": "    ", "n_predict": 16, "seed": 5, "top_k": 40,
+        "top_p": 0.99, "stream": False, "n_indent": 4, "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True,
+        "input_extra": [{"filename": "util.py", "text": "X = 1\n"}], "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 1000}, timeout=60).json()
+    assert isinstance(full["content"], str) and full["timings"]["predicted_n"] == full["tokens_predicted"]
+    if full["content"]:
+        cut = full["content"][0]
+        stopped = httpx.post(server.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix,
+                                                           "prompt": "    ", "n_predict": 16, "seed": 5, "top_p": 0.99,
+                                                           "input_extra": [{"filename": "util.py", "text": "X = 1\n"}],
+                                                           "stop": [cut]}, timeout=60).json()
+        assert stopped["content"] == ""  # the middle ends before its first character, the stop string
+    card = httpx.post(server.url + "/api/show", json={"name": "codila"}).json()
+    assert ".Suffix" in card["template"] and "insert" in card["capabilities"]
+    assert all(re.match(r"^(\S+)\s+((?:\".*\")|\S+)$", line) for line in card["parameters"].split("\n"))
+    assert httpx.post(server.url + "/api/show", json={"name": "nope"}).json()["error"]
+    with httpx.stream("POST", server.url + "/api/generate", json={
+            "model": "codila", "prompt": prefix, "suffix": suffix, "raw": True, "stream": True, "keep_alive": 1800,
+            "options": {"temperature": 0.01, "num_predict": 16, "stop": ["\n\n\n"], "num_ctx": 512}}) as s:
+        lines = [json.loads(line) for line in s.iter_lines() if line]
+    assert lines[-1]["done"] and all("response" in x for x in lines)
+    with httpx.stream("POST", server.url + "/v1/completions", json={
+            "model": "codila", "prompt": prefix, "suffix": suffix, "max_tokens": 16, "temperature": 0.1,
+            "stream": True, "presence_penalty": 0.0}) as s:
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: {")]
+    assert all("choices" in c for c in chunks) and chunks[-1]["choices"][0]["finish_reason"]
+
+
 def test_ollama_generate_streams_ndjson(server):
     with httpx.stream("POST", server.url + "/api/generate", json={"model": "bundled-dlm:latest", "prompt": "def gcd(a, b):",
                                                                   "options": {"num_predict": 24, "seed": 4}}) as s:

@@ -44,9 +44,12 @@ def document(job: Any, style: str, outs: list) -> dict:
                 "usage": _usage(outs), "codila": _codila(outs)}
     o = outs[0]
     if style == "llama-infill":
+        ms = o.codila.get("wall_seconds", 0.0) * 1000
         return {"content": o.text, "stop": True, "stop_type": "eos" if o.finish_reason == "stop" else "limit",
                 "tokens_predicted": o.completion_tokens, "tokens_evaluated": o.prompt_tokens, "truncated": False,
-                "model": job.model, "codila": o.codila}
+                "model": job.model, "codila": o.codila,
+                "timings": {"prompt_n": o.prompt_tokens, "predicted_n": o.completion_tokens, "predicted_ms": ms,
+                            "predicted_per_second": o.completion_tokens / ms * 1000 if ms else 0.0}}
     return _ollama_final(job, o)
 
 

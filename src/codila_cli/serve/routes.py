@@ -80,6 +80,7 @@ class InfillRequest(_Body):
     temperature: Temperature = None
     top_p: TopP = None
     seed: int | None = Field(None, ge=-1, lt=2**63)  # llama.cpp: -1 = random
+    stop: list[str] | None = None
     stream: bool = False
     codila: dict[str, Any] | None = None
 
@@ -90,6 +91,11 @@ class OllamaOptions(_Body):
     num_predict: int | None = None
     seed: Seed = None
     stop: list[str] | None = None
+
+
+class OllamaShow(_Body):
+    model: str | None = None
+    name: str | None = None  # the older spelling, which Continue sends
 
 
 class OllamaGenerate(_Body):
@@ -161,6 +167,25 @@ async def tags(request: Request) -> dict:
     return {"models": out}
 
 
+@router.post("/api/show")
+async def show(body: OllamaShow, request: Request) -> dict:
+    """Ollama's model card. Clients read FIM support from the template: Continue enables its
+    fill-in-the-middle path when the template mentions ``.Suffix``, as codila's does (``suffix`` →
+    DreamOn infilling). ``parameters`` holds one ``key value`` per line, as Ollama writes them."""
+    name = body.model or body.name
+    if not name:
+        raise APIError(400, "model is required", param="model")
+    _check_model(request, name)
+    st = _state(request)
+    dlm = st.engine.models.dlm
+    fim = st.engine.infill_models is not None
+    return {"modelfile": f"FROM {dlm.ckpt.path}\n", "parameters": f"num_ctx {dlm.context_length}",
+            "template": "{{ .Prompt }}" + ("{{ .Suffix }}" if fim else ""),
+            "details": {"format": "safetensors", "family": "dream", "families": ["dream"]},
+            "model_info": {"general.architecture": "dream", "dream.context_length": dlm.context_length},
+            "capabilities": ["completion", "insert"] if fim else ["completion"]}
+
+
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
     body, kind = _state(request).metrics.render()
@@ -193,7 +218,8 @@ async def infill(body: InfillRequest, request: Request) -> Response:
     extra = "".join(f"# {c.filename}\n{c.text}\n" if c.filename else f"{c.text}\n" for c in body.input_extra if c.text)
     job = Job.infill(request, prefix=extra + body.input_prefix + body.prompt, suffix=body.input_suffix,
                      max_middle=body.n_predict, temperature=body.temperature, top_p=body.top_p,
-                     seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None)
+                     seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None,
+                     stop=body.stop or None)
     return await run_job(request, job, style="llama-infill", stream=body.stream)
 
 

@@ -43,6 +43,7 @@ class Job:
     stops: tuple[str, ...] = ()
     seed: int | None = None
     model: str = "codila"
+    nothing: bool = False  # asked for 0 tokens (llama.vscode's cache warm-up): answered empty, nothing decoded
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
 
@@ -54,10 +55,11 @@ class Job:
             return cls.infill(request, prefix=prompt, suffix=suffix, max_middle=max_tokens, temperature=temperature,
                               top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
         st = request.app.state
-        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, codila=codila)
+        settings = _settings(st.base, max_tokens=max_tokens or None, temperature=temperature, top_p=top_p,
+                             codila=codila)
         _check_context(st.engine.models, prompt, settings.config, system=system, messages=None)
         return cls("gen", st.engine, settings, n=n, prompt=prompt, system=system, stops=_stop_strings(stop),
-                   seed=seed, model=model or st.engine.models.dlm.name)
+                   seed=seed, model=model or st.engine.models.dlm.name, nothing=max_tokens == 0)
 
     @classmethod
     def chat(cls, request: Request, *, messages: list[dict], max_tokens: int | None, temperature: float | None,
@@ -83,7 +85,7 @@ class Job:
 
         st = request.app.state
         try:
-            cfg = infill_settings(max_middle=max_middle, temperature=temperature, top_p=top_p, codila=codila)
+            cfg = infill_settings(max_middle=max_middle or None, temperature=temperature, top_p=top_p, codila=codila)
         except (ValueError, TypeError) as exc:
             raise APIError(400, str(exc), param="codila") from None
         models = st.engine.infill_models
@@ -98,7 +100,7 @@ class Job:
         if not (prefix or suffix).strip():
             raise APIError(400, "the prefix and the suffix are both empty", param="prompt")
         return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=_stop_strings(stop), seed=seed,
-                   model=model or models.dlm.name)
+                   model=model or models.dlm.name, nothing=max_middle == 0)
 
     def seed_of(self, i: int) -> int | None:
         return None if self.seed is None else self.seed + i
@@ -131,6 +133,7 @@ class Job:
                     "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
                     "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
                     "expansions": res.expansions, "deletions": res.deletions, "context": cut,
+                    "wall_seconds": round(res.seconds, 4),
                     "syntax": check_python(self.prompt + text + self.suffix).to_dict()}
             return RowOut(text, "length" if res.truncated and not hit else "stop",
                           cut["prefix_kept"] + cut["suffix_kept"], len(res.middle), info)
@@ -179,6 +182,8 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
     from codila_cli.serve.runner import QueueFull
 
     st = request.app.state
+    if job.nothing:
+        return _nothing(job, style, stream)
     runner = st.runner
     try:
         await runner.admit(job.n)
@@ -237,6 +242,18 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
     return StreamingResponse(_events(job, style, queue, finish, st, t0),
                              media_type="application/x-ndjson" if style == "ollama" else "text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _nothing(job: Job, style: str, stream: bool) -> Response:
+    """The answer to a request for 0 tokens, at once: empty text, finish reason "length"."""
+    from codila_cli.serve import formats
+
+    outs = [RowOut("", "length", 0, 0, {"decoder": None, "dlm_forwards": 0, "ar_forwards": 0})] * job.n
+    if not stream:
+        return JSONResponse(formats.document(job, style, outs))
+    chunks = [*formats.opening(job, style), *(formats.last(job, style, i, o) for i, o in enumerate(outs)),
+              *formats.closing(job, style, outs)]
+    return StreamingResponse(iter(chunks), media_type="application/x-ndjson" if style == "ollama" else "text/event-stream")
 
 
 async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: Any, t0: float):
