@@ -275,7 +275,24 @@ def test_a_full_queue_is_429_with_retry_after():
             r = httpx.post(s.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 4}, timeout=30)
             assert r.status_code == 429 and r.headers["retry-after"] == "1"
             assert r.json()["error"]["type"] == "rate_limit_error"
+            # more choices than the server ever decodes at once: refused, not queued for ever
+            r = httpx.post(s.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 4, "n": 2}, timeout=30)
+            assert r.status_code == 400 and "--max-batch 1" in r.json()["error"]["message"]
             assert first.result().status_code == 200
+    finally:
+        s.stop()
+
+
+def test_a_request_past_its_deadline_is_cancelled_with_504():
+    s = Server("--timeout", "1", "-q")
+    try:
+        t0 = time.time()
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "def parse(line):", "max_tokens": 400,
+                                                        "codila": {"early_stop": False}}, timeout=60)
+        assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
+        assert time.time() - t0 < 5
+        assert httpx.get(s.url + "/health").json()["running"] == 0
+        assert 'codila_cancelled_total{reason="deadline"} 1.0' in httpx.get(s.url + "/metrics").text
     finally:
         s.stop()
 
@@ -321,8 +338,10 @@ def test_api_fuzz_finds_no_server_error(server):
     paths = [p for p, ops in schema["paths"].items() if "post" in ops]
     assert {"/v1/completions", "/v1/chat/completions", "/infill", "/api/generate"} <= set(paths)
     leaf = st.none() | st.booleans() | st.integers(-5, 2**70) | st.floats(allow_nan=True) | st.text(max_size=20)
-    value = st.recursive(leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                         max_leaves=8)
+    def nest(inner):
+        return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+
+    value = st.recursive(leaf, nest, max_leaves=8)
     fields = ["prompt", "suffix", "max_tokens", "temperature", "top_p", "stop", "n", "seed", "stream", "codila", "model",
               "messages", "input_prefix", "input_suffix", "input_extra", "n_predict", "options", "system"]
     body = st.dictionaries(st.sampled_from(fields), value, max_size=6) | value

@@ -185,6 +185,9 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
     if job.nothing:
         return _nothing(job, style, stream)
     runner = st.runner
+    if job.n > runner.max_batch:  # it could never be admitted
+        raise APIError(400, f"n = {job.n} is more than this server decodes at once (--max-batch {runner.max_batch})",
+                       param="n")
     try:
         await runner.admit(job.n)
     except QueueFull as exc:
