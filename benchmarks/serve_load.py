@@ -124,7 +124,7 @@ def main() -> None:
     import torch
 
     def git(*cmd: str) -> str:
-        return subprocess.run(["git", *cmd], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        return subprocess.run(["git", *cmd], capture_output=True, text=True, cwd=ROOT, check=False).stdout.strip()
 
     report = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                           "torch": torch.__version__, "threads": torch.get_num_threads()},

@@ -237,7 +237,7 @@ def test_a_body_over_the_limit_is_413(server):
 def test_a_disconnect_mid_stream_frees_the_slot(server):
     def running() -> int:
         text = httpx.get(server.url + "/metrics").text
-        return int(float(re.search(r"^codila_running_requests (\S+)$", text, re.M).group(1)))
+        return int(float(re.search(r"^codila_running_requests (\S+)$", text, re.MULTILINE).group(1)))
 
     with httpx.stream("POST", server.url + "/v1/completions",
                       json={"prompt": "def parse(line):", "max_tokens": 400, "stream": True,

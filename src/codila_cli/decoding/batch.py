@@ -101,7 +101,7 @@ class StepBatcher:
             return row
 
     @contextmanager
-    def row(self, on_row: Callable[["StepBatcher", int], None] | None = None) -> Iterator[int]:
+    def row(self, on_row: Callable[[StepBatcher, int], None] | None = None) -> Iterator[int]:
         """A row for the ``with`` block: joined on entry (``on_row(batcher, row)`` is told it, so a caller
         can cancel it), left on exit, however the block ends."""
         row = self.join()
