@@ -114,6 +114,17 @@ def test_streaming_sends_final_text_in_blocks_and_ends_with_usage(server, client
     assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
 
 
+@pytest.mark.parametrize("extra", [{"stop": ["join"]},  # (the syntax guard steers CoDiLA away from stop lines)
+                                   {"codila": {"decoder": "dream", "tokens_per_step": 2, "stop_lines": ["        "]}}])
+def test_streamed_text_equals_the_answer_with_stops(client, extra):
+    """OpenAI stop strings and codila's line stops: the stream sends exactly the text the whole answer has."""
+    full = client.completions.create(model="codila", prompt="def parse(line):", max_tokens=48, seed=1, extra_body=extra)
+    assert full.choices[0].text.strip() and full.choices[0].finish_reason == "stop"  # the stop was hit, after text
+    chunks = list(client.completions.create(model="codila", prompt="def parse(line):", max_tokens=48, seed=1,
+                                            stream=True, extra_body=extra))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == full.choices[0].text
+
+
 def test_chat_completions_and_streaming(client):
     r = client.chat.completions.create(model="codila", messages=[{"role": "user", "content": "def add(a, b):"}],
                                        max_tokens=24, seed=2)

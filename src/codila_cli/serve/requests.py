@@ -100,12 +100,16 @@ class FinalText:
     """Follows one row's step events: the longest committed prefix of the canvas is final (no decoder
     in codila remasks a committed token), so its text can be sent. ``stops`` (OpenAI stop strings) are
     held back until they can no longer begin in the unsent tail; an incomplete UTF-8 character is held
-    back too. :meth:`new_text` returns the text to send now, once."""
+    back too. With codila's line stops (``lines``, decoding/stops.py) only whole lines are sent, cut
+    before the first line that starts with one, as the result is. :meth:`new_text` returns the text to
+    send now, once."""
 
     tokenizer: Any
     mask_id: int
     stop_ids: frozenset
     stops: tuple[str, ...] = ()
+    lines: tuple[str, ...] = ()
+    at_line_start: bool = True  # the prompt ends a line (read with ``lines``)
     sent: str = ""
     stopped: bool = False
     _last: int = field(default=-1, repr=False)
@@ -128,6 +132,11 @@ class FinalText:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         while text.endswith("\ufffd"):  # a character whose bytes are not all committed yet
             text = text[:-1]
+        if self.lines:
+            from codila_cli.decoding.stops import stop_offset
+
+            cut = stop_offset(text, self.lines, at_line_start=self.at_line_start)
+            text = text[: text.rfind("\n") + 1] if cut is None else text[:cut]
         if self.stops:
             text, hit = cut_at_stop(text, self.stops)
             if hit:

@@ -143,10 +143,14 @@ class Job:
     def tracker(self) -> Any:
         from codila_cli.serve.requests import FinalText
 
+        from codila_cli.decoding.stops import ends_line
+
         models = self.engine.models if self.kind == "gen" else self.engine.infill_models
-        sp = models.dlm.specials
-        return FinalText(tokenizer=models.dlm.tokenizer, mask_id=sp.mask, stop_ids=frozenset(sp.stop_ids),
-                         stops=self.stops)
+        tok, sp = models.dlm.tokenizer, models.dlm.specials
+        lines = tuple(self.settings.config.stop or ()) if self.kind == "gen" else ()
+        start = ends_line(tok, tok.encode(self.prompt, add_special_tokens=False)) if lines else True
+        return FinalText(tokenizer=tok, mask_id=sp.mask, stop_ids=frozenset(sp.stop_ids), stops=self.stops,
+                         lines=lines, at_line_start=start)
 
 
 def _settings(base: Any, **kw: Any) -> Any:
