@@ -141,9 +141,8 @@ class Job:
             return None
 
     def tracker(self) -> Any:
-        from codila_cli.serve.requests import FinalText
-
         from codila_cli.decoding.stops import ends_line
+        from codila_cli.serve.requests import FinalText
 
         models = self.engine.models if self.kind == "gen" else self.engine.infill_models
         tok, sp = models.dlm.tokenizer, models.dlm.specials
