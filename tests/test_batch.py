@@ -189,6 +189,35 @@ def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):
         run_batched(dlm, 3, row)
 
 
+def test_a_failing_stacked_forward_is_rerun_row_by_row(native_models, lockstep, monkeypatch):
+    """A stacked forward that raises (a row whose call breaks the stack) is rerun as each row's own
+    forward: every row gets the result it gets alone, and the one row whose own call fails fails alone."""
+    from codila_cli.decoding.batch import run_batched
+    from codila_cli.models import batched
+
+    calls = []
+
+    def broken(model, rows, *, causal):
+        calls.append(len(rows))
+        raise RuntimeError("stacking failed")
+
+    monkeypatch.setattr(batched, "run", broken)
+    dlm = native_models.dlm
+    x = [torch.tensor([[5, 6, 7]]), torch.tensor([[5, 9, 10, 11]]), torch.tensor([[8, 8]])]
+    alone = [dlm.logits(t) for t in x]
+
+    def row(r, row_dlm, batcher, row_id):
+        try:  # row 2 asks for rows outside its canvas: its own forward raises
+            return row_dlm.logits(x[r], rows=(5, 9) if r == 2 else None)
+        except Exception as exc:  # noqa: BLE001 - the row's own outcome, checked below
+            return exc
+
+    out, _ = run_batched(dlm, 3, row)
+    assert calls == [3]  # one stacked forward was tried for the three rows
+    assert torch.equal(out[0], alone[0]) and torch.equal(out[1], alone[1])  # rerun alone: bit for bit
+    assert isinstance(out[2], Exception)
+
+
 def test_a_row_joins_a_running_batch_and_a_cancelled_row_leaves_it(tiny_models, lockstep):
     """Continuous batching: a row that joins mid-decode is served from the next step on, with its own
     result; a cancelled row raises Cancelled in its own thread and the others finish unchanged."""
