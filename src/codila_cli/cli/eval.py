@@ -38,7 +38,7 @@ def eval_cmd(
 
     Generated code runs only here, in a sandboxed subprocess (docs/evaluation.md).
     """
-    from codila_cli.engine import generate as engine_gen, models as engine_models  # noqa: I001
+    from codila_cli.engine import Engine, generate as engine_gen  # noqa: I001
     from codila_cli.eval.benchmarks import load_tasks, select
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
     from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
@@ -61,7 +61,7 @@ def eval_cmd(
     if any(t.test for t in chosen):
         need_jail(unsafe_local_exec, quiet=quiet)
     shard = init_from_env()
-    models = engine_models.load_models(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model)
+    models = Engine.load(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model).models
     talk = not quiet and shard.main
     note_bundled(models, quiet=not talk)
     warning = too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens)

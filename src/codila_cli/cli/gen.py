@@ -108,8 +108,8 @@ def gen(
     from codila_cli.prompts import read_prompt
     from codila_cli.report import note_bundled
     from codila_cli.resolve import GEN_DEFAULTS, resolve_gen
+    from codila_cli.engine import Engine
     from codila_cli.engine.prompts import is_chat
-    from codila_cli.engine.models import load_models
     from codila_cli.ui import terminal
 
     layered = {k: v for k, v in locals().items() if k in GEN_DEFAULTS}
@@ -128,7 +128,9 @@ def gen(
                       verify_penalty=verify_penalty, stop=tuple(stop or ()), early_stop=not no_early_stop,
                       exact_steps=exact_steps, convention=threshold_convention,
                       entropy_steps=entropy_steps)
-    models = load_models(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model)
+    engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model,
+                         settings=req)
+    models = engine.models
     note_bundled(models, quiet=quiet, user=user)
     err = terminal.stderr_console(color.value)
     live = terminal.stderr_is_tty() and not (json_out or quiet)
@@ -142,7 +144,7 @@ def gen(
         _many(models, text, req, seed=seed, system=system, n=num_samples, live=live, json_out=json_out,
               strict=strict, quiet=quiet, verbose=verbose, err=err)
         return
-    result = _one(models, text, req, seed=seed, system=system, live=live, stream=stream, json_out=json_out, err=err)
+    result = _one(engine, text, req, seed=seed, system=system, live=live, stream=stream, json_out=json_out, err=err)
     if json_out:
         import json
 
@@ -155,20 +157,20 @@ def gen(
                                 hint="try another --seed, a smaller --block-size or --tokens-per-step")
 
 
-def _one(models: Any, text: str, req: Any, *, seed: int | None, system: str | None, live: bool, stream: bool,
+def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | None, live: bool, stream: bool,
          json_out: bool, err: Any) -> Any:
     """One decode: streamed to stdout (a pipe, base models), followed by a live view (a terminal), or
     plain. Writes the text on stdout unless the caller prints JSON."""
-    from codila_cli.engine.generate import generate
     from codila_cli.engine.prompts import is_chat
 
+    models, generate = engine.models, engine.generate
     run = {"decoder": req.decoder, "config": req.config, "seed": seed, "system": system}
     if stream and not json_out and not live and not is_chat(models.dlm.tokenizer):
         from codila_cli.ui.stream import StdoutStreamer
 
         streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
                                   out=sys.stdout, stop=req.config.stop)
-        result = generate(models, text, **run, on_step=streamer)
+        result = generate(text, **run, on_step=streamer)
         streamer.finish(result.text)
         return result
     if live:
@@ -176,9 +178,9 @@ def _one(models: Any, text: str, req: Any, *, seed: int | None, system: str | No
 
         with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
                       block_size=view_block(req.decoder, req.config), title=f"codila gen · {req.decoder}") as view:
-            result = generate(models, text, **run, on_step=view)
+            result = generate(text, **run, on_step=view)
     else:
-        result = generate(models, text, **run)
+        result = generate(text, **run)
     if not json_out:
         sys.stdout.write(result.text)
     return result

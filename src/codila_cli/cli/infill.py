@@ -49,7 +49,8 @@ def infill(
     The patched file goes to stdout unless --diff or --in-place.
     """
     from codila_cli.decoding.config import InfillConfig, SamplingConfig
-    from codila_cli.engine.models import default_ar, default_infill_dlm, load_models
+    from codila_cli.engine import Engine
+    from codila_cli.engine.models import default_ar, default_infill_dlm
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
     from codila_cli.models.generation import task_sampling
     from codila_cli.report import note_bundled
@@ -75,9 +76,10 @@ def infill(
     ar_name = (ar or (default_ar() if not own_dlm else None)) if codila else None
     if codila and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
-    models = load_models(dlm=dlm, ar=ar_name, device=device, dtype=dtype)
+    engine = Engine.load(dlm=dlm, ar=ar_name, infill_dlm=dlm, device=device, dtype=dtype)
+    models = engine.models
     note_bundled(models, quiet=quiet)
-    out = _run(models, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
+    out = _run(engine, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))
     name = file if file != "-" else "stdin"
     if strict and out.introduced_errors:
@@ -99,21 +101,20 @@ def infill(
         sys.stderr.write("".join(f"{s}\n" for s in _status(src, region, out, in_place=in_place, verbose=verbose)))
 
 
-def _run(models: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, instruction: str | None, title: str,
+def _run(engine: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, instruction: str | None, title: str,
          live: bool) -> Any:
     """The fill, followed by the live view (the middle between the lines around it) on a terminal."""
-    from codila_cli.engine.tasks import infill as run_infill
-
     if not live:
-        return run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction)
+        return engine.infill(src, region, config=cfg, seed=seed, instruction=instruction)
     from codila_cli.infill_files import split
     from codila_cli.ui.live import InfillView
     from codila_cli.ui.terminal import stderr_console
 
     before, after = split(src, region)
-    with InfillView(prefix=before, suffix=after, tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask,
+    dlm = engine.models.dlm
+    with InfillView(prefix=before, suffix=after, tokenizer=dlm.tokenizer, mask_id=dlm.specials.mask,
                     console=stderr_console(), title=title) as view:
-        return run_infill(models, src, region, config=cfg, seed=seed, instruction=instruction, on_step=view)
+        return engine.infill(src, region, config=cfg, seed=seed, instruction=instruction, on_step=view)
 
 
 def _document(name: str, region: Any, out: Any, cfg: Any, models: Any, sources: dict[str, str]) -> dict:

@@ -37,7 +37,7 @@ def plan(
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, read_contract
     from codila_cli.decoding.config import PlanConfig, SamplingConfig
-    from codila_cli.engine.models import load_models
+    from codila_cli.engine import Engine
     from codila_cli.models.generation import task_sampling
     from codila_cli.models.registry import default_plan_dlm
     from codila_cli.prompts import read_prompt
@@ -56,9 +56,10 @@ def plan(
                      min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, defines=names,
                      sampling=SamplingConfig(temperature=samp["temperature"], top_p=samp["top_p"], top_k=samp["top_k"]))
     user_contract = read_contract(contract_file) if contract_file is not None else None
-    models = load_models(dlm=dlm, ar=None, device=device, dtype=dtype)
+    engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype)
+    models = engine.models
     note_bundled(models, quiet=quiet)
-    out = _run(models, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))
+    out = _run(engine, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))
     if not quiet:
         for w in out["warnings"]:
             sys.stderr.write(f"Warning: {w}\n")
@@ -82,18 +83,17 @@ def plan(
                                 hint="the program was still written to stdout; try another --seed")
 
 
-def _run(models: Any, text: str, cfg: Any, contract: Any, *, seed: int | None, live: bool) -> dict:
+def _run(engine: Any, text: str, cfg: Any, contract: Any, *, seed: int | None, live: bool) -> dict:
     """The plan, followed on a terminal by the live view (one row per unit canvas under the contract)."""
-    from codila_cli.engine.tasks import plan as run_plan
-
     if not live:
-        return run_plan(models, text, config=cfg, contract=contract, seed=seed)
+        return engine.plan(text, config=cfg, contract=contract, seed=seed)
     from codila_cli.ui.live import PlanView
     from codila_cli.ui.terminal import stderr_console
 
-    with PlanView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=stderr_console(),
+    dlm = engine.models.dlm
+    with PlanView(tokenizer=dlm.tokenizer, mask_id=dlm.specials.mask, console=stderr_console(),
                   title="codila plan") as view:
-        return run_plan(models, text, config=cfg, contract=contract, seed=seed, on_step=view)
+        return engine.plan(text, config=cfg, contract=contract, seed=seed, on_step=view)
 
 
 def _status(out: dict, *, verbose: bool) -> None:

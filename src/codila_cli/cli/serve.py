@@ -63,10 +63,11 @@ def serve(
     infill_name = infill_dlm or _default_infill(base.dlm)
     from codila_cli.engine import Engine
 
-    engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype)
+    engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype,
+                         settings=base)
     from codila_cli.serve.app import ServeConfig, create_app
 
-    app = create_app(engine, base, ServeConfig(api_key=api_key, max_batch=max_batch, max_queue=max_queue,
+    app = create_app(engine, ServeConfig(api_key=api_key, max_batch=max_batch, max_queue=max_queue,
                                                deadline_s=timeout, max_body=max_body, quiet=quiet))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5, lifespan="on")

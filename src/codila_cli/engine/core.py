@@ -19,17 +19,19 @@ from codila_cli.engine.models import Models
 @dataclass
 class Engine:
     """``models`` the gen pair; ``infill_models`` the infill model (with the same helper), or None where
-    there is none. ``batcher`` is created on first batched use; ``on_batch(kind, rows)`` sees every
-    forward the hardware runs for batched requests (a server's metrics)."""
+    there is none; ``settings`` the resolved gen request the models were loaded for (resolve.GenRequest:
+    decoder, its config, where each value came from). ``batcher`` is created on first batched use;
+    ``on_batch(kind, rows)`` sees every forward the hardware runs for batched requests (a server's metrics)."""
 
     models: Models
     infill_models: Models | None = None
+    settings: Any = None
     on_batch: Any = None
     _batcher: Any = field(default=None, repr=False)
 
     @classmethod
     def load(cls, *, dlm: str, ar: str | None, infill_dlm: str | None = None, device: str = "auto",
-             dtype: str = "auto", compile: bool = False) -> Engine:
+             dtype: str = "auto", compile: bool = False, settings: Any = None) -> Engine:
         """Load the gen pair and (``infill_dlm``) the infill model, sharing the helper."""
         from codila_cli.engine.models import load_models
 
@@ -39,7 +41,7 @@ class Engine:
             infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype)
             if infill is not models and models.ar is not None:
                 infill.attach_helper(models.ar)
-        return cls(models=models, infill_models=infill)
+        return cls(models=models, infill_models=infill, settings=settings)
 
     @property
     def batcher(self) -> Any:

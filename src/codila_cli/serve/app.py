@@ -115,9 +115,9 @@ async def _no_receive() -> dict:
     return {"type": "http.disconnect"}
 
 
-def create_app(engine: Any, base: Any, config: ServeConfig) -> FastAPI:
-    """``engine`` (engine/core.py::Engine, models loaded), ``base`` (resolve.GenRequest: the server's
-    default gen settings), ``config`` the server's limits."""
+def create_app(engine: Any, config: ServeConfig) -> FastAPI:
+    """``engine`` (engine/core.py::Engine: models loaded, ``engine.settings`` the server's resolved gen
+    settings, the defaults of every request), ``config`` the server's limits."""
     from codila_cli.serve.runner import Metrics, Runner
 
     metrics = Metrics()
@@ -132,7 +132,7 @@ def create_app(engine: Any, base: Any, config: ServeConfig) -> FastAPI:
 
     app = FastAPI(title="codila", version=_version(), lifespan=lifespan,
                   description="Diffusion-LM code generation with CoDiLA: OpenAI, llama.cpp and Ollama endpoints.")
-    app.state.engine, app.state.base, app.state.config = engine, base, config
+    app.state.engine, app.state.config = engine, config
     app.state.runner, app.state.metrics = runner, metrics
 
     @app.exception_handler(APIError)

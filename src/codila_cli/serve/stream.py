@@ -55,7 +55,7 @@ class Job:
             return cls.infill(request, prefix=prompt, suffix=suffix, max_middle=max_tokens, temperature=temperature,
                               top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
         st = request.app.state
-        settings = _settings(st.base, max_tokens=max_tokens or None, temperature=temperature, top_p=top_p,
+        settings = _settings(st.engine.settings, max_tokens=max_tokens or None, temperature=temperature, top_p=top_p,
                              codila=codila)
         _check_context(st.engine.models, prompt, settings.config, system=system, messages=None)
         return cls("gen", st.engine, settings, n=n, prompt=prompt, system=system, stops=_stop_strings(stop),
@@ -67,7 +67,7 @@ class Job:
         from codila_cli.engine.prompts import is_chat
 
         st = request.app.state
-        settings = _settings(st.base, max_tokens=max_tokens, temperature=temperature, top_p=top_p, codila=codila)
+        settings = _settings(st.engine.settings, max_tokens=max_tokens, temperature=temperature, top_p=top_p, codila=codila)
         models = st.engine.models
         if is_chat(models.dlm.tokenizer):
             prompt, msgs = "", messages
