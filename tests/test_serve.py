@@ -205,6 +205,24 @@ def test_ollama_generate_streams_ndjson(server):
     assert "".join(x["response"] for x in lines) == once["response"]
 
 
+def test_ollama_chat_streams_messages(server, client):
+    """Ollama's /api/chat (Continue's Ollama chat): NDJSON of `message` objects, the same text as the
+    OpenAI chat endpoint gives for the same conversation."""
+    messages = [{"role": "user", "content": "def add(a, b):"}]
+    with httpx.stream("POST", server.url + "/api/chat", json={"model": "codila", "messages": messages,
+                                                              "options": {"num_predict": 24, "seed": 2}}) as s:
+        lines = [json.loads(line) for line in s.iter_lines() if line]
+    assert lines[-1]["done"] is True and all(x["message"]["role"] == "assistant" for x in lines)
+    openai_text = client.chat.completions.create(model="codila", messages=messages, max_tokens=24,
+                                                 seed=2).choices[0].message.content
+    assert "".join(x["message"]["content"] for x in lines) == openai_text
+    once = httpx.post(server.url + "/api/chat", json={"model": "codila", "messages": messages, "stream": False,
+                                                      "options": {"num_predict": 24, "seed": 2}}, timeout=60).json()
+    assert once["message"]["content"] == openai_text and once["done"] is True
+    bad = httpx.post(server.url + "/api/chat", json={"model": "codila", "messages": []}, timeout=30)
+    assert bad.status_code == 400 and isinstance(bad.json()["error"], str)  # Ollama's error shape
+
+
 def test_eight_concurrent_requests_equal_the_same_requests_one_at_a_time(client):
     def ask(p: str) -> str:
         return client.completions.create(model="codila", prompt=p, max_tokens=48, temperature=0, seed=0).choices[0].text

@@ -1,5 +1,5 @@
 """Answers and stream chunks in each ecosystem's format (styles: ``openai-completion``,
-``openai-chat``, ``llama-infill``, ``ollama``). OpenAI and llama.cpp stream server-sent events
+``openai-chat``, ``llama-infill``, ``ollama``, ``ollama-chat``). OpenAI and llama.cpp stream server-sent events
 (``data: {…}\\n\\n``; OpenAI ends with ``data: [DONE]``); Ollama streams one JSON object per line."""
 
 from __future__ import annotations
@@ -50,12 +50,18 @@ def document(job: Any, style: str, outs: list) -> dict:
                 "model": job.model, "codila": o.codila,
                 "timings": {"prompt_n": o.prompt_tokens, "predicted_n": o.completion_tokens, "predicted_ms": ms,
                             "predicted_per_second": o.completion_tokens / ms * 1000 if ms else 0.0}}
-    return _ollama_final(job, o)
+    return _ollama_final(job, style, o)
 
 
-def _ollama_final(job: Any, o: Any) -> dict:
+def _ollama_text(style: str, text: str) -> dict:
+    """Ollama's generate answers in ``response``, its chat in ``message``."""
+    return {"message": {"role": "assistant", "content": text}} if style == "ollama-chat" else {"response": text}
+
+
+def _ollama_final(job: Any, style: str, o: Any, text: str | None = None) -> dict:
     seconds = o.codila.get("wall_seconds", 0.0)
-    return {"model": job.model, "created_at": _stamp(), "response": o.text, "done": True,
+    return {"model": job.model, "created_at": _stamp(), **_ollama_text(style, o.text if text is None else text),
+            "done": True,
             "done_reason": o.finish_reason, "total_duration": int(seconds * 1e9), "prompt_eval_count": o.prompt_tokens,
             "eval_count": o.completion_tokens, "eval_duration": int(seconds * 1e9), "codila": o.codila}
 
@@ -85,7 +91,7 @@ def piece(job: Any, style: str, i: int, text: str) -> str:
         return _sse(_chat_chunk(job, i, {"content": text}, None))
     if style == "llama-infill":
         return _sse({"content": text, "stop": False})
-    return _ndjson({"model": job.model, "created_at": _stamp(), "response": text, "done": False})
+    return _ndjson({"model": job.model, "created_at": _stamp(), **_ollama_text(style, text), "done": False})
 
 
 def last(job: Any, style: str, i: int, out: Any) -> str:
@@ -97,7 +103,7 @@ def last(job: Any, style: str, i: int, out: Any) -> str:
         return _sse({**_chat_chunk(job, i, {}, out.finish_reason), **one})
     if style == "llama-infill":
         return _sse({**document(job, style, [out]), "content": ""})
-    return _ndjson({**_ollama_final(job, out), "response": ""})
+    return _ndjson(_ollama_final(job, style, out, text=""))
 
 
 def closing(job: Any, style: str, outs: list) -> list[str]:
@@ -118,5 +124,6 @@ def failure(job: Any, style: str, err: Any) -> str:
     """An error after the stream began (the status line is already sent): one error event."""
     from codila_cli.serve.errors import error_body
 
-    body = error_body("/api/" if style == "ollama" else "/v1/", err.status, err.message, err.kind, err.param, err.code)
-    return _ndjson(body) if style == "ollama" else _sse(body)
+    ollama = style.startswith("ollama")
+    body = error_body("/api/" if ollama else "/v1/", err.status, err.message, err.kind, err.param, err.code)
+    return _ndjson(body) if ollama else _sse(body)

@@ -93,6 +93,14 @@ class OllamaOptions(_Body):
     stop: list[str] | None = None
 
 
+class OllamaChat(_Body):
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    stream: bool = True
+    options: OllamaOptions = OllamaOptions()
+    codila: dict[str, Any] | None = None
+
+
 class OllamaShow(_Body):
     model: str | None = None
     name: str | None = None  # the older spelling, which Continue sends
@@ -167,6 +175,17 @@ async def tags(request: Request) -> dict:
     return {"models": out}
 
 
+@router.post("/api/chat")
+async def ollama_chat(body: OllamaChat, request: Request) -> Response:
+    _check_model(request, body.model)
+    o = body.options
+    job = Job.chat(request, messages=_messages(body.messages),
+                   max_tokens=o.num_predict if o.num_predict is None or o.num_predict >= 0 else None,
+                   temperature=o.temperature, top_p=o.top_p, stop=o.stop, n=1, seed=o.seed, codila=body.codila,
+                   model=body.model)
+    return await run_job(request, job, style="ollama-chat", stream=body.stream)
+
+
 @router.post("/api/show")
 async def show(body: OllamaShow, request: Request) -> dict:
     """Ollama's model card. Clients read FIM support from the template: Continue enables its
@@ -205,9 +224,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 @router.post("/v1/chat/completions")
 async def chat(body: ChatRequest, request: Request) -> Response:
     _check_model(request, body.model)
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": _text(m.content)}
-                for m in body.messages]
-    job = Job.chat(request, messages=messages, max_tokens=body.max_completion_tokens or body.max_tokens,
+    job = Job.chat(request, messages=_messages(body.messages), max_tokens=body.max_completion_tokens or body.max_tokens,
                    temperature=body.temperature, top_p=body.top_p, stop=body.stop, n=body.n, seed=body.seed,
                    codila=body.codila, model=body.model)
     return await run_job(request, job, style="openai-chat", stream=body.stream)
@@ -236,6 +253,10 @@ async def generate(body: OllamaGenerate, request: Request) -> Response:
                              temperature=o.temperature, top_p=o.top_p, stop=o.stop, n=1, seed=o.seed,
                              codila=body.codila, model=body.model, system=body.system)
     return await run_job(request, job, style="ollama", stream=body.stream)
+
+
+def _messages(messages: list[Message]) -> list[dict]:
+    return [{"role": "system" if m.role == "developer" else m.role, "content": _text(m.content)} for m in messages]
 
 
 def _text(content: Any) -> str:

@@ -246,7 +246,7 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
 
         return JSONResponse(formats.document(job, style, outs))
     return StreamingResponse(_events(job, style, queue, finish, st, t0),
-                             media_type="application/x-ndjson" if style == "ollama" else "text/event-stream",
+                             media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
@@ -259,7 +259,7 @@ def _nothing(job: Job, style: str, stream: bool) -> Response:
         return JSONResponse(formats.document(job, style, outs))
     chunks = [*formats.opening(job, style), *(formats.last(job, style, i, o) for i, o in enumerate(outs)),
               *formats.closing(job, style, outs)]
-    return StreamingResponse(iter(chunks), media_type="application/x-ndjson" if style == "ollama" else "text/event-stream")
+    return StreamingResponse(iter(chunks), media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream")
 
 
 async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: Any, t0: float):
