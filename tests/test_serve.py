@@ -195,6 +195,27 @@ def test_editor_clients_request_shapes(server):
     assert all("choices" in c for c in chunks) and chunks[-1]["choices"][0]["finish_reason"]
 
 
+@pytest.mark.parametrize("template", ["<|fim_prefix|>{p}<|fim_suffix|>{s}<|fim_middle|>",
+                                      "<fim_prefix>{p}<fim_suffix>{s}<fim_middle>", "<PRE> {p} <SUF>{s} <MID>"])
+def test_fim_templates_in_a_prompt_fill_the_middle(server, template):
+    """llama.cpp's /completion (Continue's llama.cpp provider, Tabby's llama.cpp/completion) and
+    /v1/completions: a prompt written in a known FIM template is the same fill as prefix + suffix."""
+    prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    want = httpx.post(server.url + "/infill", json={"input_prefix": prefix, "input_suffix": suffix, "n_predict": 16,
+                                                    "seed": 5}, timeout=60).json()["content"]
+    prompt = template.format(p=prefix, s=suffix)
+    got = httpx.post(server.url + "/completion", json={"prompt": prompt, "n_predict": 16, "seed": 5}, timeout=60).json()
+    assert got["content"] == want and got["stop"] is True
+    with httpx.stream("POST", server.url + "/completion", json={"prompt": prompt, "n_predict": 16, "seed": 5,
+                                                                "stream": True}) as st:
+        events = [json.loads(line[6:]) for line in st.iter_lines() if line.startswith("data: ")]
+    assert "".join(e["content"] for e in events) == want
+    v1 = httpx.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 16, "seed": 5}, timeout=60)
+    assert v1.json()["choices"][0]["text"] == want
+    plain = httpx.post(server.url + "/completion", json={"prompt": "def gcd(a, b):", "n_predict": 8}, timeout=60).json()
+    assert plain["codila"]["decoder"] == "codila"  # no template: an ordinary completion
+
+
 def test_ollama_generate_streams_ndjson(server):
     with httpx.stream("POST", server.url + "/api/generate", json={"model": "bundled-dlm:latest", "prompt": "def gcd(a, b):",
                                                                   "options": {"num_predict": 24, "seed": 4}}) as s:

@@ -1,5 +1,5 @@
 """Answers and stream chunks in each ecosystem's format (styles: ``openai-completion``,
-``openai-chat``, ``llama-infill``, ``ollama``, ``ollama-chat``). OpenAI and llama.cpp stream server-sent events
+``openai-chat``, ``llama``, ``ollama``, ``ollama-chat``). OpenAI and llama.cpp stream server-sent events
 (``data: {…}\\n\\n``; OpenAI ends with ``data: [DONE]``); Ollama streams one JSON object per line."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def document(job: Any, style: str, outs: list) -> dict:
                              "finish_reason": o.finish_reason} for i, o in enumerate(outs)],
                 "usage": _usage(outs), "codila": _codila(outs)}
     o = outs[0]
-    if style == "llama-infill":
+    if style == "llama":
         ms = o.codila.get("wall_seconds", 0.0) * 1000
         return {"content": o.text, "stop": True, "stop_type": "eos" if o.finish_reason == "stop" else "limit",
                 "tokens_predicted": o.completion_tokens, "tokens_evaluated": o.prompt_tokens, "truncated": False,
@@ -89,7 +89,7 @@ def piece(job: Any, style: str, i: int, text: str) -> str:
         return _sse(_text_chunk(job, i, text, None))
     if style == "openai-chat":
         return _sse(_chat_chunk(job, i, {"content": text}, None))
-    if style == "llama-infill":
+    if style == "llama":
         return _sse({"content": text, "stop": False})
     return _ndjson({"model": job.model, "created_at": _stamp(), **_ollama_text(style, text), "done": False})
 
@@ -101,7 +101,7 @@ def last(job: Any, style: str, i: int, out: Any) -> str:
         return _sse({**_text_chunk(job, i, "", out.finish_reason), **one})
     if style == "openai-chat":
         return _sse({**_chat_chunk(job, i, {}, out.finish_reason), **one})
-    if style == "llama-infill":
+    if style == "llama":
         return _sse({**document(job, style, [out]), "content": ""})
     return _ndjson(_ollama_final(job, style, out, text=""))
 

@@ -89,6 +89,30 @@ def infill_settings(*, max_middle: int | None, temperature: float | None, top_p:
     return InfillConfig(max_middle_tokens=max(1, n), sampling=sampling, **codila)
 
 
+# fill-in-the-middle templates that clients put into a plain prompt (Tabby's prompt_template, Continue's
+# autocomplete templates): (prefix marker, suffix marker, middle marker); the text before the prefix
+# marker (repository or file context) stays in front of the prefix
+FIM_TEMPLATES = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
+                 ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder
+                 ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
+                 ("<PRE> ", " <SUF>", " <MID>"))  # CodeLlama
+
+
+def split_fim(prompt: str) -> tuple[str, str] | None:
+    """(prefix, suffix) of a prompt written in one of FIM_TEMPLATES, ending with its middle marker;
+    None for any other prompt."""
+    for pre, suf, mid in FIM_TEMPLATES:
+        body = prompt.rstrip() if mid.strip() != mid else prompt
+        if pre in prompt and suf in prompt and body.endswith(mid.strip()):
+            head, _, rest = prompt.partition(pre)
+            prefix, _, tail = rest.partition(suf)
+            suffix = tail[: tail.rfind(mid.strip())]
+            if mid.startswith(" ") and suffix.endswith(" "):
+                suffix = suffix[:-1]
+            return head + prefix, suffix
+    return None
+
+
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     """(text before the first stop string, whether one occurred): OpenAI's ``stop``."""
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)

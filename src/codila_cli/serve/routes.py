@@ -85,6 +85,17 @@ class InfillRequest(_Body):
     codila: dict[str, Any] | None = None
 
 
+class LlamaCompletion(_Body):
+    prompt: str = ""
+    n_predict: int | None = None
+    temperature: Temperature = None
+    top_p: TopP = None
+    seed: int | None = Field(None, ge=-1, lt=2**63)
+    stop: list[str] | None = None
+    stream: bool = False
+    codila: dict[str, Any] | None = None
+
+
 class OllamaOptions(_Body):
     temperature: Temperature = None
     top_p: TopP = None
@@ -237,7 +248,18 @@ async def infill(body: InfillRequest, request: Request) -> Response:
                      max_middle=body.n_predict, temperature=body.temperature, top_p=body.top_p,
                      seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None,
                      stop=body.stop or None)
-    return await run_job(request, job, style="llama-infill", stream=body.stream)
+    return await run_job(request, job, style="llama", stream=body.stream)
+
+
+@router.post("/completion")
+async def llama_completion(body: LlamaCompletion, request: Request) -> Response:
+    """llama.cpp's own completion endpoint (Continue's llama.cpp provider, Tabby's llama.cpp/completion):
+    a prompt in a FIM template (serve/requests.py::FIM_TEMPLATES) fills the middle."""
+    n = body.n_predict if body.n_predict is None or body.n_predict >= 0 else None
+    job = Job.completion(request, prompt=body.prompt, suffix=None, max_tokens=n, temperature=body.temperature,
+                         top_p=body.top_p, stop=body.stop or None, n=1, seed=None if body.seed in (None, -1) else body.seed,
+                         codila=body.codila, model=None)
+    return await run_job(request, job, style="llama", stream=body.stream)
 
 
 @router.post("/api/generate")

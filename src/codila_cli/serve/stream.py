@@ -51,8 +51,11 @@ class Job:
     def completion(cls, request: Request, *, prompt: str, suffix: str | None, max_tokens: int | None,
                    temperature: float | None, top_p: float | None, stop: Any, n: int, seed: int | None,
                    codila: dict | None, model: str | None, system: str | None = None) -> Job:
-        if suffix:
-            return cls.infill(request, prefix=prompt, suffix=suffix, max_middle=max_tokens, temperature=temperature,
+        from codila_cli.serve.requests import split_fim
+
+        fim = (prompt, suffix) if suffix else split_fim(prompt)
+        if fim is not None:  # a suffix, or a prompt in a FIM template: DreamOn fills the middle
+            return cls.infill(request, prefix=fim[0], suffix=fim[1], max_middle=max_tokens, temperature=temperature,
                               top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
         st = request.app.state
         settings = _settings(st.engine.settings, max_tokens=max_tokens or None, temperature=temperature, top_p=top_p,
