@@ -419,3 +419,26 @@ def test_api_fuzz_finds_no_server_error(server):
     check()
     assert not failures, failures[:3]
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+def test_request_settings_layer_on_the_servers(tmp_path):
+    """serve/requests.py::gen_settings: the request's fields over the server's resolved settings; another
+    decoder (``codila.decoder``) starts from its own config resolved from the same layers, not from
+    built-in defaults; bad values and misplaced keys are ValueErrors (a 400)."""
+    from codila_cli.config import UserConfig
+    from codila_cli.resolve import resolve_gen
+    from codila_cli.serve.requests import gen_settings
+
+    base = resolve_gen({"block_length": 16, "max_new_tokens": 40}, user=UserConfig(tmp_path / "none.toml", False),
+                       dlm=None, ar=None)
+    assert base.decoder == "codila"
+    own = gen_settings(base, max_tokens=None, temperature=0.5, top_p=None, codila={"block_size": 8})
+    assert own.config.block_size == 8 and own.config.max_new_tokens == 40
+    assert own.config.sampling.temperature == 0.5 and own.config.ar_temperature == 0.5
+    assert own.config.cache == base.config.cache  # the helper's recommendation stays
+    other = gen_settings(base, max_tokens=12, temperature=None, top_p=None, codila={"decoder": "threshold"})
+    assert other.decoder == "threshold" and other.config.block_length == 16  # the server's layer, not 32
+    assert other.config.max_new_tokens == 12
+    for bad in ({"bogus": 1}, {"decoder": "dream", "block_size": 4}, {"decoder": "nope"}, {"block_size": -1}):
+        with pytest.raises(ValueError):
+            gen_settings(base, max_tokens=None, temperature=None, top_p=None, codila=bad)

@@ -40,6 +40,7 @@ class GenRequest:
     device: str
     dtype: str
     sources: dict[str, str] = field(default_factory=dict)  # key -> flag | env | config | helper | model | default
+    configs: dict[str, Any] = field(default_factory=dict)  # every decoder's config from the same layers
 
 
 class Layers:
@@ -130,7 +131,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
-                      device=opt("device"), dtype=opt("dtype"), sources=opt.sources())
+                      device=opt("device"), dtype=opt("dtype"), sources=opt.sources(), configs=configs)
 
 
 def _where(message: str, opt: Layers) -> UsageError:

@@ -39,7 +39,8 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
                  codila: dict | None) -> GenSettings:
     """The decoder and config for one completion: ``base`` (resolve.GenRequest, the server's defaults:
     flags, config file, helper recommendation) with the request's fields on top. Another decoder than
-    the server's (``codila.decoder``) starts from that decoder's built-in defaults. OpenAI ``stop``
+    the server's (``codila.decoder``) starts from that decoder's config resolved from the same layers
+    (``base.configs``). OpenAI ``stop``
     strings are not decoder settings (the text is cut after decoding: :func:`cut_at_stop`);
     ``codila.stop_lines`` are codila's line-start stops, which end decoding too."""
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
@@ -58,7 +59,7 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
     misplaced = sorted(set(codila) - names - {"stop_lines"})
     if misplaced:
         raise ValueError(f"codila setting(s) {', '.join(misplaced)} do not apply to the {decoder} decoder")
-    cfg = base.config
+    cfg = base.config if decoder == base.decoder else base.configs.get(decoder) or kind()
     samp = cfg.sampling
     if temperature is not None or top_p is not None:
         samp = SamplingConfig(temperature=samp.temperature if temperature is None else float(temperature),
@@ -66,7 +67,7 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
     lines = codila.pop("stop_lines", None)
     fields = {"max_new_tokens": cfg.max_new_tokens if max_tokens is None else max_tokens, "sampling": samp,
               "early_stop": cfg.early_stop, "stop": cfg.stop if lines is None else stop_strings(lines), **codila}
-    new = dataclasses.replace(cfg, **fields) if decoder == base.decoder else kind(**fields)
+    new = dataclasses.replace(cfg, **fields)
     if decoder == "codila" and temperature is not None:  # the helper writes codila's tokens: the same temperature
         new = dataclasses.replace(new, ar_temperature=samp.temperature)
     return GenSettings(decoder=decoder, config=new)
