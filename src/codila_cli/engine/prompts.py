@@ -42,3 +42,14 @@ def decode_text(tokenizer: Any, specials: Any, canvas: list[int]) -> str:
     cut = next((i for i, t in enumerate(canvas) if t in stops), len(canvas))
     ids = [t for t in canvas[:cut] if t != specials.mask]
     return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def committed_text(tokenizer: Any, canvas: Any, *, mask_id: int, stop_ids: Any) -> str:
+    """Text of the canvas's committed prefix: up to its first masked slot or stop token. No decoder in
+    codila remasks a committed token, so this text is final (what a stream may send)."""
+    ids = []
+    for t in canvas:
+        if t == mask_id or t in stop_ids:
+            break
+        ids.append(t)
+    return tokenizer.decode(ids, skip_special_tokens=True)

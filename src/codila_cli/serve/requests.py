@@ -9,7 +9,7 @@ decoder config (a bad value is a ``ValueError`` that the app answers with 400), 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from codila_cli.decoding.events import StepEvent
@@ -137,24 +137,12 @@ class FinalText:
     at_line_start: bool = True  # the prompt ends a line (read with ``lines``)
     sent: str = ""
     stopped: bool = False
-    _last: int = field(default=-1, repr=False)
-
-    def final_ids(self, canvas: tuple[int, ...]) -> list[int]:
-        ids = []
-        for t in canvas:
-            if t == self.mask_id or t in self.stop_ids:
-                break
-            ids.append(t)
-        return ids
-
     def new_text(self, event: StepEvent) -> str:
+        from codila_cli.engine.prompts import committed_text
+
         if self.stopped:
             return ""
-        ids = self.final_ids(event.canvas)
-        if len(ids) == self._last:
-            return ""
-        self._last = len(ids)
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        text = committed_text(self.tokenizer, event.canvas, mask_id=self.mask_id, stop_ids=self.stop_ids)
         while text.endswith("\ufffd"):  # a character whose bytes are not all committed yet
             text = text[:-1]
         if self.lines:

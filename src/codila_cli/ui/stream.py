@@ -34,13 +34,9 @@ class StdoutStreamer:
             self.written += text
 
     def __call__(self, event: StepEvent) -> None:
-        ids: list[int] = []
-        stops = set(self.sp.stop_ids)
-        for t in event.canvas:
-            if t == self.sp.mask or t in stops:
-                break
-            ids.append(t)
-        completion = self.tok.decode(ids, skip_special_tokens=True)
+        from codila_cli.engine.prompts import committed_text
+
+        completion = committed_text(self.tok, event.canvas, mask_id=self.sp.mask, stop_ids=set(self.sp.stop_ids))
         if self.stop:
             from codila_cli.decoding.stops import stop_offset
 
