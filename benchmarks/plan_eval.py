@@ -100,8 +100,8 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for label in dict.fromkeys(r["setting"] for r in rows):
         rs = [r for r in rows if r["setting"] == label]
-        mean = lambda k: statistics.mean(r[k] for r in rs) if rs[0][k] is not None else None  # noqa: E731
-        fmt = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
+        mean = lambda k, rs=rs: statistics.mean(r[k] for r in rs) if rs[0][k] is not None else None
+        fmt = lambda v: "–" if v is None else f"{v:.0%}"
         units = "–" if rs[0]["units"] is None else f"{mean('units'):.1f}"
         lines.append(f"| {label} | {len(rs)} | {fmt(mean('valid'))} | {fmt(mean('defined'))} | {fmt(mean('named'))} | "
                      f"{units} | {fmt(mean('misbound'))} | "

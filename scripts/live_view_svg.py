@@ -9,6 +9,7 @@ Each picture is the view's own renderable captured at a step about halfway throu
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 
 from rich.console import Console
@@ -51,7 +52,7 @@ def capture(view, done_fraction: float, mask_id: int):
 
 
 def save(renderable, out: Path, title: str) -> None:
-    record = Console(record=True, width=100, force_terminal=True, color_system="truecolor", file=open("/dev/null", "w"))
+    record = Console(record=True, width=100, force_terminal=True, color_system="truecolor", file=io.StringIO())
     record.print(renderable)
     record.save_svg(str(out), title=title)
     print(f"wrote {out}")
@@ -65,7 +66,7 @@ def main() -> None:
     ap.add_argument("--ar", default=None)
     ap.add_argument("--at", type=float, default=0.5, help="fraction of the canvas committed when captured")
     args = ap.parse_args()
-    null = Console(file=open("/dev/null", "w"))
+    null = Console(file=io.StringIO())
     if args.command in ("gen", "all"):
         models = load_models(dlm=args.dlm or default_dlm(), ar=args.ar or default_ar(), device="cpu", dtype="float32")
         mask = models.dlm.specials.mask

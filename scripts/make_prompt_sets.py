@@ -18,8 +18,15 @@ import argparse
 import json
 from pathlib import Path
 
-from codila_cli.train.corpus import (DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES, EXTERNAL4_PACKAGES,
-                                     EXTERNAL5_PACKAGES, EXTERNAL_PACKAGES, package_licences)
+from codila_cli.train.corpus import (
+    DEV_PACKAGES,
+    EXTERNAL2_PACKAGES,
+    EXTERNAL3_PACKAGES,
+    EXTERNAL4_PACKAGES,
+    EXTERNAL5_PACKAGES,
+    EXTERNAL_PACKAGES,
+    package_licences,
+)
 from codila_cli.train.prompt_sets import package_prompts
 
 DATA = Path(__file__).resolve().parent.parent / "src" / "codila_cli" / "data"

@@ -15,7 +15,7 @@ in their last bits from the goldens' machine, whatever codila does; the fingerpr
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -34,7 +34,7 @@ DREAMON_DIR = Path(__file__).resolve().parent / "fixtures" / "dreamon"  # made h
 DREAMON = [json.loads(line) for line in (DREAMON_DIR / "dreamon_cases.jsonl").read_text().splitlines()]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _dlm(checkpoint: str, dtype: str):
     from codila_cli.models.dream import load_dlm
 
@@ -42,7 +42,7 @@ def _dlm(checkpoint: str, dtype: str):
                     dtype=getattr(torch, dtype))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _dreamon_dlm(checkpoint: str, dtype: str):
     from codila_cli.models.dream import load_dlm
 

@@ -150,7 +150,7 @@ def test_the_loss_never_depends_on_the_chunk_size(pair, monkeypatch):
 
 def test_a_run_reading_the_marginals_cache_skips_the_dlm_and_gives_the_writing_runs_parameters(
         pair, tmp_path, monkeypatch):
-    import codila_cli.train.align.trainer as trainer
+    from codila_cli.train.align import trainer
 
     cache = tmp_path / "marginals"
     flags = ("--marginals-cache", str(cache), "--marginals-top-k", "5", "--frontier", "0.1", "--context", "8")
@@ -249,7 +249,7 @@ def test_two_gloo_processes_give_the_parameters_of_one(pair, tmp_path):
 def test_nproc_hands_torchrun_the_same_settings(pair, tmp_path, monkeypatch):
     """`--nproc N` rebuilds every flag for the processes it starts: parsing them gives the same config."""
     import codila_cli.train.align as align_mod
-    import codila_cli.train.align.launch as launch
+    from codila_cli.train.align import launch
 
     seen = []
     monkeypatch.setattr(launch, "torchrun", lambda n, cfg: seen.append((n, cfg)) or 0)

@@ -70,7 +70,7 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
                                              "cache_blocks": 3}
     assert recommended_decoding(str(tmp_path / "missing")) == {}
     base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
-    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]  # noqa: E731
+    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]
     s = settings()
     assert (s["candidate_blocks"], s["ar_context"], s["block_size"], s["ar_repetition_penalty"]) == (1, 8, 4, 1.2)
     assert s["cache"] == "none" and s["cache_blocks"] is None  # the window is recommended for a cache only
@@ -117,7 +117,7 @@ def test_helper_may_recommend_top_k_conditioning(tiny, tmp_path):
     shutil.copytree(tiny["ar"], ar)
     cfg = json.loads((ar / "config.json").read_text())
     base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
-    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]  # noqa: E731
+    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]
     for value, expected in (("topk:16", "topk:16"), ("topk:0", "soft"), ("top16", "soft"), (16, "soft")):
         cfg["codila_decoding"] = {"conditioning": value, "candidate_blocks": 1}
         (ar / "config.json").write_text(json.dumps(cfg))
@@ -148,7 +148,7 @@ def test_helper_recommendation_for_one_block_size_applies_at_that_size(tiny, tmp
     assert recommended_decoding(str(ar), block_size=8) == {"ar_context": 8, "ar_repetition_penalty": 1.7}
     assert recommended_decoding(str(ar), block_size=2) == {"ar_context": 8, "ar_repetition_penalty": 1.3}
     base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
-    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]  # noqa: E731
+    settings = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]
     assert settings()["ar_repetition_penalty"] == 1.3
     s = settings("-B", "8")
     assert (s["block_size"], s["ar_repetition_penalty"], s["ar_context"]) == (8, 1.7, 8)
@@ -178,7 +178,7 @@ def test_syntax_guard_comes_from_flag_env_config_or_helper(tiny, tmp_path, monke
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
     base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
-    guard = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]["ar_syntax_guard"]  # noqa: E731
+    guard = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]["ar_syntax_guard"]
     assert guard() is False and guard("--ar-syntax-guard") is True
     cfg = json.loads((ar / "config.json").read_text())
     cfg["codila_decoding"] = {"ar_syntax_guard": True}
@@ -202,7 +202,7 @@ def test_no_repeat_ngram_comes_from_flag_env_config_or_helper(tiny, tmp_path, mo
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
     base = ("--dlm", str(tiny["dlm"]), "--ar", str(ar), "--json", "--max-new-tokens", "8", "--seed", "0", "def f(")
-    ngram = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]["ar_no_repeat_ngram"]  # noqa: E731
+    ngram = lambda *extra: json.loads(gen(*extra, *base).stdout)["settings"]["ar_no_repeat_ngram"]
     assert ngram() == 0 and ngram("--ar-no-repeat-ngram", "6") == 6
     cfg = json.loads((ar / "config.json").read_text())
     cfg["codila_decoding"] = {"ar_no_repeat_ngram": 8}
@@ -410,7 +410,7 @@ def test_console_parse_errors_get_one_error_line_and_a_hint():
     import subprocess
     import sys
 
-    run = lambda *a: subprocess.run([sys.executable, "-m", "codila_cli", *a], capture_output=True, text=True, timeout=60)  # noqa: E731
+    run = lambda *a: subprocess.run([sys.executable, "-m", "codila_cli", *a], capture_output=True, text=True, timeout=60)
     for args, words in ((["gen", "--max-new-tokens", "abc", "x"], "--max-new-tokens"), (["gen", "--bogus"], "--bogus"),
                         (["nope"], "nope")):
         r = run(*args)

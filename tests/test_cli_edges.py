@@ -77,7 +77,7 @@ def test_a_broken_chat_template_is_the_models_fault_not_codilas(tiny, tmp_path):
 
 
 def test_plan_refuses_units_that_cannot_fit_before_decoding(tiny, monkeypatch):
-    import codila_cli.decoding.sddc as sddc
+    from codila_cli.decoding import sddc
 
     calls = []
     real = sddc.ContractTemplate

@@ -31,7 +31,7 @@ def test_tokens_per_step_commits_exactly_k(scripted, K):
 
 
 def test_dream_steps_schedule_matches_upstream_float_schedule(scripted):
-    # algorithms.md §1.4: L=256, S=32 -> 7 first, then 8 per step, 9 at the last step
+    # Dream's generation_utils.py: L=256, S=32 -> 7 first, then 8 per step, 9 at the last step
     dlm = scripted([3 + (j % 10) for j in range(256)])
     res, events = _run(decode_dream, dlm, PROMPT, config=DreamConfig(max_new_tokens=256, steps=32, early_stop=False))
     sizes = [len(e.positions) for e in events]
@@ -148,7 +148,7 @@ def test_codila_dynamic_forces_committed_slots(scripted):
     dlm = scripted([4, 5, 6, 7, 8, 9, 10, 11], conf)
     writer = ArgmaxWriter()
     tau = 1.5  # only the confident slot is admissible alone; others need the AR
-    res, events = _run(decode_codila, dlm, writer, PROMPT, config=CodilaConfig(max_new_tokens=8, block_size=4, tau=tau))
+    res, _events = _run(decode_codila, dlm, writer, PROMPT, config=CodilaConfig(max_new_tokens=8, block_size=4, tau=tau))
     assert res.canvas == dlm.target
     forced_calls = [c for c in writer.calls if any(f is not None for f in c)]
     for call in forced_calls:

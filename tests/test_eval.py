@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from codila_cli.cli import app
 from codila_cli.eval.benchmarks import load_tasks, select
-from codila_cli.eval.jail import detect as _detect_jail  # noqa: E402
+from codila_cli.eval.jail import detect as _detect_jail
 from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 from codila_cli.eval.settings import parse_setting
 
@@ -239,7 +239,7 @@ def test_eval_runs_task_major_and_returns_rows_setting_major(tiny):
                         (2, [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (1, 2)])):
         seen = []
         rows = run_eval(models, tasks, settings, limits=FAST, batch_size=batch,
-                        on_row=lambda r: seen.append((r["_setting_index"], r["_task_index"])))
+                        on_row=lambda r, seen=seen: seen.append((r["_setting_index"], r["_task_index"])))
         assert seen == runs
         assert [(r["_setting_index"], r["_task_index"]) for r in rows] == sorted(runs)
         assert [r["setting"] for r in rows] == ["dream:K=4"] * 3 + ["codila:B=4"] * 3
@@ -456,7 +456,7 @@ def test_a_setting_for_the_other_kind_of_benchmark_is_refused_before_loading(tin
 
 @pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
 def test_infill_benchmarks_default_to_dreamons_64_token_middle(tiny, tmp_path, monkeypatch):
-    import codila_cli.eval.runner as runner
+    from codila_cli.eval import runner
 
     seen = []
 
@@ -496,7 +496,7 @@ def test_a_users_own_task_file_runs_and_bad_ones_are_refused(tiny, tmp_path):
 
 
 def test_an_interrupted_eval_keeps_its_finished_rows_as_results(tiny, tmp_path, monkeypatch):
-    import codila_cli.eval.runner as runner
+    from codila_cli.eval import runner
 
     def two_then_interrupt(models, tasks, settings, *, on_row, **kw):
         for t in tasks[:2]:

@@ -109,8 +109,7 @@ def test_plan_view_has_a_row_for_the_contract_and_each_unit(monkeypatch):
 
 
 def test_infill_and_plan_show_the_live_view_on_a_terminal_only(tiny, tmp_path, monkeypatch):
-    import codila_cli.ui.live as live
-    import codila_cli.ui.terminal as terminal
+    from codila_cli.ui import live, terminal
 
     src = tmp_path / "a.py"
     src.write_text("def f(x):\n    # codila: fill\n    return x\n")
@@ -124,7 +123,7 @@ def test_infill_and_plan_show_the_live_view_on_a_terminal_only(tiny, tmp_path, m
             m.setattr(terminal, "stderr_is_tty", lambda: True)
             cls = getattr(live, view_name)
             real = cls.__call__
-            m.setattr(cls, "__call__", lambda self, e, real=real: (seen.append(type(self).__name__), real(self, e)))
+            m.setattr(cls, "__call__", lambda self, e, real=real, seen=seen: (seen.append(type(self).__name__), real(self, e)))
             on = CliRunner().invoke(app, args)
         assert on.exit_code == 0, on.stderr
         assert seen and set(seen) == {view_name}
@@ -148,8 +147,7 @@ def test_num_samples_view_follows_each_sample_in_turn_on_a_cpu(tiny, monkeypatch
     import codila_cli.engine.generate as rt
     """gen -n 3 on a terminal: one after another (a CPU), each sample gets a view of its own, titled
     with its number; batched (a GPU), one view follows sample 1. stdout is the same either way."""
-    import codila_cli.ui.live as live
-    import codila_cli.ui.terminal as terminal
+    from codila_cli.ui import live, terminal
 
     args = ["gen", "--dlm", str(tiny["dlm"]), "-n", "3", "--temperature", "1", "--max-new-tokens", "8", "--seed", "3",
             "-K", "2", "def f("]

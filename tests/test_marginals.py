@@ -29,7 +29,7 @@ def test_entropy_from_logits_equals_the_definition(s):
 def test_scored_sampling_matches_sample_then_confidence():
     z = _logits(1)
     for alg in ("entropy", "maskgit_plus", "topk_margin"):
-        probs, x0, conf = sample_scored(z, SamplingConfig(), None, alg)
+        _probs, x0, conf = sample_scored(z, SamplingConfig(), None, alg)
         p_ref, x_ref = sample(z, SamplingConfig(), None)
         assert torch.equal(x0, p_ref.argmax(-1)) and torch.equal(x0, x_ref)
         torch.testing.assert_close(conf, confidence(p_ref, x_ref, alg), atol=1e-4, rtol=1e-4)

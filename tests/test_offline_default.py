@@ -138,8 +138,15 @@ def test_package_prompts_drop_functions_the_corpus_trained_on(tmp_path):
 
 def test_shipped_prompt_sets_come_from_packages_outside_the_corpus():
     from codila_cli.eval.heldout import load_heldout
-    from codila_cli.train.corpus import (CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES,
-                                         EXTERNAL4_PACKAGES, EXTERNAL5_PACKAGES, EXTERNAL_PACKAGES)
+    from codila_cli.train.corpus import (
+        CORPUS_PACKAGES,
+        DEV_PACKAGES,
+        EXTERNAL2_PACKAGES,
+        EXTERNAL3_PACKAGES,
+        EXTERNAL4_PACKAGES,
+        EXTERNAL5_PACKAGES,
+        EXTERNAL_PACKAGES,
+    )
 
     groups = [set(DEV_PACKAGES), set(EXTERNAL_PACKAGES), set(EXTERNAL2_PACKAGES), set(EXTERNAL3_PACKAGES),
               set(EXTERNAL4_PACKAGES), set(EXTERNAL5_PACKAGES)]
@@ -170,8 +177,15 @@ def test_corpus_packages_file_pins_every_package_read():
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    from codila_cli.train.corpus import (CORPUS_PACKAGES, DEV_PACKAGES, EXTERNAL2_PACKAGES, EXTERNAL3_PACKAGES,
-                                         EXTERNAL4_PACKAGES, EXTERNAL5_PACKAGES, EXTERNAL_PACKAGES)
+    from codila_cli.train.corpus import (
+        CORPUS_PACKAGES,
+        DEV_PACKAGES,
+        EXTERNAL2_PACKAGES,
+        EXTERNAL3_PACKAGES,
+        EXTERNAL4_PACKAGES,
+        EXTERNAL5_PACKAGES,
+        EXTERNAL_PACKAGES,
+    )
 
     path = Path(__file__).resolve().parent.parent / "scripts" / "corpus-packages.txt"
     reqs = [Requirement(line) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]

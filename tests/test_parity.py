@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from parity_cases import DREAM, DREAMON, DREAMON_DIR, FAST, PARITY, _target  # noqa: E402
+from parity_cases import DREAM, DREAMON, DREAMON_DIR, FAST, PARITY, _target
 
 AVX2 = platform.machine() in ("x86_64", "AMD64") and "avx2" in Path("/proc/cpuinfo").read_text(errors="ignore") \
     if Path("/proc/cpuinfo").is_file() else False

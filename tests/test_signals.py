@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+
 def _interruptible() -> None:
     """In the child before exec: Ctrl-C does its default. A process started in the background by a shell
     without job control (`cmd &` in a script, as CI runners may do) inherits SIGINT ignored, and Python
@@ -67,6 +68,6 @@ def test_signal_during_infill_leaves_file_untouched(tiny, tmp_path, slow_codila)
                    "--initial-masks", "60", "--seed", "0"], tmp_path, slow_codila)
     _wait_for_decoding(proc, tmp_path)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err.decode()
     assert f.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "slow_codila.py"]

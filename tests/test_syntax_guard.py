@@ -334,7 +334,7 @@ def test_rule_12_a_stop_line_only_where_the_text_may_end(text, tail, ok):
 def test_rule_12_counts_only_lines_that_start_after_the_prompt(tiny_models):
     tok = tiny_models.ar.tokenizer
     guard = SyntaxGuard(tok, tiny_models.ar.vocab_rows, stops=STOPS)
-    ids = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    ids = lambda t: tok.encode(t, add_special_tokens=False)
     hash_ids = [i for i, t in enumerate(guard.texts) if t.startswith("#")]
     assert hash_ids, "the tiny tokenizer has a token that starts with #"
     opened = guard.initial(ids("x = f(1,\n"))  # the prompt ends a line inside brackets

@@ -82,8 +82,7 @@ def _tiny_run(tmp_path, tok):
         with open(run / "corpus" / f"{split}.jsonl", "w") as fh:
             for t in CODE[:10]:
                 fh.write(json.dumps({"kind": "file", "text": t}) + "\n")
-                for fn in functions_of(t):
-                    fh.write(json.dumps({"kind": "function", "text": fn}) + "\n")
+                fh.writelines(json.dumps({"kind": "function", "text": fn}) + "\n" for fn in functions_of(t))
     save_tokenizer(tok, run / "tokenizer")
     for split in ("train", "valid"):
         tokenize_split(run / "corpus" / f"{split}.jsonl", run / "tokenizer" / "tokenizer.json",
@@ -97,7 +96,7 @@ def test_loss_goes_down_and_resume_is_exact(tmp_path, tok, monkeypatch):
 
     monkeypatch.setattr(networks, "DLM_SHAPE", Shape(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=64))
     run = _tiny_run(tmp_path, tok)
-    kw = dict(batch=4, seq_len=32, lr=1e-2)
+    kw = {"batch": 4, "seq_len": 32, "lr": 1e-2}
     logs: list[dict] = []
     stages.stage_arinit(run, steps=2, on_log=logs.append, **kw)  # interrupted after 2 steps ...
     assert (run / "arinit" / "ckpt.pt").exists()

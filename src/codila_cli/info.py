@@ -29,7 +29,7 @@ def list_models() -> list[dict[str, Any]]:
 
         for repo in scan_cache_dir(cache).repos:
             cached[repo.repo_id] = repo
-    except Exception:  # CacheNotFound, or an unreadable cache: report everything as not cached
+    except Exception:  # noqa: BLE001 -- CacheNotFound, or an unreadable cache: report everything as not cached
         cached = {}
     rows = []
     for alias, spec in ALIASES.items():

@@ -73,9 +73,9 @@ def gen_verbose_lines(result: Any, decoder: str, cfg: Any, models: Any, sources:
     where = sources_line(sources or {}, cfg)
     return [f"seed: {result.seed}  decoder: {decoder}  prompt tokens: {result.prompt_tokens}",
             settings_line(decoder, cfg, models), *([where] if where else []),
-            f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
-            f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
-            f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {peak_memory()}"]
+            (f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
+             f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
+             f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {peak_memory()}")]
 
 
 def samples_summary_line(outcome: Any, n: int, max_new_tokens: int) -> tuple[str, bool]:
@@ -92,9 +92,9 @@ def samples_verbose_lines(outcome: Any, seeds: list[int], decoder: str, cfg: Any
     """``gen -n -v``: seeds, whether the samples shared forwards, row forwards, speed and memory."""
     b = outcome.summary()
     how = f"batched dlm forwards: {b['batched_dlm_forwards']}" if outcome.batched else "one sample after another"
-    return [f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {decoder}  {how}  row forwards: {b['row_dlm_forwards']}"
-            f"  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
-            f"  decode: {b['wall_seconds']:.2f}s  {peak_memory()}", settings_line(decoder, cfg, models)]
+    return [(f"seeds: {seeds[0]}..{seeds[-1]}  decoder: {decoder}  {how}  row forwards: {b['row_dlm_forwards']}"
+             f"  tokens: {b['tokens']}  tokens/s: {b['tokens_per_second']:.1f}"
+             f"  decode: {b['wall_seconds']:.2f}s  {peak_memory()}"), settings_line(decoder, cfg, models)]
 
 
 def bundled_notice(models: Any, user: Any, *, quiet: bool) -> str | None:

@@ -78,7 +78,7 @@ def boundary(fn: Callable[[], T], *, command: str, quiet: bool = False) -> T:
         where = f": {exc.filename}" if exc.filename else ""
         _fail(CodilaError(f"{exc.strerror or exc}{where}",
                           hint="check free disk space and permissions, then run the command again"), quiet=quiet)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence
+    except Exception as exc:
         if debug:
             raise
         name = type(exc).__name__

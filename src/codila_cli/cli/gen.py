@@ -104,12 +104,12 @@ def gen(
         cat spec.md | codila gen --json > out.json
     """
     from codila_cli.config import load_config
+    from codila_cli.engine import Engine
+    from codila_cli.engine.prompts import is_chat
     from codila_cli.models.cache import helper_mismatch
     from codila_cli.prompts import read_prompt
     from codila_cli.report import note_bundled
     from codila_cli.resolve import GEN_DEFAULTS, resolve_gen
-    from codila_cli.engine import Engine
-    from codila_cli.engine.prompts import is_chat
     from codila_cli.ui import terminal
 
     layered = {k: v for k, v in locals().items() if k in GEN_DEFAULTS}

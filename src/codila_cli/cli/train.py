@@ -119,7 +119,13 @@ def _stage(name: str):
                 seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]")] = None,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
         from codila_cli.train import stages
-        from codila_cli.train.options import MODEL_STAGES, check_run_dir, check_stage_paths, export_decoding, stage_options
+        from codila_cli.train.options import (
+            MODEL_STAGES,
+            check_run_dir,
+            check_stage_paths,
+            export_decoding,
+            stage_options,
+        )
 
         if steps < 1:
             raise UsageError("--steps must be >= 1", hint="e.g. --steps 200")

@@ -47,7 +47,7 @@ class Canvas:
 
     @classmethod
     def start(cls, *, prompt_ids: list[int], length: int, dlm, ar=None, on_step: OnStep, fill_id: int | None = None,
-              stop_lines: tuple[str, ...] = ()) -> "Canvas":
+              stop_lines: tuple[str, ...] = ()) -> Canvas:
         sp = dlm.specials
         device = getattr(dlm, "device", torch.device("cpu"))
         x = torch.tensor([list(prompt_ids) + [sp.mask] * length], dtype=torch.long, device=device)

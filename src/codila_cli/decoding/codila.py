@@ -1,7 +1,7 @@
 """CoDiLA decoding: the DLM plans, a small AR model writes each block coherently.
 
 Hersche, Menet, Tanios, Rahimi, "Locally coherent parallel decoding in diffusion language models"
-(arXiv 2603.20216, ICML 2026); algorithms.md §3.4 and docs/codila.md for every choice made here.
+(arXiv 2603.20216, ICML 2026); docs/codila.md for every choice made here.
 
 Per DLM forward: shifted logits [L, V] → raw marginals π (temperature 1) and entropies H [L] (nats).
 The canvas is a fixed grid of blocks of B slots; the candidates are the first W blocks holding masks.

@@ -17,7 +17,7 @@ def _check_positive(name: str, value: int | None, *, limit: int = MAX_CANVAS) ->
 
 def _check_stop(stop: tuple[str, ...]) -> None:
     if not isinstance(stop, tuple):
-        raise ValueError(f"stop must be a tuple of line prefixes, got {type(stop).__name__}")
+        raise ValueError(f"stop must be a tuple of line prefixes, got {type(stop).__name__}")  # noqa: TRY004 -- config errors are ValueErrors
     for prefix in stop:
         if not prefix or "\n" in prefix or "\r" in prefix:
             raise ValueError(f"stop: each prefix is the non-empty start of one line, got {prefix!r}")
@@ -42,7 +42,7 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class DreamConfig:
-    """Dream's ``diffusion_generate`` (algorithms.md §1.4).
+    """Dream's ``diffusion_generate`` (arXiv 2508.15487; the model's ``generation_utils.py``).
 
     ``steps``: Dream's float schedule (about L/steps tokens per step, remainder in the last step).
     ``tokens_per_step``: codila's exact static schedule, K tokens per DLM forward (the last may be fewer).
@@ -77,7 +77,7 @@ class DreamConfig:
 
 @dataclass(frozen=True)
 class ThresholdConfig:
-    """Fast-dLLM confidence-threshold parallel decoding (algorithms.md §5.2)."""
+    """Fast-dLLM confidence-threshold parallel decoding (arXiv 2505.22618)."""
 
     max_new_tokens: int = 128
     block_length: int = 32
@@ -115,7 +115,7 @@ class ThresholdConfig:
 
 @dataclass(frozen=True)
 class CodilaConfig:
-    """CoDiLA (algorithms.md §3.4; docs/codila.md).
+    """CoDiLA (arXiv 2603.20216; docs/codila.md).
 
     ``tau`` None = static parallelism (K = B per block); a float = dynamic parallelism with entropy
     threshold τ (nats). ``conditioning``: "soft" or "topk:K". ``ar_context``: the AR also reads up to
@@ -190,7 +190,7 @@ class CodilaConfig:
 
 @dataclass(frozen=True)
 class InfillConfig:
-    """DreamOn variable-length infilling (algorithms.md §2), optionally with CoDiLA blocks (``tau``).
+    """DreamOn variable-length infilling (arXiv 2602.01326; docs/infill.md), optionally with CoDiLA blocks (``tau``).
 
     ``initial_masks`` n0 slots start the middle; a predicted expand turns one mask into two (at most
     ``expand_budget`` times: by default ``max_middle_tokens``, DreamOn's evaluation generator's rule); a predicted delete (end-of-text) removes its

@@ -1,4 +1,4 @@
-"""Dream's ``diffusion_generate`` (Ye et al., Dream 7B, arXiv 2508.15487; algorithms.md §1.4).
+"""Dream's ``diffusion_generate`` (Ye et al., Dream 7B, arXiv 2508.15487; the model's ``generation_utils.py``).
 
 Canvas ``x`` [1, P+L]: prompt then L masks. Each iteration runs one DLM forward (shifted logits [M, V]
 for the span from the first to the last masked slot: nothing else is read), processes the marginals of

@@ -1,4 +1,4 @@
-"""DreamOn variable-length infilling (Wu et al., DreamOn, arXiv 2602.01326; algorithms.md §2.3).
+"""DreamOn variable-length infilling (Wu et al., DreamOn, arXiv 2602.01326; its ``generation_utils.py``).
 
 Sequence: ``[bos] + prefix + [mask]×n0 + suffix + [eos]``; only the middle changes. Per DLM forward
 (shifted logits for the middle [M, V]): the mask is never predicted (codila's one intended difference

@@ -1,6 +1,6 @@
 """From shifted DLM logits to processed marginals π, sampled tokens and confidence scores.
 
-Follows Dream's ``generation_utils`` (algorithms.md §0, §1.4): temperature divides the logits before
+Follows Dream's ``generation_utils.py`` (the model's remote code): temperature divides the logits before
 top-p / top-k; filtered entries get the dtype minimum; every confidence (top-1 probability, margin,
 negative entropy) is computed on the processed, renormalised π. Entropies are in nats.
 """

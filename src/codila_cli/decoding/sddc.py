@@ -1,4 +1,4 @@
-"""SDDC: Self-Decomposing Diffusion for Code (Shao et al., Oct 2026; algorithms.md §4; docs/plan.md).
+"""SDDC: Self-Decomposing Diffusion for Code (Shao et al., Oct 2026; docs/plan.md).
 
 1. Contract: a fixed template ``@unit k role=… budget=… def=… use=…`` per entry slot, template tokens
    committed and each field value a masked slot restricted to legal tokens (role words, budget numbers,
@@ -43,7 +43,7 @@ class ContractTemplate:
 
     def __init__(self, tokenizer, specials, config: PlanConfig, vocab_rows: int) -> None:
         self.tok, self.sp, self.cfg, self.V = tokenizer, specials, config, vocab_rows
-        self.enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+        self.enc = lambda s: tokenizer.encode(s, add_special_tokens=False)
         role_ids = {r: self.enc(r) for r in ROLES}
         budget_ids = {b: self.enc(str(b)) for b in config.budget_menu}
         given = max((len(self.enc(d)) for d in config.defines), default=0)  # user-given names always fit
@@ -151,7 +151,7 @@ class ContractTemplate:
         warnings: list[str] = []
         eos = self.sp.eos
         for k in range(1, self.cfg.max_units + 1):
-            text = lambda f_: self.tok.decode([t for t in fields[(k, f_)] if t != eos]).strip()  # noqa: E731
+            text = lambda f_, k=k: self.tok.decode([t for t in fields[(k, f_)] if t != eos]).strip()
             if not text("role"):
                 continue  # an empty entry slot
             line = (f"@unit 1 role={text('role')} budget={text('budget')} "
@@ -234,7 +234,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
     sp, tok = dlm.specials, dlm.tokenizer
     t0, f0 = time.perf_counter(), dlm.forwards
     warnings: list[str] = []
-    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    enc = lambda s: tok.encode(s, add_special_tokens=False)
     head = ([sp.bos] if sp.bos is not None else []) + list(prompt_ids) + enc("\n# contract\n")
     source = "user"
     if contract is None and config.defines:

@@ -315,9 +315,8 @@ class _Lexer:
                              else "-")
                 if self.stmt != "-" and ch == "=" and self.prev == "":
                     self.eq = True
-        if ch == ":" and self.stmt == "!" and not self.stack:
-            return False  # rule 11: return x: (a header's or a lambda's ':' never comes in a "!" statement)
-        return True
+        # rule 11: return x: (a header's or a lambda's ':' never comes in a "!" statement)
+        return not (ch == ":" and self.stmt == "!" and not self.stack)
 
 
 class SyntaxGuard:

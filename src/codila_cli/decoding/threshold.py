@@ -1,4 +1,4 @@
-"""Confidence-threshold parallel decoding (Fast-dLLM, Wu et al., arXiv 2505.22618; algorithms.md §5.2).
+"""Confidence-threshold parallel decoding (Fast-dLLM, Wu et al., arXiv 2505.22618).
 
 The canvas [L] is cut into blocks of ``block_length`` decoded left to right. Per DLM forward, inside
 the current block: the most confident masked slot is always committed, plus every other masked slot of

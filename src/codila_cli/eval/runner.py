@@ -136,7 +136,7 @@ def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: S
 
 
 def run_eval(models, tasks: list[Task], settings: list[Setting], *, seed: int = 0,
-             limits: SandboxLimits = SandboxLimits(), on_row: Callable[[dict], None] | None = None,
+             limits: SandboxLimits | None = None, on_row: Callable[[dict], None] | None = None,
              rank: int = 0, world: int = 1, batch_size: int = 1) -> list[dict]:
     """Rows for every (setting, task), returned in (setting, task) order; with ``world`` > 1 only this
     rank's share (tasks rank::world); with ``batch_size`` > 1 completion tasks are decoded
@@ -148,6 +148,7 @@ def run_eval(models, tasks: list[Task], settings: list[Setting], *, seed: int = 
     phase: on this project's 2-core VM the same setting ran 25 % slower when it came second."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    limits = limits if limits is not None else SandboxLimits()
     rows = []
     mine = [(ti, task) for ti, task in enumerate(tasks) if ti % world == rank]
     for b in range(0, len(mine), batch_size):
@@ -268,8 +269,8 @@ def markdown(summary: list[dict], *, title: str = "") -> str:
                      f"{s['dlm_forwards']} | {s['ar_forwards']} | {rho} | {s['wall_seconds']} |")
     long = max((s.get("too_long", 0) for s in summary), default=0)
     if long:
-        lines += ["", f"{long} task(s) did not fit the model's context with this canvas (status `too-long` in "
-                  "rows.jsonl): nothing was decoded for them and they count as failed."]
+        lines += ["", (f"{long} task(s) did not fit the model's context with this canvas (status `too-long` in "
+                       "rows.jsonl): nothing was decoded for them and they count as failed.")]
     return "\n".join(lines) + "\n"
 
 

@@ -100,7 +100,7 @@ class PartialRows:
 
     def __init__(self, output: Path, rank: int) -> None:
         self.path = output / f"rows.rank{rank}.partial.jsonl"
-        self._fh = open(self.path, "w", encoding="utf-8")
+        self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 -- held open for the run, closed by close()
         self.rows: list[dict] = []
 
     @property

@@ -2,7 +2,7 @@
 
 Dream keeps the autoregressive convention: the raw output at position i predicts token i+1. Every
 consumer in codila gets *shifted* logits from :func:`shift_logits`, the one place the shift happens, so
-that ``logits[:, i]`` predicts token ``i`` (algorithms.md §1.3). Position 0 has no predictor and keeps
+that ``logits[:, i]`` predicts token ``i`` (Dream's ``generation_utils.py``). Position 0 has no predictor and keeps
 its own row (it is never masked).
 """
 
@@ -140,7 +140,7 @@ def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser
 
 
 class BlockCache:
-    """Fast-dLLM-style approximate KV cache for a Dream-family DLM (algorithms.md §5.2).
+    """Fast-dLLM-style approximate KV cache for a Dream-family DLM (arXiv 2505.22618).
 
     :meth:`refresh` runs one full forward, keeps every layer's keys/values (RoPE already applied, so
     they are tied to their positions) and returns the exact shifted logits. Until the next refresh,

@@ -257,7 +257,7 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
         if mod_name.endswith("rotary_emb"):
             parent = model.get_submodule(mod_name.rsplit(".", 1)[0])
             with torch.device(device):
-                setattr(parent, "rotary_emb", type(module)(config=hf_cfg))
+                parent.rotary_emb = type(module)(config=hf_cfg)
     assert_materialised(model, name=name)
     if not causal:
         n = 0

@@ -45,7 +45,7 @@ class NativeConfig:
     max_position_embeddings: int
 
     @classmethod
-    def from_dict(cls, cfg: dict) -> "NativeConfig | None":
+    def from_dict(cls, cfg: dict) -> NativeConfig | None:
         """The config when this module can run it exactly, else None (then transformers runs it)."""
         kind = str(cfg.get("model_type", "")).lower()
         if kind not in ARCHITECTURES or cfg.get("hidden_act", "silu") != "silu":

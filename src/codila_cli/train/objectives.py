@@ -53,7 +53,7 @@ def diffusion_loss(model, x0: torch.Tensor, *, mask_id: int, gen: torch.Generato
 def dreamon_batch(rows: list[list[int]], *, bos: int, eos: int, mask: int, expand: int, newline: int,
                   seq_len: int, gen: torch.Generator, max_deletes: int = 16, merge_prob: float = 0.5,
                   eps: float = 1e-3) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """DreamOn training examples (algorithms.md §2.6) from token rows (each a code sample without bos).
+    """DreamOn training examples (arXiv 2602.01326, its training recipe) from token rows (each a code sample without bos).
 
     Per row: a random span of whole lines is the middle; 0..max_deletes end-of-text tokens are appended
     to it as delete targets; middle tokens are masked with ratio t ~ U(eps, 1); adjacent masked pairs are

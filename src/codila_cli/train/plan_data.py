@@ -58,12 +58,12 @@ def build_examples(texts: Iterable[str], *, tokenizer, specials, vocab_rows: int
                    seq_len: int = 512, max_examples: int = 20000) -> list[PlanExample]:
     from codila_cli.decoding.sddc import ContractTemplate, _header
 
-    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)
     tpl = ContractTemplate(tokenizer, specials, config, vocab_rows)
     examples: list[PlanExample] = []
     for text in texts:
         mod_doc, units = _units(text)
-        for start in range(0, len(units) - 1):
+        for start in range(len(units) - 1):
             window = units[start : start + min(config.max_units, 2 + (start // 2) % 3)]
             if len(window) < 2:
                 continue

@@ -7,7 +7,7 @@ overhead, cache gains at Dream-Coder-7B / Qwen3-0.6B size) are measured on rando
 their shapes: OUT_DIR/dlm (Dream layout: bidirectional Qwen2, untied head, 152064 vocabulary rows) and
 OUT_DIR/ar (Qwen3 layout, tied, 151936 rows), loaded by the real loader. Both share a word-level
 tokenizer of 151643 ordinary tokens followed by each model's own special tokens at the real ids
-(``../shared/docs/algorithms.md`` §0.1: eos 151643, Dream's bos / mask at 151665 / 151666 where Qwen3
+(the checkpoints' own tokenizer and config files: eos 151643, Dream's bos / mask at 151665 / 151666 where Qwen3
 has ``<tool_response>`` / ``</tool_response>``, Qwen3's ``<think>`` / ``</think>`` at 151667 / 151668),
 so the vocabulary bridge meets the same collisions as with the real pair.
 
@@ -62,13 +62,13 @@ class Shape:
 
 
 PRESETS: dict[str, Shape] = {
-    # Qwen2.5-Coder-7B, which Dream-Coder-7B is initialised from (algorithms.md §1.1)
+    # Qwen2.5-Coder-7B, which Dream-Coder-7B is initialised from (arXiv 2508.15487)
     "dream-coder-7b": Shape(hidden=3584, intermediate=18944, layers=28, heads=28, kv_heads=4, head_dim=128,
                             extra_rows=152064 - 151643, tied=False, dream=True),
-    # DreamOn-v0-7B: Dream-Coder-7B's shape with <|expand|> (algorithms.md §0.1)
+    # DreamOn-v0-7B: Dream-Coder-7B's shape with <|expand|>
     "dreamon-7b": Shape(hidden=3584, intermediate=18944, layers=28, heads=28, kv_heads=4, head_dim=128,
                         extra_rows=152064 - 151643, tied=False, dream=True, infill=True),
-    # Qwen3-0.6B (algorithms.md §3.2)
+    # Qwen3-0.6B, CoDiLA's AR helper (arXiv 2603.20216)
     "qwen3-0.6b": Shape(hidden=1024, intermediate=3072, layers=28, heads=16, kv_heads=8, head_dim=128,
                         extra_rows=151936 - 151643, tied=True, dream=False),
 }

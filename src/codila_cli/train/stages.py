@@ -81,8 +81,8 @@ def _tokenise(run: Path) -> dict:
     for split in ("train", "valid"):
         d = tokenize_split(run / "corpus" / f"{split}.jsonl", run / "tokenizer" / "tokenizer.json",
                            run / f"tokens_{split}.npz", bos=ids["bos"], eos=ids["eos"])
-        out[split] = {"stream_tokens": int(len(d.stream)), "function_samples": d.n_functions,
-                      "function_tokens": int(len(d.func_tokens))}
+        out[split] = {"stream_tokens": len(d.stream), "function_samples": d.n_functions,
+                      "function_tokens": len(d.func_tokens)}
     (run / "tokenizer" / "stats.json").write_text(json.dumps(out, indent=2))
     return out
 
@@ -187,7 +187,7 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
         if not (run / "sft" / "ckpt.pt").exists():
             src = run / "dlm" / "ckpt.pt"
             model.load_state_dict(torch.load(src, map_location="cpu", weights_only=True)["model"])
-    n_prompted = int(round(batch * prompted_share))
+    n_prompted = round(batch * prompted_share)
     stream = _batcher(run, "train", ids, batch=batch - n_prompted, seq_len=seq_len, seed=seed, function_share=0.3)
 
     def rows_at(split: str, step: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -381,7 +381,7 @@ if __name__ == "__main__":
     import sys
 
     run_dir, stage, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
-    printer = lambda r: print(json.dumps(r), flush=True) if r["step"] % 50 == 0 or "valid" in r else None  # noqa: E731
+    printer = lambda r: print(json.dumps(r), flush=True) if r["step"] % 50 == 0 or "valid" in r else None
     if stage == "corpus":
         print(stage_corpus(run_dir, data_dir=Path(args[0]) if args else None))
     elif stage == "tokenizer":

@@ -36,9 +36,9 @@ def build_tiny(out: Path, *, seed: int = 0, vocab_size: int = 400, hidden: int =
     ids = {"eos": tok.token_to_id(EOS), "pad": tok.token_to_id(EOS), "bos": tok.token_to_id(BOS),
            "mask": tok.token_to_id(MASK)}
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                  rms_norm_eps=1e-6, rope_theta=10000.0)
+    common = {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": hidden * 2, "num_hidden_layers": layers,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0}
     dlm = Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=False))
     ar = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=hidden // 4, tie_word_embeddings=True))
     paths = {"dlm": out / "dlm", "ar": out / "ar"}

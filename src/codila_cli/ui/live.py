@@ -16,7 +16,7 @@ from codila_cli.decoding.events import StepEvent
 STYLES = {"dlm": "cyan", "ar": "green", "fill": "bright_black"}
 # C0 controls but tab and newline, DEL, C1 controls: shown as visible escapes, never sent to the terminal
 # (a file's ESC sequence could otherwise retitle or reprogram it)
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
 
 
 def safe(text: str) -> str:
@@ -42,7 +42,7 @@ class LiveView:
         self._live = None
         self.redraws = 0
 
-    def __enter__(self) -> "LiveView":
+    def __enter__(self) -> LiveView:  # noqa: PYI034 -- subclasses return themselves too
         from rich.live import Live
 
         self._live = Live(console=self.console, transient=True, redirect_stdout=False, redirect_stderr=False,
@@ -50,7 +50,7 @@ class LiveView:
         self._live.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.__exit__(*exc)
             self._live = None
@@ -133,7 +133,7 @@ class LiveView:
                     f"{e.ar_forwards}  tokens/forward {rate}  {speed:.1f} tok/s", style="bold")
 
 
-def LEGEND() -> Any:  # noqa: N802 - a constant built lazily (rich is imported only when a view is shown)
+def LEGEND() -> Any:
     from rich.text import Text
 
     return Text.assemble(("·", "bright_black"), " masked  ", ("DLM", "cyan"), "  ", ("AR", "green"), "  ",
@@ -174,7 +174,7 @@ class InfillView(LiveView):
         if e is None:
             return Text()
         middle = self._tail(self.tokens_text(e.canvas, self._owner, e.block, block_size=None))
-        ctx = lambda rows: Text("\n".join(rows), style="bright_black")  # noqa: E731
+        ctx = lambda rows: Text("\n".join(rows), style="bright_black")
         return Group(ctx(self.before), middle, ctx(self.after), Text(""),
                      self.status(e).append(f"  middle {len(e.canvas)} slots"), LEGEND())
 

@@ -71,7 +71,8 @@ def _optimizer(cfg: Any, model: torch.nn.Module, device: torch.device) -> torch.
 
 def lr_at(step: int, cfg: Any) -> float:
     """Linear warm-up, then cosine decay to a tenth of the peak (the bundled stages' schedule)."""
-    from codila_cli.train.loop import LoopConfig, lr_at as schedule
+    from codila_cli.train.loop import LoopConfig
+    from codila_cli.train.loop import lr_at as schedule
 
     return schedule(step, LoopConfig(steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup))
 
