@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 
 from codila_cli.engine.models import load_models
-from codila_cli.engine.recommend import recommended_decoding
 from codila_cli.eval.benchmarks import load_tasks
 from codila_cli.eval.runner import run_eval, summarize
 from codila_cli.eval.sandbox import SandboxLimits
 from codila_cli.eval.settings import parse_setting, recommended_label
+from codila_cli.helper_card import recommended_decoding
 
 
 def _pair(text: str) -> tuple[str, str, str]:

@@ -17,8 +17,8 @@ from rich.console import Console
 from codila_cli.decoding.config import CodilaConfig, InfillConfig, PlanConfig
 from codila_cli.engine.generate import generate
 from codila_cli.engine.models import default_ar, default_dlm, default_infill_dlm, load_models
-from codila_cli.engine.recommend import recommended_decoding
 from codila_cli.engine.tasks import infill, plan
+from codila_cli.helper_card import recommended_decoding
 from codila_cli.ui.live import InfillView, LiveView, PlanView
 
 # held-out prompt 10: one on which the bundled pair writes readable code at gen's settings (most of its

@@ -421,7 +421,7 @@ def test_the_recorded_decoding_is_measured_on_held_out_prompts(tiny, tmp_path):
     cfg = json.loads((out / "config.json").read_text())
     measured = cfg["codila_training"]["selection"]
     assert {(m["block_size"], m["ar_context"]) for m in measured} == {(2, 0), (2, 8), (4, 0), (4, 8)}
-    from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.helper_card import recommended_decoding
     from codila_cli.train.align.output import choose
 
     picked = choose(measured, measured[0]["prompts"])

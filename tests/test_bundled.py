@@ -44,7 +44,7 @@ def test_bundle_size_cap():
 def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     """The shipped helper was aligned for left-to-right blocks with left context (docs/bundled-models.md):
     `codila gen` with no flags uses its recommendation; a flag still wins."""
-    from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.helper_card import recommended_decoding
 
     rec = recommended_decoding("bundled-ar")
     assert rec.get("candidate_blocks") == 1 and rec.get("ar_context", 0) >= 64
@@ -61,7 +61,11 @@ def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     settings = json.loads(CliRunner().invoke(app, [*args, "--cache", "none"]).stdout)["settings"]
     assert (settings["cache"], settings["cache_blocks"]) == ("none", None)
     r = CliRunner().invoke(app, ["gen", "-v", "--seed", "0", "--max-new-tokens", "8", "def fib(n):"])
-    assert r.exit_code == 0 and "rp=1.5 sg=1 ng=8 cond=topk:16 cache=prefix cb=8  dlm: bundled-dlm" in r.stderr  # -v says a cache ran
+    from codila_cli.eval.settings import recommended_label
+
+    # -v says what ran (a cache too) in eval's setting syntax: the label `codila eval` gives this default
+    assert r.exit_code == 0 and f"settings: {recommended_label(rec)}  dlm: bundled-dlm" in r.stderr
+    assert "cache=prefix,cb=8" in r.stderr
     # session 15: the guard (docs/results.md §0)
     assert settings["ar_syntax_guard"] is True and rec.get("ar_syntax_guard") is True
     assert settings["ar_no_repeat_ngram"] == rec.get("ar_no_repeat_ngram") == 8  # session 17 (docs/results.md §0)

@@ -58,7 +58,7 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
     config file and flags override it; unknown keys and values of the wrong type are ignored."""
     import shutil
 
-    from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.helper_card import recommended_decoding
 
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
@@ -110,8 +110,8 @@ def test_helper_may_recommend_top_k_conditioning(tiny, tmp_path):
     --conditioning says otherwise; a malformed value is ignored; eval's default label spells it out."""
     import shutil
 
-    from codila_cli.engine.recommend import recommended_decoding
     from codila_cli.eval.settings import parse_setting, recommended_label
+    from codila_cli.helper_card import recommended_decoding
 
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
@@ -135,7 +135,7 @@ def test_helper_recommendation_for_one_block_size_applies_at_that_size(tiny, tmp
     user's -B, config or environment), and nowhere else; its own block_size and bad values are ignored."""
     import shutil
 
-    from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.helper_card import recommended_decoding
 
     ar = tmp_path / "ar"
     shutil.copytree(tiny["ar"], ar)
@@ -225,7 +225,7 @@ def test_stdout_is_payload_only(tiny):
     assert "\x1b[" not in r.stdout
     assert r.stdout.startswith("def f(") and "syntax:" not in r.stdout and "seed:" not in r.stdout
     assert "syntax:" in r.stderr and "seed: 1" in r.stderr
-    assert "settings: K=4  dlm: " in r.stderr and "(cpu, float32)" in r.stderr  # what ran, where, in what dtype
+    assert "settings: dream:K=4  dlm: " in r.stderr and "(cpu, float32)" in r.stderr  # what ran, where, in what dtype
 
 
 def test_quiet_leaves_only_payload(tiny):

@@ -118,7 +118,7 @@ def test_report_lines_are_plain_strings(tiny_models):
     assert syntax_line(check_python("x = 1\n")) == "syntax: valid"
     assert syntax_line(check_python("def f(:\n")).startswith("syntax: ")
     line = settings_line("dream", DreamConfig(max_new_tokens=8, tokens_per_step=2), tiny_models)
-    assert line.startswith("settings: K=2  dlm: ") and "(cpu, float32)" in line
+    assert line.startswith("settings: dream:K=2  dlm: ") and "(cpu, float32)" in line
 
 
 def _import_graph() -> dict[str, set[str]]:

@@ -86,7 +86,7 @@ def test_config_show_names_what_gen_will_use(tmp_path, monkeypatch):
     import dataclasses
 
     import codila_cli.engine.generate as runtime
-    from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.helper_card import recommended_decoding
 
     write_config(tmp_path, monkeypatch, '[gen]\ntemperature = 0.3\n')
     rec = recommended_decoding("bundled-ar")

@@ -98,7 +98,7 @@ class ArgmaxWriter:
         self.ar = self._AR()
         self.calls = []
 
-    def write(self, pi, forced, *, context=None, seen=None, generator=None):
+    def write(self, pi, forced, *, context=None, text=None, generator=None):
         self.calls.append(list(forced))
         self.ar.forwards += len(forced)
         return torch.tensor([f if f is not None else int(pi[j].argmax()) for j, f in enumerate(forced)])
@@ -198,16 +198,18 @@ def test_kv_cached_ar_equals_uncached_reference(tiny_models):
 def test_repetition_penalty_follows_ctrl_rule(tiny_models):
     """ρ divides a positive logit (multiplies a negative one) of every id already in the text, including
     ids the block itself wrote; ρ = 1 leaves the greedy choice unchanged."""
+    from codila_cli.decoding.rules import RepetitionPenalty, Text
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
     torch.manual_seed(1)
     pi = torch.softmax(torch.randn(3, tiny_models.dlm.vocab_rows) * 3, -1)
     plain = SoftBlockWriter(tiny_models.ar, tiny_models.bridge).write(pi, [None] * 3)
     seen = torch.tensor([int(plain[0])])
-    assert SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.0).write(
-        pi, [None] * 3, seen=seen).tolist() == plain.tolist()
-    strong = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=10.0)
-    out = strong.write(pi, [None] * 3, seen=seen)
+    rows = tiny_models.ar.vocab_rows
+    assert SoftBlockWriter(tiny_models.ar, tiny_models.bridge, rules=[RepetitionPenalty(1.0, rows)]).write(
+        pi, [None] * 3, text=Text(seen.tolist())).tolist() == plain.tolist()
+    strong = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, rules=[RepetitionPenalty(10.0, rows)])
+    out = strong.write(pi, [None] * 3, text=Text(seen.tolist()))
     assert int(out[0]) != int(plain[0])  # the seen id lost its place
     # reference for the first choice: the CTRL rule on the uncached logits
     emb = tiny_models.ar.embedding
@@ -237,10 +239,11 @@ def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho, monke
     top few all lose (a huge ρ pushes the penalised top ids below the rest: a wider top or the full path
     decides)."""
     from codila_cli.decoding import soft_ar
+    from codila_cli.decoding.rules import RepetitionPenalty
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
     monkeypatch.setattr(soft_ar, "_WIDER", (soft_ar._TOP, 32))  # below the tiny vocabulary, so the full path runs
-    w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=rho)
+    w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, rules=[RepetitionPenalty(rho, tiny_models.ar.vocab_rows)])
     V = len(w.allowed)
     g = torch.Generator().manual_seed(3)
     full_calls = 0
@@ -272,7 +275,8 @@ def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho, monke
         fed = [int(top[r + 1, 0]) for r in range(3)]  # guess r feeds row r + 1: its own top id, penalised there
         if trial % 10 == 9:  # nearly every id already in the text: even the widest short path must give up
             hit |= set(range(V - 3))
-        assert w._choose(z.clone(), hit, fed, None) == real_full(z.clone(), hit, fed, None)
+        states = [((frozenset(hit), tuple(fed[:r])),) for r in range(4)]  # row r also sees guesses 0 … r − 1
+        assert w._choose(z.clone(), None, states) == real_full(z.clone(), None, states)
     # the short path serves most calls; the wider ones and the fallback where the top ids are all penalised
     assert V > max(soft_ar._WIDER), "the widest short path must not cover the whole vocabulary here"
     assert (wider + full_calls < 20) if rho < 10 else (wider >= 5 and full_calls >= 3)
@@ -281,15 +285,16 @@ def test_choose_top_candidates_equal_the_full_vocabulary(tiny_models, rho, monke
 def test_codila_passes_the_text_before_the_block_as_seen(tiny_models):
     from codila_cli.decoding.codila import decode_codila
     from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.decoding.rules import RepetitionPenalty
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
-    writer = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.3)
+    writer = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, rules=[RepetitionPenalty(1.3, tiny_models.ar.vocab_rows)])
     calls = []
     orig = writer.write
 
-    def spy(pi, forced, *, context=None, seen=None, generator=None):
-        calls.append(seen.clone())
-        return orig(pi, forced, context=context, seen=seen, generator=generator)
+    def spy(pi, forced, *, context=None, text=None, generator=None):
+        calls.append(torch.tensor(text.seen))
+        return orig(pi, forced, context=context, text=text, generator=generator)
 
     writer.write = spy
     prompt = [tiny_models.dlm.specials.bos, 7, 8, 9]
@@ -599,6 +604,7 @@ def test_codila_cache_blocks_sets_the_window(tiny_models, monkeypatch):
 def test_ar_guesses_change_forwards_not_tokens(tiny_models, monkeypatch, context):
     """Greedy writing with guesses checked in the forward writes exactly what one-token-per-forward
     writing writes; right guesses save forwards, a wrong one costs one more forward from that slot."""
+    from codila_cli.decoding.rules import RepetitionPenalty, Text
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
     torch.manual_seed(5)
@@ -608,11 +614,11 @@ def test_ar_guesses_change_forwards_not_tokens(tiny_models, monkeypatch, context
     ar = tiny_models.ar
 
     def run(guesses):
-        w = SoftBlockWriter(ar, tiny_models.bridge, repetition_penalty=1.5, guess=guesses is not None)
+        w = SoftBlockWriter(ar, tiny_models.bridge, rules=[RepetitionPenalty(1.5, ar.vocab_rows)], guess=guesses is not None)
         if guesses is not None:
             monkeypatch.setattr(w, "_guesses", lambda q, f: list(guesses))
         f0 = ar.forwards
-        out = w.write(pi, forced, context=context, seen=seen).tolist()
+        out = w.write(pi, forced, context=context, text=Text(seen.tolist())).tolist()
         return out, ar.forwards - f0
 
     ref, n = run(None)
@@ -630,21 +636,20 @@ def test_writers_share_the_gathered_embedding_table(tiny_models):
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
     a = SoftBlockWriter(tiny_models.ar, tiny_models.bridge)
-    b = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.3)
+    b = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, guess=False)
     assert a.table is b.table and a.index is b.index
     assert torch.equal(a.table, tiny_models.ar.embedding[tiny_models.bridge.shared_ids])
 
 
 def test_ngram_table_names_the_ids_that_would_repeat_an_ngram():
-    from codila_cli.decoding.soft_ar import _NGrams
+    from codila_cli.decoding.rules import _NGrams
 
     g = _NGrams(3, [1, 2, 3, 1, 2])
-    assert g.repeats([]) == {3}  # 1 2 3 is in the text: after 1 2, 3 would repeat it
-    assert g.repeats([4, 1, 2]) == {3, 4}  # 1 2 4 came inside the tail
-    assert g.repeats([9]) == set() and _NGrams(3, [1]).repeats([]) == set()
-    assert _NGrams(3, [0, 0, 0, 5, 0, 0], frozenset({0})).repeats([]) == {5}  # end-of-text is never banned
-    g.add(7)
-    assert g.repeats([]) == set() and g.repeats([1, 2]) == {3, 7}  # 1 2 7 is in the text now
+    assert g.repeats(()) == {3}  # 1 2 3 is in the text: after 1 2, 3 would repeat it
+    assert g.repeats((4, 1, 2)) == {3, 4}  # 1 2 4 came inside the tail
+    assert g.repeats((9,)) == set() and _NGrams(3, [1]).repeats(()) == set()
+    assert _NGrams(3, [0, 0, 0, 5, 0, 0], frozenset({0})).repeats(()) == {5}  # end-of-text is never banned
+    assert g.repeats((7,)) == set() and g.repeats((7, 1, 2)) == {3, 7}  # 1 2 7 is in the text now
 
 
 def test_no_repeat_ngram_keeps_every_ngram_of_the_completion_unique(tiny_models):
@@ -653,13 +658,14 @@ def test_no_repeat_ngram_keeps_every_ngram_of_the_completion_unique(tiny_models)
     path with the ban still equals the full-vocabulary path."""
     from codila_cli.decoding.codila import decode_codila
     from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.decoding.rules import NoRepeatNGram, RepetitionPenalty
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
     m = tiny_models
     stops = set(m.dlm.specials.stop_ids)
 
     def run(n):
-        w = SoftBlockWriter(m.ar, m.bridge, no_repeat_ngram=n, end_ids=tuple(stops))
+        w = SoftBlockWriter(m.ar, m.bridge, rules=[NoRepeatNGram(n, frozenset(stops))] if n else [])
         cfg = CodilaConfig(max_new_tokens=48, block_size=4, candidate_blocks=1, early_stop=False, ar_no_repeat_ngram=n)
         return decode_codila(m.dlm, w, [m.dlm.specials.bos, 7, 8, 9], config=cfg).canvas
 
@@ -670,7 +676,16 @@ def test_no_repeat_ngram_keeps_every_ngram_of_the_completion_unique(tiny_models)
     plain, banned = run(0), run(3)
     assert len(set(grams(plain))) < len(grams(plain))  # the unconstrained helper repeats itself
     assert len(set(grams(banned))) == len(grams(banned)) and len(grams(banned)) > 10
-    w = SoftBlockWriter(m.ar, m.bridge, repetition_penalty=1.3, no_repeat_ngram=3)
+    class FixedBan:  # a rule added without touching the writer: bans the ids its state names
+        lazy = False
+
+        def lower(self, st, cols, vals):
+            return vals.masked_fill(torch.tensor([c in st for c in cols]), float("-inf"))
+
+        def lower_row(self, st, z):
+            z[sorted(st)] = float("-inf")
+
+    w = SoftBlockWriter(m.ar, m.bridge, rules=[RepetitionPenalty(1.3, m.ar.vocab_rows), FixedBan()])
     V = len(w.allowed)
     g = torch.Generator().manual_seed(4)
     for _ in range(20):
@@ -678,8 +693,9 @@ def test_no_repeat_ngram_keeps_every_ngram_of_the_completion_unique(tiny_models)
         top = z.topk(4, dim=-1).indices
         repeats = [set(top[r, : r + 1].tolist()) for r in range(3)]  # each row's best ids would repeat
         fed = [int(top[1, 1]), int(top[2, 0])]
-        assert w._choose(z.clone(), {5, 6}, fed, None, None, repeats) == w._choose_full(z.clone(), {5, 6}, fed, None, None, repeats)
-        assert all(c not in repeats[r] for r, c in enumerate(w._choose(z.clone(), set(), fed, None, None, repeats)))
+        states = [((frozenset({5, 6}), tuple(fed[:r])), frozenset(repeats[r])) for r in range(3)]
+        assert w._choose(z.clone(), None, states) == w._choose_full(z.clone(), None, states)
+        assert all(c not in repeats[r] for r, c in enumerate(w._choose(z.clone(), None, states)))
 
 
 def test_no_repeat_ngram_is_validated():

@@ -403,7 +403,7 @@ def test_eval_without_a_setting_runs_what_gen_runs(tiny, tmp_path):
     r = CliRunner().invoke(app, [*base, "--ar", str(ar), "-o", str(tmp_path / "c")])
     assert r.exit_code == 0, r.stderr
     (row,) = [json.loads(x) for x in (tmp_path / "c" / "rows.jsonl").read_text().splitlines()]
-    assert row["setting"] == "codila:B=4,W=1,ctx=8,rp=1.2,cache=prefix,cb=3"
+    assert row["setting"] == "codila:B=4,W=1,cache=prefix,cb=3,ctx=8,rp=1.2"
 
 
 def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypatch):

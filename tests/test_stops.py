@@ -56,7 +56,7 @@ class ArgmaxWriter:
     def __init__(self):
         self.ar = self._AR()
 
-    def write(self, pi, forced, *, context=None, seen=None, generator=None):
+    def write(self, pi, forced, *, context=None, text=None, generator=None):
         import torch
 
         return torch.tensor([f if f is not None else int(pi[j].argmax()) for j, f in enumerate(forced)])

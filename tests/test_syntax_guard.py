@@ -191,9 +191,11 @@ def test_banned_ids_are_exactly_those_that_break_a_rule(guard):
 
 def test_choose_with_a_guard_equals_the_full_vocabulary_path(tiny_models, guard):
     """The writer's short path (its top few logits) and its full path make the same guarded choice."""
+    from codila_cli.decoding.rules import GuardRule, RepetitionPenalty
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
-    w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, repetition_penalty=1.3, guard=guard)
+    w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge,
+                        rules=[RepetitionPenalty(1.3, tiny_models.ar.vocab_rows), GuardRule(guard)])
     V = len(w.allowed)
     g = torch.Generator().manual_seed(0)
     state = feed(LexState(), "x = f(a")
@@ -202,9 +204,9 @@ def test_choose_with_a_guard_equals_the_full_vocabulary_path(tiny_models, guard)
         z = torch.randn(3, V, generator=g) * 3
         z[:, closers[: len(closers) // 2]] += 20.0  # ids with ) ] } or a line break on top of every row
         fed = [int(z[0].argmax()), int(z[1].argmax())]
-        states = w._states(state, fed)
-        picked = w._choose(z.clone(), set(), fed, None, states)
-        assert picked == w._choose_full(z.clone(), set(), fed, None, states)
+        states = w._row_states(((frozenset(), ()), state), fed)
+        picked = w._choose(z.clone(), None, states)
+        assert picked == w._choose_full(z.clone(), None, states)
         assert guard.step(state, picked[0]) is not None
 
 
@@ -230,18 +232,19 @@ def test_guarded_generation_never_breaks_a_rule(tiny_models):
 def test_the_writer_ends_the_text_only_where_it_may_end(tiny_models):
     """Rule 6 in the writer: an end-of-text id on top of every row is taken where the text may end and
     passed over where it may not, by the greedy short path and by the sampling path alike."""
+    from codila_cli.decoding.rules import GuardRule
     from codila_cli.decoding.soft_ar import SoftBlockWriter
 
     eos = tiny_models.dlm.specials.eos
     guard = SyntaxGuard(tiny_models.ar.tokenizer, tiny_models.ar.vocab_rows, end_ids=tiny_models.dlm.specials.stop_ids)
     for temp in (0.0, 0.5):
-        w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, temperature=temp, guard=guard)
+        w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, temperature=temp, rules=[GuardRule(guard)])
         assert w.allowed[eos], "the tiny helper may write end-of-text"
         z = torch.zeros(1, len(w.allowed))
         z[0, eos] = 50.0
         for text, done in (("def f(x):\n    return g(x", False), ("def f(x):\n    if x:", False),
                            ("def f(x):\n    return x\n", True)):
-            (tok,) = w._choose(z.clone(), set(), [], torch.Generator().manual_seed(0), [feed(LexState(), text)])
+            (tok,) = w._choose(z.clone(), torch.Generator().manual_seed(0), [(feed(LexState(), text),)])
             assert (tok == eos) == done, (text, temp)
 
 
@@ -249,13 +252,14 @@ def test_the_guard_is_off_for_chat_prompts_and_holes(tiny_models, guard, monkeyp
     """A chat answer is not code from its first token: no guard is built for it. A left text with a hole
     (a mask) has no state: the writer then bans nothing. A left text that grows is read on, not again."""
     import codila_cli.engine.generate as runtime
+    from codila_cli.decoding import rules
     from codila_cli.decoding.config import CodilaConfig
-    from codila_cli.decoding.soft_ar import SoftBlockWriter
+    from codila_cli.decoding.rules import GuardRule, Text
 
     def refuse(ar, **kwargs):
         raise AssertionError("a guard was built")
 
-    monkeypatch.setattr(runtime, "syntax_guard", refuse)
+    monkeypatch.setattr(rules, "syntax_guard", refuse)
     cfg = CodilaConfig(block_size=4, candidate_blocks=1, max_new_tokens=8, ar_syntax_guard=True)
     ids = tiny_models.dlm.tokenizer.encode("def f(x", add_special_tokens=False)
     runtime._decode(tiny_models, tiny_models.dlm, tiny_models.ar, ids, decoder="codila", config=cfg,
@@ -263,13 +267,13 @@ def test_the_guard_is_off_for_chat_prompts_and_holes(tiny_models, guard, monkeyp
     with pytest.raises(AssertionError, match="a guard was built"):
         runtime._decode(tiny_models, tiny_models.dlm, tiny_models.ar, ids, decoder="codila", config=cfg,
                         gen=torch.Generator().manual_seed(0), on_step=lambda e: None, raw=True)
-    w = SoftBlockWriter(tiny_models.ar, tiny_models.bridge, guard=guard)
-    assert w._left_state(None) is None
+    rule = GuardRule(guard)
+    assert rule.start(Text([], left=None)) is None
     ids = tiny_models.ar.tokenizer.encode("x = f(a", add_special_tokens=False)
-    assert w._left_state(ids).stack == ("(",)
+    assert rule.start(Text(ids, left=ids)).stack == ("(",)
     more = tiny_models.ar.tokenizer.encode(", b)", add_special_tokens=False)
     monkeypatch.setattr(guard, "initial", refuse)
-    assert w._left_state(ids + more).stack == ()  # read on from the last text, not again from the start
+    assert rule.start(Text(ids, left=ids + more)).stack == ()  # read on from the last text, not again from the start
 
 
 def test_a_chosen_token_may_not_stop_halfway_into_an_operator():
@@ -290,7 +294,9 @@ def test_guarded_sampling_draws_from_the_allowed_ids_in_proportion(tiny_models, 
     from codila_cli.decoding import soft_ar
 
     monkeypatch.setattr(soft_ar, "_REDRAWS", redraws)
-    w = soft_ar.SoftBlockWriter(tiny_models.ar, tiny_models.bridge, temperature=1.0, guard=guard)
+    from codila_cli.decoding.rules import GuardRule
+
+    w = soft_ar.SoftBlockWriter(tiny_models.ar, tiny_models.bridge, temperature=1.0, rules=[GuardRule(guard)])
     state = feed(LexState(), "x = f(a")
     banned = [i for i in guard.banned(state) if w.allowed[i]][:3]
     ok = [i for i in range(len(w.allowed)) if w.allowed[i] and guard.allowed(state, i)][:3]
@@ -298,7 +304,7 @@ def test_guarded_sampling_draws_from_the_allowed_ids_in_proportion(tiny_models, 
     z[banned] = 3.0  # the banned ids carry most of the mass
     z[torch.tensor(ok)] = torch.tensor([0.0, 1.0, 2.0])
     g = torch.Generator().manual_seed(0)
-    draws = [w._sample(z.clone(), state, g) for _ in range(3000)]
+    draws = [w._sample(z.clone(), (state,), g) for _ in range(3000)]
     assert not set(draws) & set(banned)
     p = torch.softmax(torch.tensor([0.0, 1.0, 2.0]), -1).tolist()
     for i, want in zip(ok, p):

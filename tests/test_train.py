@@ -429,7 +429,7 @@ def test_export_takes_the_tasks_checkpoint_it_is_given(tiny, tmp_path):
     assert (tmp_path / "out" / "tasks" / "marker").read_text() == "given"
     assert (tmp_path / "out" / "tasks" / "model.safetensors").is_file()
 
-    from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.helper_card import recommended_decoding
 
     assert recommended_decoding(str(tmp_path / "out" / "ar")) == {"candidate_blocks": 1, "ar_context": 64,
                                                                  "ar_repetition_penalty": 1.2}
@@ -489,7 +489,8 @@ def test_export_re_records_the_pair_so_gen_does_not_warn(tiny, tmp_path):
     import shutil
 
     from codila_cli.engine.models import load_models
-    from codila_cli.models.cache import fingerprint, helper_mismatch, identity, same_model
+    from codila_cli.helper_card import helper_mismatch
+    from codila_cli.models.cache import fingerprint, identity, same_model
     from codila_cli.models.registry import resolve_spec
     from codila_cli.train.stages import stage_export
 

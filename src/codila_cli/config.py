@@ -32,21 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codila_cli.decoding.config import GEN_KNOBS
 from codila_cli.errors import UsageError
 
-# section -> key -> allowed python types (bool is checked before int, since bool is an int)
+# section -> key -> allowed TOML value types: [gen] and [runtime] from the knob table (decoding/config.py)
 SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "models": {"dlm": (str,), "ar": (str,)},
-    "runtime": {"device": (str,), "dtype": (str,)},
     "notices": {"bundled": (bool,)},  # false: no "demonstration models" line when the bundled models run
-    "gen": {
-        "decoder": (str,), "max_new_tokens": (int,), "steps": (int,), "tokens_per_step": (int,), "alg": (str,),
-        "temperature": (float, int), "top_p": (float, int), "top_k": (int,), "block_length": (int,),
-        "threshold": (float, int), "block_size": (int,), "tau": (float, int), "candidate_blocks": (int,),
-        "parallel_blocks": (int,), "conditioning": (str,), "ar_temperature": (float, int), "ar_context": (int,),
-        "ar_repetition_penalty": (float, int), "cache": (str,), "cache_blocks": (int,), "ar_syntax_guard": (bool,),
-        "ar_no_repeat_ngram": (int,),
-    },
+    **GEN_KNOBS.schema(),
 }
 
 
@@ -102,7 +95,11 @@ def load_config(path: Path | None = None) -> UserConfig:
                 want = " or ".join(t.__name__ for t in types)
                 raise UsageError(f"config file {path}: {section}.{key} must be {want}, got {value!r}",
                                  hint="fix the value or remove the key")
-            values.setdefault(section, {})[key] = float(value) if float in types and not isinstance(value, str) else value
+            if list in types and not all(isinstance(v, str) for v in value):
+                raise UsageError(f"config file {path}: {section}.{key} must be a list of strings, got {value!r}",
+                                 hint="fix the value or remove the key")
+            values.setdefault(section, {})[key] = (tuple(value) if list in types else
+                                                   float(value) if float in types and not isinstance(value, str) else value)
     return UserConfig(path, True, values, tuple(warnings))
 
 

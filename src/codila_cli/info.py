@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from codila_cli.config import SCHEMA, UserConfig, env_name
+from codila_cli.config import SCHEMA, UserConfig
 from codila_cli.models.cache import hf_cache_dir
 from codila_cli.models.registry import ALIASES, BUNDLED, bundled_available, bundled_path
 
@@ -55,53 +55,42 @@ def _installed(dist: str) -> bool:
 
 def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     """Every configurable key with the value `codila gen` uses when no flag is given and where it comes
-    from: env > file > the configured AR helper's recommendation (engine.recommend.recommended_decoding) > the
-    configured DLM's generation_config.json (resolve.model_defaults) > default; ``gen.ar_temperature``
-    otherwise follows ``gen.temperature`` as set by the user."""
-    from codila_cli.engine.models import default_ar
-    from codila_cli.engine.recommend import recommended_decoding
-    from codila_cli.models.registry import bundled_available
-    from codila_cli.resolve import GEN_DEFAULTS
+    from, resolved as `gen` resolves it (resolve.resolve_gen over the ``CODILA_*`` variables): env > file
+    > the configured AR helper's recommendation > the configured DLM's generation_config.json > default;
+    ``gen.ar_temperature`` otherwise follows ``gen.temperature``."""
+    from codila_cli.decoding.config import GEN_KNOBS
+    from codila_cli.decoding.knobs import flat
+    from codila_cli.errors import UsageError
+    from codila_cli.resolve import resolve_gen
 
-    env_keys = {("models", "dlm"): "CODILA_MODEL", ("models", "ar"): "CODILA_AR_MODEL",
-                ("runtime", "device"): "CODILA_DEVICE", ("runtime", "dtype"): "CODILA_DTYPE"}
-
-    def explicit(section: str, key: str) -> tuple[Any, str] | None:
-        env = env_keys.get((section, key), env_name(key))
-        if os.environ.get(env) is not None:
-            return os.environ[env], f"env {env}"
-        if user.get(section, key) is not None:
-            return user.get(section, key), f"file {user.path}"
-        return None
-
-    dlm = (explicit("models", "dlm") or (None,))[0]
-    ar = (explicit("models", "ar") or (None,))[0] or (default_ar() if dlm in (None, "bundled-dlm") else None)
-    given_b = str((explicit("gen", "block_size") or ("",))[0])  # the user's B picks by_block_size settings
-    recommended = recommended_decoding(ar, block_size=int(given_b) if given_b.isdigit() else None) if ar else {}
-    from codila_cli.resolve import model_defaults
-
-    model = model_defaults(dlm or "bundled-dlm", user_steps=any(explicit("gen", k) for k in ("steps", "tokens_per_step")),
-                           user_length=explicit("gen", "max_new_tokens") is not None)
-    cache = (explicit("gen", "cache") or (recommended.get("cache", GEN_DEFAULTS["cache"]),))[0]
+    env = {}
+    for k in GEN_KNOBS.values():
+        if k.env_var and os.environ.get(k.env_var) is not None:
+            try:
+                env[k.name] = k.parse(os.environ[k.env_var])
+            except ValueError as exc:
+                raise UsageError(f"{k.env_var}: {exc}", hint=f"fix or unset {k.env_var}") from None
+    models = {"dlm": os.environ.get("CODILA_MODEL"), "ar": os.environ.get("CODILA_AR_MODEL")}
+    req = resolve_gen(env, user=user, dlm=models["dlm"], ar=models["ar"])
+    values = {"decoder": req.decoder, "device": req.device, "dtype": req.dtype}
+    for decoder in (req.decoder, *req.configs):  # the running decoder's value first
+        values.update({k: v for k, v in flat(req.configs[decoder]).items() if k not in values})
+    where = {"env": lambda k: f"env {GEN_KNOBS[k].env_var}", "config": lambda k: f"file {user.path}",
+             "helper": lambda k: f"recommended by {req.ar}", "model": lambda k: f"generation_config.json of {req.dlm}",
+             "default": lambda k: "follows gen.temperature" if k == "ar_temperature" else "default"}
     rows = []
     for section, keys in SCHEMA.items():
         for key in keys:
-            found = explicit(section, key)
-            if found is not None:
-                value, source = found
-            elif section == "gen" and key in recommended and (key != "cache_blocks" or cache != "none"):
-                value, source = recommended[key], f"recommended by {ar}"
-            elif section == "gen" and key in model:
-                value, source = model[key], f"generation_config.json of {dlm}"
-            elif (section, key) == ("models", "dlm") and bundled_available("bundled-dlm"):
-                value, source = "bundled-dlm", "default"
-            elif (section, key) == ("models", "ar") and ar is not None:
-                value, source = ar, "default"
-            elif (section, key) == ("gen", "ar_temperature"):
-                value, source = (explicit("gen", "temperature") or (GEN_DEFAULTS["temperature"],))[0], \
-                    "follows gen.temperature"
+            if section == "models":
+                given = models[key] or user.get("models", key)
+                value = given or (req.dlm if key == "dlm" else req.ar)
+                source = ("env CODILA_MODEL" if key == "dlm" else "env CODILA_AR_MODEL") if models[key] else \
+                    f"file {user.path}" if given else "default"
+            elif section == "notices":
+                value, source = user.get(section, key), f"file {user.path}" if user.get(section, key) is not None else "default"
+                value = True if value is None else value
             else:
-                value, source = GEN_DEFAULTS.get(key), "default"
+                value, source = values.get(key), where[req.sources.get(key, "default")](key)
             rows.append({"key": f"{section}.{key}", "value": value, "source": source})
     return rows
 

@@ -29,35 +29,30 @@ def peak_memory() -> str:
 
 
 def settings_line(decoder: str, cfg: Any, models: Any) -> str:
-    """``-v``: the decoder's main settings (a recommended cache included) and where each model runs, in
-    what dtype; `--json`'s ``settings`` has every value."""
-    if decoder == "codila":
-        parts = [f"B={cfg.block_size}", f"W={cfg.candidate_blocks}"] + ([f"tau={cfg.tau:g}"] if cfg.tau is not None else [])
-        parts += [f"ctx={cfg.ar_context}", f"rp={cfg.ar_repetition_penalty:g}"] + (["sg=1"] if cfg.ar_syntax_guard else [])
-        parts += [f"ng={cfg.ar_no_repeat_ngram}"] if cfg.ar_no_repeat_ngram else []
-        parts += [f"cond={cfg.conditioning}"] if cfg.conditioning != "soft" else []
-    elif decoder == "threshold":
-        parts = [f"threshold={cfg.threshold:g}", f"block={cfg.block_length}"]
-    else:
-        parts = [f"K={cfg.tokens_per_step}" if cfg.tokens_per_step else f"steps={cfg.steps or cfg.max_new_tokens}"]
-    if hasattr(cfg, "cache"):
-        parts.append(f"cache={cfg.cache}" + (f" cb={cfg.cache_blocks}" if getattr(cfg, "cache_blocks", None) else ""))
+    """``-v``: the decoder's settings in eval's setting syntax (the knobs the table marks ``show``, and every
+    other one that is not its default; decoding/config.py) and where each model runs, in what dtype;
+    `--json`'s ``settings`` has every value."""
+    from codila_cli.decoding.config import GEN_KNOBS
+    from codila_cli.decoding.knobs import flat, label_parts
+
+    values = flat(cfg)
+    parts = label_parts(GEN_KNOBS, {k: v for k, v in values.items() if k not in ("max_new_tokens",)})
+    if decoder == "dream" and values.get("steps") is None and values.get("tokens_per_step") is None:
+        parts.insert(0, f"steps={values['max_new_tokens']}")  # Dream's default schedule: one token per step
     where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')})"
              for role, m in (("dlm", models.dlm), ("ar", models.ar)) if m is not None]
-    return "settings: " + " ".join(parts) + "  " + "  ".join(where)
+    return f"settings: {decoder}:" + ",".join(parts) + "  " + "  ".join(where)
 
 
 def sources_line(sources: dict[str, str], cfg: Any) -> str | None:
     """``-v``: each setting that no flag gave and that is not codila's default, with its layer
-    (config = config.toml, helper = the AR helper's recommendation, model = the DLM's generation_config)."""
-    names = {"temperature": ("sampling", "temperature"), "top_p": ("sampling", "top_p"), "top_k": ("sampling", "top_k")}
-    parts = []
-    for key, where in sources.items():
-        if where in ("default", "flag") or key in ("device", "dtype", "decoder"):
-            continue
-        obj, attr = (getattr(cfg, names[key][0], None), names[key][1]) if key in names else (cfg, key)
-        if obj is not None and hasattr(obj, attr):
-            parts.append(f"{key}={getattr(obj, attr)} ({where})")
+    (env = CODILA_*, config = config.toml, helper = the AR helper's recommendation, model = the DLM's
+    generation_config)."""
+    from codila_cli.decoding.knobs import flat
+
+    values = flat(cfg)
+    parts = [f"{key}={values[key]} ({where})" for key, where in sources.items()
+             if where not in ("default", "flag") and key in values]
     return "sources: " + "  ".join(parts) if parts else None
 
 

@@ -10,23 +10,17 @@ each value came from (``-v`` and ``--json`` print it).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from codila_cli.config import UserConfig
+from codila_cli.decoding.config import GEN_KNOBS
 from codila_cli.errors import UsageError
 
-GEN_DEFAULTS: dict[str, Any] = {
-    "decoder": "auto", "max_new_tokens": 128, "steps": None, "tokens_per_step": None, "alg": "entropy",
-    "temperature": 0.0, "top_p": None, "top_k": None, "block_length": 32, "threshold": 0.9, "block_size": 4,
-    "tau": None, "candidate_blocks": 10, "parallel_blocks": 1, "conditioning": "soft", "ar_temperature": 0.0,
-    "ar_context": 0, "ar_repetition_penalty": 1.0, "device": "auto", "dtype": "auto", "cache": "none",
-    "cache_blocks": None, "ar_syntax_guard": False, "ar_no_repeat_ngram": 0,
-}
-RUNTIME_KEYS = ("device", "dtype")  # config.toml [runtime]; every other key lives in [gen]
+GEN_DEFAULTS: dict[str, Any] = GEN_KNOBS.defaults()
+RUNTIME_KEYS = tuple(k.name for k in GEN_KNOBS.values() if k.section == "runtime")  # config.toml [runtime]
 
 
 @dataclass(frozen=True)
@@ -79,15 +73,12 @@ class Layers:
         return {k: self.lookup(k)[1] for k in GEN_DEFAULTS}
 
 
-def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, ar: str | None,
-                alg_temp: float | None = None, ar_verify: bool = False, verify_penalty: float = 0.5,
-                stop: tuple[str, ...] = (), early_stop: bool = True, exact_steps: bool = False,
-                convention: str = "codila", entropy_steps: int | None = None) -> GenRequest:
-    """``flags`` holds the layered options by GEN_DEFAULTS key (None = not given); ``dlm``/``ar`` the
-    ``--dlm``/``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
+def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, ar: str | None) -> GenRequest:
+    """``flags`` holds the options by knob name (decoding/config.py::GEN_KNOBS; None = not given); ``dlm``
+    / ``ar`` the ``--dlm`` / ``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
     from codila_cli.decoding.config import SamplingConfig
     from codila_cli.engine.models import default_ar, default_dlm
-    from codila_cli.engine.recommend import recommended_decoding
+    from codila_cli.helper_card import recommended_decoding
 
     opt = Layers(flags, user)
     dlm_name = dlm or user.get("models", "dlm") or default_dlm()
@@ -115,14 +106,11 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     # (a DLM's generation_config temperature is the DLM's: the helper stays greedy)
     user_temperature = opt("temperature") if opt.lookup("temperature")[1] not in ("model",) else 0.0
     ar_temperature = user_temperature if opt.given("ar_temperature") is None else opt.given("ar_temperature")
-    for key, ok in (("device", lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(v))),
-                    ("dtype", lambda v: v in ("auto", "float32", "bfloat16", "float16"))):
-        if opt.lookup(key)[1] in ("env", "config") and not ok(opt(key)):
+    for key in RUNTIME_KEYS:
+        if opt.lookup(key)[1] in ("env", "config") and not GEN_KNOBS[key].in_range(opt(key)):
             raise _where(f"invalid {key} {opt(key)!r}", opt)
     try:
-        configs = _configs(opt, chosen, sampling, alg_name, ar_temperature, alg_temp=alg_temp, ar_verify=ar_verify,
-                           verify_penalty=verify_penalty, stop=stop, early_stop=early_stop, exact_steps=exact_steps,
-                           convention=convention, entropy_steps=entropy_steps)
+        configs = _configs(opt, chosen, sampling, alg_name, ar_temperature)
     except ValueError as exc:
         raise _where(str(exc), opt) from None
     if chosen != "dream" and opt.lookup("tokens_per_step")[1] in ("flag", "env"):
@@ -146,27 +134,22 @@ def _where(message: str, opt: Layers) -> UsageError:
     return UsageError(message, hint="see `codila gen --help` for the allowed values")
 
 
-def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperature: float, *, alg_temp: float | None,
-             ar_verify: bool, verify_penalty: float, stop: tuple[str, ...], early_stop: bool, exact_steps: bool,
-             convention: str, entropy_steps: int | None = None) -> dict[str, Any]:
-    """Every decoder's config, so a bad value is an error whichever decoder runs."""
+def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperature: float) -> dict[str, Any]:
+    """Every decoder's config, each knob read through the layers (``knobs.build``), so a bad value is an
+    error whichever decoder runs. The few rules between knobs: the sampling config is shared; the helper
+    samples at ``--temperature`` unless told otherwise; CoDiLA has no ``origin`` rule; a cache (which
+    the helper may recommend) applies to CoDiLA only when it runs."""
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
+    from codila_cli.decoding.knobs import build
 
-    common = {"max_new_tokens": opt("max_new_tokens"), "sampling": sampling, "early_stop": early_stop, "stop": stop}
+    shared = {"sampling": sampling, "stop": tuple(opt("stop") or ())}
     return {
-        "dream": DreamConfig(steps=opt("steps"), tokens_per_step=opt("tokens_per_step"), alg=alg_name,
-                             alg_temp=alg_temp, exact_steps=exact_steps, **common),
-        "threshold": ThresholdConfig(block_length=opt("block_length"), threshold=opt("threshold"),
-                                     cache=opt("cache"), convention=convention, entropy_steps=entropy_steps, **common),
-        "codila": CodilaConfig(block_size=opt("block_size"), tau=opt("tau"), candidate_blocks=opt("candidate_blocks"),
-                               parallel_blocks=opt("parallel_blocks"), conditioning=opt("conditioning"),
-                               ar_temperature=ar_temperature, ar_context=opt("ar_context"),
-                               ar_repetition_penalty=opt("ar_repetition_penalty"),
-                               ar_syntax_guard=bool(opt("ar_syntax_guard")), ar_verify=ar_verify,
-                               ar_no_repeat_ngram=opt("ar_no_repeat_ngram"),
-                               verify_penalty=verify_penalty, alg=alg_name if alg_name != "origin" else "entropy",
-                               cache=opt("cache") if chosen == "codila" else "none",
-                               cache_blocks=opt("cache_blocks") if chosen == "codila" else None, **common),
+        "dream": build(DreamConfig, opt, alg=alg_name, **shared),
+        "threshold": build(ThresholdConfig, opt, **shared),
+        "codila": build(CodilaConfig, opt, ar_temperature=ar_temperature, alg=alg_name if alg_name != "origin" else "entropy",
+                        cache=opt("cache") if chosen == "codila" else "none",
+                        cache_blocks=opt("cache_blocks") if chosen == "codila" else None,
+                        **shared),
     }
 
 

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from codila_cli.decoding.config import CodilaConfig
-
 ViewFactory = Callable[[int], AbstractContextManager]  # sample index -> a live view (a step-event callback)
 
 
@@ -24,9 +22,7 @@ def all_greedy(cfg: Any) -> bool:
     """True when a decode draws nothing at random, so every seed gives the same text: static CoDiLA's
     helper writes every token (the DLM's temperature is never used), the other decoders sample from the
     DLM at --temperature, and dynamic CoDiLA does both."""
-    if isinstance(cfg, CodilaConfig) and not cfg.ar_verify:
-        return cfg.ar_temperature == 0 and (cfg.tau is None or cfg.sampling.temperature == 0)
-    return cfg.sampling.temperature == 0 and getattr(cfg, "alg_temp", None) in (None, 0)
+    return not cfg.draws()
 
 
 def sample_many(models: Any, text: str, *, decoder: str, config: Any, seeds: list[int], system: str | None = None,

@@ -16,7 +16,7 @@ from codila_cli.report import note_bundled
 def eval_cmd(
     benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, dev-ext, heldout-ext, heldout-ext2, heldout-ext3, heldout-ext4, heldout-ext5, dev-ext-bare, heldout-ext-bare, heldout-ext2-bare, heldout-ext3-bare, heldout-ext4-bare, heldout-ext5-bare (the same functions cut to their signature), everyday, he-infill-single, he-infill-multi, or a JSONL file of your own tasks (HumanEval's schema; docs/evaluation.md).")] = "heldout",
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).")] = Path("codila-eval"),
-    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. [default: what codila gen runs, e.g. codila:B=4,W=1,ctx=64,rp=1.5,cond=topk:16,sg=1,ng=8,cache=prefix,cb=8 on the bundled pair]")] = None,
+    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. Keys: docs/settings.md. [default: what codila gen runs: the helper's recommendation spelled out, e.g. codila:B=4,W=1,cond=topk:16,cache=prefix,cb=8,ctx=64,rp=1.5,sg=1,ng=8 on the bundled pair]")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.")] = False,
     limit: Annotated[int | None, typer.Option(help="First N tasks only.")] = None,
     tasks: Annotated[list[str] | None, typer.Option("--task", help="Task id, repeatable.")] = None,
@@ -42,6 +42,7 @@ def eval_cmd(
     from codila_cli.eval.benchmarks import load_tasks, select
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
     from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
+    from codila_cli.provenance import provenance
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
                                          prepare_output, too_long_warning)
@@ -85,7 +86,8 @@ def eval_cmd(
     except KeyboardInterrupt:  # the finished rows become the results, marked as interrupted
         partial.close()
         if shard.world == 1 and partial.rows:
-            write_outputs(output, partial.rows, title=f"{benchmark} (interrupted after {len(partial.rows)} rows)")
+            write_outputs(output, partial.rows, title=f"{benchmark} (interrupted after {len(partial.rows)} rows)",
+                          provenance=provenance(models))
         raise
     partial.close()
     if show:
@@ -95,6 +97,6 @@ def eval_cmd(
     if rows is None:  # not rank 0: rank 0 writes everything
         partial.discard()
         return
-    summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)")
+    summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)", provenance=provenance(models))
     partial.discard()  # only once the results are safely written
     sys.stdout.write(markdown(summary) + paired_section(paired_quality(rows)))

@@ -19,6 +19,7 @@ from codila_cli.cli.options import (
     ar_option,
     dlm_option,
     json_option,
+    knob_help,
 )
 from codila_cli.errors import StrictSyntaxError, UsageError
 
@@ -47,36 +48,36 @@ def gen(
     system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).")] = None,
     dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm]") = None,
     ar: ar_option("AR helper for CoDiLA: alias, repo id or directory. [default: bundled-ar with the bundled DLM]") = None,
-    decoder: Annotated[Decoder | None, typer.Option(envvar=_env("decoder"), show_default=False, help="auto = codila when an AR helper is configured, else dream. [default: auto]")] = None,
-    max_new_tokens: Annotated[int | None, typer.Option(envvar=_env("max_new_tokens"), help="Canvas length (generated tokens). [default: 128]")] = None,
-    steps: Annotated[int | None, typer.Option(envvar=_env("steps"), help="dream: Dream's step schedule. [default: max-new-tokens]")] = None,
-    tokens_per_step: Annotated[int | None, typer.Option("--tokens-per-step", "-K", envvar=_env("tokens_per_step"), help="dream: exactly K tokens per DLM forward.")] = None,
-    alg: Annotated[Alg | None, typer.Option(envvar=_env("alg"), show_default=False, help="dream/codila: confidence rule for which slots to reveal. [default: entropy]")] = None,
-    alg_temp: Annotated[float | None, typer.Option(help="dream: sample positions from softmax(conf/alg_temp).")] = None,
-    exact_steps: Annotated[bool, typer.Option("--exact-steps", help="dream: one DLM forward per step, as the official loop (the same tokens; codila otherwise skips forwards after steps that reveal nothing).")] = False,
-    temperature: Annotated[float | None, typer.Option(envvar=_env("temperature"), help="Token sampling temperature, 0 = argmax. [default: 0]")] = None,
-    top_p: Annotated[float | None, typer.Option(envvar=_env("top_p"), help="Nucleus filter before sampling and confidence.")] = None,
-    top_k: Annotated[int | None, typer.Option(envvar=_env("top_k"), help="Top-k filter before sampling and confidence.")] = None,
-    block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help="threshold: block length. [default: 32]")] = None,
-    threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help="threshold: commit every slot with p >= this. [default: 0.9]")] = None,
-    threshold_convention: Annotated[str, typer.Option("--threshold-convention", help="threshold: codila, or fast-dllm (the reference code's rules, token for token; docs/decoders.md, Parity).")] = "codila",
-    entropy_steps: Annotated[int | None, typer.Option("--entropy-steps", help="threshold, fast-dllm convention with --cache prefix|dual: Fast-dLLM's cached entropy mode with this many forwards (a multiple of the blocks) instead of the threshold.")] = None,
-    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help="codila: block size B. [default: the helper's recommendation, else 4]")] = None,
-    tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help="codila: dynamic mode, mean-entropy threshold in nats. [default: static]")] = None,
-    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help="codila: window of blocks with masks to choose from. [default: the helper's recommendation, else 10]")] = None,
-    parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help="codila: blocks written per DLM forward (static). [default: 1]")] = None,
-    conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help="codila: 'soft' or 'topk:K' (the K largest entries of each marginal). [default: the helper's recommendation, else soft]")] = None,
-    ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help="codila: AR sampling temperature, 0 = greedy. [default: --temperature]")] = None,
-    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help="codila: committed tokens left of the block the AR also reads. [default: the helper's recommendation, else 0]")] = None,
-    ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help="codila: penalty (CTRL) on ids already in the text for the AR's choices, 1 = off. [default: the helper's recommendation, else 1]")] = None,
-    ar_syntax_guard: Annotated[bool | None, typer.Option("--ar-syntax-guard/--no-ar-syntax-guard", envvar=_env("ar_syntax_guard"), help="codila: the AR may not choose a token Python would reject whatever follows (a stray closing bracket, a line break in a string, a wrong indent, `return x = y`, a header without ':', an end with something open; raw prompts). [default: the helper's recommendation, else off]")] = None,
-    ar_no_repeat_ngram: Annotated[int | None, typer.Option("--ar-no-repeat-ngram", envvar=_env("ar_no_repeat_ngram"), help="codila: the AR may not repeat an n-gram of ids the completion already holds (2–64; 0 = off). [default: the helper's recommendation, else 0]")] = None,
-    ar_verify: Annotated[bool, typer.Option(help="codila: verification mode (DLM order, AR disagreement penalised).")] = False,
-    cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help="threshold/codila: approximate KV cache none|prefix|dual. [default: codila: the helper's recommendation, else none; threshold: none]")] = None,
-    cache_blocks: Annotated[int | None, typer.Option(envvar=_env("cache_blocks"), help="codila --cache: the cache window in blocks of B slots. [default: the helper's recommendation, else the candidate window]")] = None,
-    verify_penalty: Annotated[float, typer.Option(help="codila --ar-verify: confidence factor on disagreement.")] = 0.5,
-    stop: Annotated[list[str] | None, typer.Option("--stop", help="End the output before the first generated line that starts with this text, e.g. --stop 'def ' --stop 'if __name__' (repeatable); decoding ends there too.")] = None,
-    no_early_stop: Annotated[bool, typer.Option("--no-early-stop", help="Decode the whole canvas even after end-of-text.")] = False,
+    decoder: Annotated[Decoder | None, typer.Option(envvar=_env("decoder"), show_default=False, help=knob_help("decoder"))] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(envvar=_env("max_new_tokens"), help=knob_help("max_new_tokens"))] = None,
+    steps: Annotated[int | None, typer.Option(envvar=_env("steps"), help=knob_help("steps"))] = None,
+    tokens_per_step: Annotated[int | None, typer.Option("--tokens-per-step", "-K", envvar=_env("tokens_per_step"), help=knob_help("tokens_per_step"))] = None,
+    alg: Annotated[Alg | None, typer.Option(envvar=_env("alg"), show_default=False, help=knob_help("alg"))] = None,
+    alg_temp: Annotated[float | None, typer.Option(envvar=_env("alg_temp"), help=knob_help("alg_temp"))] = None,
+    exact_steps: Annotated[bool | None, typer.Option("--exact-steps/--no-exact-steps", envvar=_env("exact_steps"), show_default=False, help=knob_help("exact_steps"))] = None,
+    temperature: Annotated[float | None, typer.Option(envvar=_env("temperature"), help=knob_help("temperature"))] = None,
+    top_p: Annotated[float | None, typer.Option(envvar=_env("top_p"), help=knob_help("top_p"))] = None,
+    top_k: Annotated[int | None, typer.Option(envvar=_env("top_k"), help=knob_help("top_k"))] = None,
+    threshold: Annotated[float | None, typer.Option(envvar=_env("threshold"), help=knob_help("threshold"))] = None,
+    block_length: Annotated[int | None, typer.Option(envvar=_env("block_length"), help=knob_help("block_length"))] = None,
+    block_size: Annotated[int | None, typer.Option("--block-size", "-B", envvar=_env("block_size"), help=knob_help("block_size"))] = None,
+    tau: Annotated[float | None, typer.Option(envvar=_env("tau"), help=knob_help("tau"))] = None,
+    candidate_blocks: Annotated[int | None, typer.Option(envvar=_env("candidate_blocks"), help=knob_help("candidate_blocks"))] = None,
+    parallel_blocks: Annotated[int | None, typer.Option(envvar=_env("parallel_blocks"), help=knob_help("parallel_blocks"))] = None,
+    conditioning: Annotated[str | None, typer.Option(envvar=_env("conditioning"), help=knob_help("conditioning"))] = None,
+    ar_verify: Annotated[bool | None, typer.Option("--ar-verify/--no-ar-verify", envvar=_env("ar_verify"), show_default=False, help=knob_help("ar_verify"))] = None,
+    verify_penalty: Annotated[float | None, typer.Option(envvar=_env("verify_penalty"), help=knob_help("verify_penalty"))] = None,
+    cache: Annotated[str | None, typer.Option(envvar=_env("cache"), help=knob_help("cache"))] = None,
+    cache_blocks: Annotated[int | None, typer.Option(envvar=_env("cache_blocks"), help=knob_help("cache_blocks"))] = None,
+    convention: Annotated[str | None, typer.Option("--threshold-convention", envvar=_env("convention"), help=knob_help("convention"))] = None,
+    entropy_steps: Annotated[int | None, typer.Option("--entropy-steps", envvar=_env("entropy_steps"), help=knob_help("entropy_steps"))] = None,
+    ar_context: Annotated[int | None, typer.Option(envvar=_env("ar_context"), help=knob_help("ar_context"))] = None,
+    ar_temperature: Annotated[float | None, typer.Option(envvar=_env("ar_temperature"), help=knob_help("ar_temperature"))] = None,
+    ar_repetition_penalty: Annotated[float | None, typer.Option(envvar=_env("ar_repetition_penalty"), help=knob_help("ar_repetition_penalty"))] = None,
+    ar_syntax_guard: Annotated[bool | None, typer.Option("--ar-syntax-guard/--no-ar-syntax-guard", envvar=_env("ar_syntax_guard"), show_default=False, help=knob_help("ar_syntax_guard"))] = None,
+    ar_no_repeat_ngram: Annotated[int | None, typer.Option("--ar-no-repeat-ngram", envvar=_env("ar_no_repeat_ngram"), help=knob_help("ar_no_repeat_ngram"))] = None,
+    early_stop: Annotated[bool | None, typer.Option("--early-stop/--no-early-stop", envvar=_env("early_stop"), show_default=False, help=knob_help("early_stop"))] = None,
+    stop: Annotated[list[str] | None, typer.Option("--stop", help=knob_help("stop"))] = None,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).")] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.")] = 1,
@@ -106,13 +107,21 @@ def gen(
     from codila_cli.config import load_config
     from codila_cli.engine import Engine
     from codila_cli.engine.prompts import is_chat
-    from codila_cli.models.cache import helper_mismatch
+    from codila_cli.helper_card import helper_mismatch
     from codila_cli.prompts import read_prompt
     from codila_cli.report import note_bundled
-    from codila_cli.resolve import GEN_DEFAULTS, resolve_gen
+    from codila_cli.resolve import resolve_gen
     from codila_cli.ui import terminal
 
-    layered = {k: v for k, v in locals().items() if k in GEN_DEFAULTS}
+    knobs = _knobs(decoder=decoder, max_new_tokens=max_new_tokens, steps=steps, tokens_per_step=tokens_per_step,
+                   alg=alg, alg_temp=alg_temp, exact_steps=exact_steps, temperature=temperature, top_p=top_p,
+                   top_k=top_k, threshold=threshold, block_length=block_length, block_size=block_size, tau=tau,
+                   candidate_blocks=candidate_blocks, parallel_blocks=parallel_blocks, conditioning=conditioning,
+                   ar_verify=ar_verify, verify_penalty=verify_penalty, cache=cache, cache_blocks=cache_blocks,
+                   convention=convention, entropy_steps=entropy_steps, ar_context=ar_context,
+                   ar_temperature=ar_temperature, ar_repetition_penalty=ar_repetition_penalty,
+                   ar_syntax_guard=ar_syntax_guard, ar_no_repeat_ngram=ar_no_repeat_ngram, early_stop=early_stop,
+                   stop=stop, device=device, dtype=dtype)
     terminal.quiet_libraries(verbose)
     user = load_config()
     if not quiet:
@@ -124,10 +133,7 @@ def gen(
     text = read_prompt(prompt, prompt_file)
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
-    req = resolve_gen(layered, user=user, dlm=dlm, ar=ar, alg_temp=alg_temp, ar_verify=ar_verify,
-                      verify_penalty=verify_penalty, stop=tuple(stop or ()), early_stop=not no_early_stop,
-                      exact_steps=exact_steps, convention=threshold_convention,
-                      entropy_steps=entropy_steps)
+    req = resolve_gen(knobs, user=user, dlm=dlm, ar=ar)
     engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model,
                          settings=req)
     models = engine.models
@@ -155,6 +161,13 @@ def gen(
     if strict and not result.syntax.valid:
         raise StrictSyntaxError("the generated code does not parse (--strict)",
                                 hint="try another --seed, a smaller --block-size or --tokens-per-step")
+
+
+def _knobs(**given: Any) -> dict[str, Any]:
+    """The flags by knob name (decoding/config.py::GEN_KNOBS), None where not given."""
+    out = {k: v.value if isinstance(v, Enum) else v for k, v in given.items()}
+    out["stop"] = tuple(out["stop"]) if out["stop"] else None
+    return out
 
 
 def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | None, live: bool, stream: bool,

@@ -8,8 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
+from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, ar_option, dlm_option, infill_help, json_option
+from codila_cli.decoding.config import INFILL_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
+
+_i = INFILL_KNOBS.default
 
 
 class InfillDecoder(str, Enum):
@@ -27,14 +30,14 @@ def infill(
     dlm: dlm_option("Infill DLM. [default: bundled-infill]", envvar="CODILA_INFILL_MODEL") = None,
     ar: ar_option("AR helper for --decoder codila.") = None,
     decoder: Annotated[InfillDecoder, typer.Option(help="dreamon, or codila (DreamOn marginals + AR blocks).")] = InfillDecoder.dreamon,
-    tau: Annotated[float, typer.Option(help="codila: mean-entropy threshold (nats).")] = 0.5,
-    block_size: Annotated[int, typer.Option("--block-size", "-B", help="codila: block size.")] = 4,
-    initial_masks: Annotated[int, typer.Option(help="Masks the middle starts with (n0).")] = 4,
-    max_middle_tokens: Annotated[int, typer.Option(help="Longest middle the model may write.")] = 64,
-    expand_budget: Annotated[int | None, typer.Option("--expand-budget", help="Most <|expand|> steps (one mask becomes two). [default: --max-middle-tokens, as DreamOn's evaluation generator]", show_default=False)] = None,
-    steps: Annotated[int | None, typer.Option(help="Cap on DLM forwards. [default: 4 x max-middle-tokens]")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (0 = argmax). [default: the DLM's generation_config.json, else 0]", show_default=False)] = None,
-    top_p: Annotated[float | None, typer.Option(help="Nucleus filter. [default: the DLM's generation_config.json, else none]", show_default=False)] = None,
+    tau: Annotated[float, typer.Option(help=infill_help("tau"), show_default=False)] = 0.5,
+    block_size: Annotated[int, typer.Option("--block-size", "-B", help=infill_help("block_size"), show_default=False)] = _i("block_size"),
+    initial_masks: Annotated[int, typer.Option(help=infill_help("initial_masks"), show_default=False)] = _i("initial_masks"),
+    max_middle_tokens: Annotated[int, typer.Option(help=infill_help("max_middle_tokens"), show_default=False)] = _i("max_middle_tokens"),
+    expand_budget: Annotated[int | None, typer.Option("--expand-budget", help=infill_help("expand_budget"), show_default=False)] = None,
+    steps: Annotated[int | None, typer.Option(help=infill_help("steps"))] = None,
+    temperature: Annotated[float | None, typer.Option(help=infill_help("temperature"), show_default=False)] = None,
+    top_p: Annotated[float | None, typer.Option(help=infill_help("top_p"), show_default=False)] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",

@@ -41,3 +41,24 @@ LayeredDtype = Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help=DT
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.")]
 ColorOption = Annotated[Color, typer.Option(help="Colour on stderr.")]
+
+
+def knob_help(name: str, *, extra: str = "") -> str:
+    """A ``codila gen`` flag's help from the knob table (decoding/config.py::GEN_KNOBS): the decoders that
+    read it (when not all), the knob's help, ``extra``, and ``[default: …]``."""
+    from codila_cli.decoding.config import GEN_KNOBS, CodilaConfig, DreamConfig, ThresholdConfig
+    from codila_cli.decoding.knobs import knob_fields
+
+    k = GEN_KNOBS[name]
+    users = [d for d, cls in (("dream", DreamConfig), ("threshold", ThresholdConfig), ("codila", CodilaConfig))
+             if name in knob_fields(cls)]
+    prefix = f"{'/'.join(users)}: " if 0 < len(users) < 3 else ""
+    return f"{prefix}{k.help}{extra} [default: {k.default_words()}]"
+
+
+def infill_help(name: str) -> str:
+    """A ``codila infill`` flag's help from the knob table (INFILL_KNOBS), with ``[default: …]``."""
+    from codila_cli.decoding.config import INFILL_KNOBS
+
+    k = INFILL_KNOBS[name]
+    return f"{k.help} [default: {k.default_words(helper=False)}]"

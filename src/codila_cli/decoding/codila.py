@@ -29,6 +29,8 @@ candidates' rows are projected onto the vocabulary (the window's other slots are
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from codila_cli.decoding.base import Canvas, DecodeResult
@@ -67,21 +69,37 @@ def _context(c: Canvas, start: int, n: int) -> list[int]:
     return left[int(holes[-1]) + 1 :].tolist() if len(holes) else left.tolist()
 
 
+class _BlockText:
+    """What the choice rules read of the text before a block (decoding/rules.py::BlockText), computed
+    only when a rule asks."""
+
+    def __init__(self, c: Canvas, start: int) -> None:
+        self._c, self._end = c, c.prompt_len + start
+
+    @cached_property
+    def _left(self) -> torch.Tensor:
+        return self._c.x[0, : self._end]  # prompt and committed slots left of the block
+
+    @cached_property
+    def seen(self) -> list[int]:
+        return self._left[self._left != self._c.mask_id].tolist()
+
+    @cached_property
+    def left(self) -> list[int] | None:
+        return None if bool((self._left == self._c.mask_id).any()) else self._left.tolist()
+
+    @cached_property
+    def done(self) -> list[int] | None:
+        body = self._c.x[0, self._c.completion_start : self._end]
+        return None if bool((body == self._c.mask_id).any()) else body.tolist()
+
+
 def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: CodilaConfig, gen) -> None:
     start, end = span
     seg = c.gen[start:end]
     forced = [None if t == c.mask_id else t for t in seg.tolist()]
-    left = c.x[0, : c.prompt_len + start]  # the text before the block: prompt and committed slots
-    holes = left == c.mask_id
-    seen = left[~holes] if cfg.ar_repetition_penalty != 1.0 else None
-    extra = {}
-    if getattr(writer, "guard", None) is not None:  # a guarded writer reads the whole text, if it has no hole
-        extra["left"] = None if bool(holes.any()) else left.tolist()
-    if getattr(writer, "no_repeat_ngram", 0):  # the completion before the block, if it has no hole
-        body = c.x[0, c.completion_start : c.prompt_len + start]
-        extra["done"] = None if bool((body == c.mask_id).any()) else body.tolist()
-    out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context), seen=seen,
-                       generator=gen, **extra)
+    out = writer.write(probs[start:end], forced, context=_context(c, start, cfg.ar_context),
+                       text=_BlockText(c, start), generator=gen)
     new = (seg == c.mask_id).nonzero().flatten()
     c.commit(start + new, out[new.cpu()], source="ar", block=span)
 

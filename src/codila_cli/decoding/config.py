@@ -1,13 +1,109 @@
-"""Frozen, validated decoder settings. Each field maps 1:1 to a `codila gen` flag (docs/flags.md)."""
+"""Frozen, validated decoder settings, and the one table of knobs they are read from.
+
+Each knob (decoding/knobs.py::Knob) is declared once below: name, type, range, default, help, its eval
+key, whether a helper may recommend it. The dataclasses take their defaults from the table, and the
+config-file schema, the helper card's keys, eval's setting strings, the ``-v`` report, the flags' help
+and docs/settings.md are derived from it. Each field maps 1:1 to a ``codila gen`` flag (``Knob.option``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from codila_cli.decoding.knobs import Knob, KnobTable
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 CONVENTIONS = ("codila", "fast-dllm")
 CACHES = ("none", "prefix", "dual")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_CANVAS = 100_000
+
+_SAMPLING = (
+    Knob("temperature", float, 0.0, "Token sampling temperature, 0 = argmax.", lo=0, hi=100),
+    Knob("top_p", float, None, "Nucleus filter before sampling and confidence.", optional=True, lo=0, hi=1,
+         open_lo=True),
+    Knob("top_k", int, None, "Top-k filter before sampling and confidence.", optional=True, lo=1),
+)
+_ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal.", choices=ALGS, short="alg")
+_BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", recommend=True, show=True)
+_TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.", optional=True, lo=0, hi=100,
+            short="tau", default_text="static")
+
+GEN_KNOBS = KnobTable(
+    Knob("decoder", str, "auto", "auto = codila when an AR helper is configured, else dream.",
+         choices=("auto", "dream", "threshold", "codila")),
+    Knob("max_new_tokens", int, 128, "Canvas length (generated tokens).", lo=1, hi=MAX_CANVAS),
+    Knob("tokens_per_step", int, None, "exactly K tokens per DLM forward.", optional=True, lo=1, hi=MAX_CANVAS,
+         short="K"),
+    Knob("steps", int, None, "Dream's step schedule.", optional=True, lo=1, hi=MAX_CANVAS, short="steps",
+         default_text="max-new-tokens"),
+    Knob("alg_temp", float, None, "sample positions from softmax(conf/alg_temp).", optional=True, lo=0),
+    Knob("eps", float, 1e-3, "the end of Dream's time schedule (no flag).", lo=0, hi=1, open_lo=True, open_hi=True,
+         flag="", env=False),
+    Knob("exact_steps", bool, False, "one DLM forward per step, as the official loop (the same tokens; codila "
+         "otherwise skips forwards after steps that reveal nothing)."),
+    *_SAMPLING,
+    Knob("threshold", float, 0.9, "commit every slot with p >= this.", lo=0, hi=1, open_lo=True, short="t",
+         show=True),
+    Knob("block_length", int, 32, "block length.", lo=1, hi=MAX_CANVAS, short="block", show=True),
+    _BLOCK_SIZE,
+    _TAU,
+    Knob("candidate_blocks", int, 10, "window of blocks with masks to choose from.", lo=1, hi=MAX_CANVAS,
+         short="W", recommend=True, show=True),
+    Knob("parallel_blocks", int, 1, "blocks written per DLM forward (static).", lo=1, hi=16, short="P"),
+    Knob("conditioning", str, "soft", "'soft' or 'topk:K' (the K largest entries of each marginal).",
+         pattern=(r"soft|topk:[1-9][0-9]*", "soft | topk:K"), short="cond", recommend=True),
+    Knob("ar_verify", bool, False, "verification mode (DLM order, AR disagreement penalised).", short="verify"),
+    Knob("verify_penalty", float, 0.5, "--ar-verify: confidence factor on disagreement.", lo=0, hi=1),
+    Knob("cache", str, "none", "approximate KV cache none|prefix|dual.", choices=CACHES, short="cache",
+         recommend=True, show=True),
+    Knob("cache_blocks", int, None, "--cache: the cache window in blocks of B slots.", optional=True, lo=1, hi=4096,
+         short="cb", recommend=True, default_text="the candidate window"),
+    Knob("convention", str, "codila", "codila, or fast-dllm (the reference code's rules, token for token; "
+         "docs/decoders.md, Parity).", choices=CONVENTIONS, short="conv", flag="--threshold-convention"),
+    Knob("entropy_steps", int, None, "fast-dllm convention with --cache prefix|dual: Fast-dLLM's cached entropy "
+         "mode with this many forwards (a multiple of the blocks) instead of the threshold.", optional=True, lo=1,
+         hi=MAX_CANVAS, short="esteps"),
+    Knob("ar_context", int, 0, "committed tokens left of the block the AR also reads.", lo=0, hi=MAX_CANVAS,
+         short="ctx", recommend=True, show=True),
+    Knob("ar_temperature", float, 0.0, "AR sampling temperature, 0 = greedy.", lo=0, hi=100, short="arT",
+         default_text="--temperature"),
+    Knob("ar_repetition_penalty", float, 1.0, "penalty (CTRL) on ids already in the text for the AR's choices, "
+         "1 = off.", lo=1, hi=10, short="rp", recommend=True, show=True),
+    Knob("ar_syntax_guard", bool, False, "the AR may not choose a token Python would reject whatever follows (a "
+         "stray closing bracket, a line break in a string, a wrong indent, `return x = y`, a header without ':', "
+         "an end with something open; raw prompts).", short="sg", recommend=True),
+    Knob("ar_no_repeat_ngram", int, 0, "the AR may not repeat an n-gram of ids the completion already holds.",
+         off=0, lo=2, hi=64, short="ng", recommend=True),
+    _ALG,
+    Knob("early_stop", bool, True, "stop decoding at end-of-text (--no-early-stop decodes the whole canvas)."),
+    Knob("stop", tuple, (), "End the output before the first generated line that starts with this text, e.g. "
+         "--stop 'def ' --stop 'if __name__' (repeatable); decoding ends there too.", env=False),
+    Knob("device", str, "auto", "auto, cpu, cuda, cuda:N, mps.", pattern=(r"auto|cpu|mps|cuda(:\d+)?", "auto | cpu | cuda | cuda:N | mps"),
+         section="runtime"),
+    Knob("dtype", str, "auto", "auto, float32, bfloat16, float16.", choices=DTYPES, section="runtime"),
+)
+"""``codila gen``'s knobs (and eval's ``dream`` / ``threshold`` / ``codila`` settings)."""
+
+INFILL_KNOBS = KnobTable(
+    Knob("initial_masks", int, 4, "Masks the middle starts with (n0).", lo=1, hi=4096, short="n0"),
+    Knob("max_middle_tokens", int, 64, "Longest middle the model may write.", lo=1, hi=4096, short="max"),
+    Knob("steps", int, None, "Cap on DLM forwards.", optional=True, lo=1, hi=MAX_CANVAS,
+         default_text="4 x max-middle-tokens"),
+    Knob("tokens_per_step", int, 1, "slots DreamOn commits per forward.", lo=1, hi=4096, short="K", flag=""),
+    Knob("expand_budget", int, None, "Most <|expand|> steps (one mask becomes two).", optional=True, lo=0,
+         short="exp", default_text="--max-middle-tokens, as DreamOn's evaluation generator"),
+    Knob("broadcast_delete", bool, True, "a delete also removes every masked slot to its right (no flag).",
+         flag="", env=False),
+    replace(_ALG, flag="", default_text="the DLM's generation_config.json, else entropy"),
+    *(replace(k, default_text="the DLM's generation_config.json, else " + ("0" if k.default == 0 else "none"),
+              flag=None if k.name != "top_k" else "") for k in _SAMPLING),
+    replace(_BLOCK_SIZE, help="codila: block size.", recommend=False),
+    replace(_TAU, help="codila: mean-entropy threshold (nats).", default_text="0.5 with --decoder codila"),
+)
+"""``codila infill``'s knobs (and eval's ``dreamon`` settings)."""
+
+_g, _i = GEN_KNOBS.default, INFILL_KNOBS.default
 
 
 def _check_positive(name: str, value: int | None, *, limit: int = MAX_CANVAS) -> None:
@@ -27,9 +123,9 @@ def _check_stop(stop: tuple[str, ...]) -> None:
 class SamplingConfig:
     """How a token is drawn from a marginal: ``--temperature``, ``--top-p``, ``--top-k``."""
 
-    temperature: float = 0.0
-    top_p: float | None = None
-    top_k: int | None = None
+    temperature: float = _g("temperature")
+    top_p: float | None = _g("top_p")
+    top_k: int | None = _g("top_k")
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.temperature <= 100.0):
@@ -49,16 +145,20 @@ class DreamConfig:
     At most one of the two may be set; with neither, steps = max_new_tokens.
     """
 
-    max_new_tokens: int = 128
-    steps: int | None = None
-    tokens_per_step: int | None = None
-    alg: str = "entropy"
-    alg_temp: float | None = None
-    eps: float = 1e-3
+    max_new_tokens: int = _g("max_new_tokens")
+    steps: int | None = _g("steps")
+    tokens_per_step: int | None = _g("tokens_per_step")
+    alg: str = _g("alg")
+    alg_temp: float | None = _g("alg_temp")
+    eps: float = _g("eps")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    early_stop: bool = True
-    stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
-    exact_steps: bool = False  # --exact-steps: one forward per step, as the official loop (same tokens)
+    early_stop: bool = _g("early_stop")
+    stop: tuple[str, ...] = _g("stop")
+    exact_steps: bool = _g("exact_steps")
+
+    def draws(self) -> bool:
+        """Whether a decode draws at random (so two seeds may give two texts)."""
+        return self.sampling.temperature > 0 or self.alg_temp not in (None, 0)
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -79,15 +179,18 @@ class DreamConfig:
 class ThresholdConfig:
     """Fast-dLLM confidence-threshold parallel decoding (arXiv 2505.22618)."""
 
-    max_new_tokens: int = 128
-    block_length: int = 32
-    threshold: float = 0.9
+    max_new_tokens: int = _g("max_new_tokens")
+    block_length: int = _g("block_length")
+    threshold: float = _g("threshold")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    early_stop: bool = True
-    stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
-    cache: str = "none"
-    convention: str = "codila"  # or "fast-dllm": the reference code's rules (decoding/threshold.py)
-    entropy_steps: int | None = None  # fast-dllm with a cache: its cached entropy mode, this many forwards in all
+    early_stop: bool = _g("early_stop")
+    stop: tuple[str, ...] = _g("stop")
+    cache: str = _g("cache")
+    convention: str = _g("convention")  # or "fast-dllm": the reference code's rules (decoding/threshold.py)
+    entropy_steps: int | None = _g("entropy_steps")  # fast-dllm with a cache: its cached entropy mode
+
+    def draws(self) -> bool:
+        return self.sampling.temperature > 0
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -129,25 +232,25 @@ class CodilaConfig:
     the cache skip work (one refresh per window instead of one per block).
     """
 
-    max_new_tokens: int = 128
-    block_size: int = 4
-    tau: float | None = None
-    candidate_blocks: int = 10
-    parallel_blocks: int = 1
-    conditioning: str = "soft"
-    ar_temperature: float = 0.0
-    ar_context: int = 0
-    ar_repetition_penalty: float = 1.0
-    ar_syntax_guard: bool = False
-    ar_no_repeat_ngram: int = 0
-    ar_verify: bool = False
-    verify_penalty: float = 0.5
-    alg: str = "entropy"
+    max_new_tokens: int = _g("max_new_tokens")
+    block_size: int = _g("block_size")
+    tau: float | None = _g("tau")
+    candidate_blocks: int = _g("candidate_blocks")
+    parallel_blocks: int = _g("parallel_blocks")
+    conditioning: str = _g("conditioning")
+    ar_temperature: float = _g("ar_temperature")
+    ar_context: int = _g("ar_context")
+    ar_repetition_penalty: float = _g("ar_repetition_penalty")
+    ar_syntax_guard: bool = _g("ar_syntax_guard")
+    ar_no_repeat_ngram: int = _g("ar_no_repeat_ngram")
+    ar_verify: bool = _g("ar_verify")
+    verify_penalty: float = _g("verify_penalty")
+    alg: str = _g("alg")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    early_stop: bool = True
-    stop: tuple[str, ...] = ()  # --stop: a generated line starting with one of these ends the output
-    cache: str = "none"
-    cache_blocks: int | None = None
+    early_stop: bool = _g("early_stop")
+    stop: tuple[str, ...] = _g("stop")
+    cache: str = _g("cache")
+    cache_blocks: int | None = _g("cache_blocks")
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -183,6 +286,13 @@ class CodilaConfig:
         if self.ar_verify and self.tau is not None:
             raise ValueError("--ar-verify replaces the block schedule; do not combine it with --tau")
 
+    def draws(self) -> bool:
+        """Static CoDiLA's helper writes every token (the DLM's temperature is never used); dynamic
+        CoDiLA and verification also commit DLM tokens, drawn at the DLM's temperature."""
+        if self.ar_verify:
+            return self.sampling.temperature > 0
+        return self.ar_temperature > 0 or (self.tau is not None and self.sampling.temperature > 0)
+
     @property
     def topk(self) -> int | None:
         return None if self.conditioning == "soft" else int(self.conditioning.split(":")[1])
@@ -198,16 +308,16 @@ class InfillConfig:
     ``max_middle_tokens``. ``steps`` caps DLM forwards (default 4·max_middle_tokens).
     """
 
-    initial_masks: int = 4
-    max_middle_tokens: int = 64
-    steps: int | None = None
-    tokens_per_step: int = 1
-    expand_budget: int | None = None  # None: max_middle_tokens (DreamOn's rule)
-    broadcast_delete: bool = True
-    alg: str = "entropy"
+    initial_masks: int = _i("initial_masks")
+    max_middle_tokens: int = _i("max_middle_tokens")
+    steps: int | None = _i("steps")
+    tokens_per_step: int = _i("tokens_per_step")
+    expand_budget: int | None = _i("expand_budget")  # None: max_middle_tokens (DreamOn's rule)
+    broadcast_delete: bool = _i("broadcast_delete")
+    alg: str = _i("alg")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    block_size: int = 4
-    tau: float | None = None  # set (with an AR helper) = CoDiLA dynamic mode on the middle
+    block_size: int = _i("block_size")
+    tau: float | None = _i("tau")  # set (with an AR helper) = CoDiLA dynamic mode on the middle
 
     @property
     def budget(self) -> int:

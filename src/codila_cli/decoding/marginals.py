@@ -74,16 +74,18 @@ def sample_scored(logits: torch.Tensor, s: SamplingConfig, gen: torch.Generator 
 
 def confidence(probs: torch.Tensor, x0: torch.Tensor, alg: str, *, logits: torch.Tensor | None = None,
                argmax: torch.Tensor | None = None) -> torch.Tensor:
-    """[M] score, larger = more certain: maskgit_plus = p(x0); topk_margin = p1 - p2; entropy = -H.
-    ``logits``: the processed logits behind ``probs``, and ``argmax`` their argmax, if at hand (a
-    cheaper entropy)."""
+    """[M] score, larger = more certain: maskgit_plus = p(x0); topk_margin = p1 - p2; entropy = -H as the
+    official loops compute it, Σ_v p_v·log(p_v + 1e-10). That formula keeps near-certain slots apart:
+    H = logsumexp(z) − Σ p·z (:func:`entropy`, the cheaper form codila uses for its own block choice)
+    rounds to exactly 0 for them in fp32, so at low temperature without top-p a tie would be broken
+    where the official code sees none. ``logits`` / ``argmax`` are accepted for the other callers' sake."""
     if alg == "maskgit_plus":
         return probs.gather(-1, x0.unsqueeze(-1)).squeeze(-1)
     if alg == "topk_margin":
         top2 = torch.topk(probs, 2, dim=-1).values
         return top2[..., 0] - top2[..., 1]
     if alg == "entropy":
-        return -entropy(probs, logits, x0=argmax)
+        return (probs * torch.log(probs + 1e-10)).sum(-1)
     raise ValueError(f"no confidence for alg {alg!r}")
 
 

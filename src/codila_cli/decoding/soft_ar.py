@@ -14,22 +14,17 @@ new ids. The AR is causal, so a token's K/V depend only on the ids left of it: t
 to float summation order).
 Outputs are restricted to S; a position already committed on the canvas is fed one-hot and forced.
 
-``repetition_penalty`` ρ > 1 (CTRL, Keskar et al. 2019; the Hugging Face ``repetition_penalty``): before
-each greedy or sampled choice, the logit z_v of every id v already in the text (``seen``: prompt and
-committed canvas left of the block, plus the block's own tokens so far) becomes z_v / ρ if z_v > 0 else
-z_v · ρ. ρ = 1 is off.
-
-``no_repeat_ngram`` n > 0 (the Hugging Face ``no_repeat_ngram_size``, over the completion only): the
-helper may not choose an id that would make an n-gram of ids the completion already holds (``done``:
-the committed canvas left of the block, then the block's own tokens). A loop repeats some n-gram; the
-prompt is left out, so the body may still quote its docstring; the end-of-text ids (``end_ids``, also
-the padding after the text) are never banned.
+The helper's token-level heuristics (repetition penalty, n-gram ban, syntax guard) are choice rules
+(decoding/rules.py): the writer takes a list of them; each may only lower a logit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
+from codila_cli.decoding.rules import BlockText, ChoiceRule
 from codila_cli.models.native import drop_last
 from codila_cli.models.tokens import VocabBridge
 
@@ -56,44 +51,12 @@ def _bridge_tensors(ar, bridge: VocabBridge) -> tuple:
     return cache[key][1]
 
 
-class _NGrams:
-    """The n-grams of one completion, for no_repeat_ngram: ``repeats(tail)`` names the ids that would
-    repeat one after the ids so far and then ``tail``."""
-
-    def __init__(self, n: int, ids: list[int], free: frozenset[int] = frozenset()) -> None:
-        self.n, self.ids, self.next, self.free = n, [], {}, free  # free: ids never banned (end of text)
-        for t in ids:
-            self.add(t)
-
-    def add(self, tok: int) -> None:
-        self.ids.append(tok)
-        if len(self.ids) >= self.n:
-            key = tuple(self.ids[len(self.ids) - self.n : -1])
-            self.next.setdefault(key, set()).add(tok)
-
-    def repeats(self, tail: list[int]) -> set[int]:
-        seq = self.ids + tail
-        if len(seq) < self.n - 1:
-            return set()
-        key = tuple(seq[len(seq) - self.n + 1 :])
-        out = set(self.next.get(key, ()))
-        for i in range(max(len(self.ids), self.n - 1), len(seq)):  # the n-grams that end inside the tail
-            if tuple(seq[i - self.n + 1 : i]) == key:
-                out.add(seq[i])
-        return out - self.free
-
-
 class SoftBlockWriter:
     def __init__(self, ar, bridge: VocabBridge, *, temperature: float = 0.0, topk: int | None = None,
-                 repetition_penalty: float = 1.0, guess: bool = True, guard=None, no_repeat_ngram: int = 0,
-                 end_ids: tuple[int, ...] = ()) -> None:
+                 guess: bool = True, rules: Sequence[ChoiceRule] = ()) -> None:
         self.ar = ar
-        self.no_repeat_ngram = no_repeat_ngram
-        self.end_ids = frozenset(end_ids)  # never banned by no_repeat_ngram (the padding after the text)
-        self.guard = guard  # decoding/syntax_guard.py::SyntaxGuard, or None (off)
-        self._lex: tuple[list[int], object] = ([], None)  # the last left text the guard read, and its state
+        self.rules = tuple(rules)  # decoding/rules.py: each may only lower a logit
         self.guess = guess and temperature == 0  # check guesses in the forward (greedy only; see write)
-        self.repetition_penalty = repetition_penalty
         self.bridge = bridge
         self.temperature = temperature
         self.topk = topk
@@ -125,13 +88,9 @@ class SoftBlockWriter:
         return q.to(self.table.dtype) @ self.table
 
     def write(self, pi: torch.Tensor, forced: list[int | None], *, context: list[int] | None = None,
-              seen: torch.Tensor | None = None, left: list[int] | None = None, done: list[int] | None = None,
-              generator: torch.Generator | None = None) -> torch.Tensor:
-        """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals; ``seen`` [n] the
-        ids of the text before the block (read only when repetition_penalty != 1); ``left`` the whole
-        text before the block when it has no hole (read only by the guard; None: the guard is off);
-        ``done`` the completion's ids before the block when they have no hole (read only with
-        no_repeat_ngram; None: no n-gram is banned).
+              text: BlockText | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Tokens [m] (DLM ids) for one block; ``pi`` [m, V_dlm] raw DLM marginals; ``text`` what the
+        choice rules read of the text before the block (None: every rule is off for this block).
 
         Greedy writing checks a guess in the same forward (exact, as speculative decoding with greedy
         acceptance): the guess for slot j is its forced id, else the top id of its soft token. A forward
@@ -164,26 +123,16 @@ class SoftBlockWriter:
         else:  # the <think> prefix is the same for every block: reuse its K/V
             logits, cache = self.ar.forward(inputs_embeds=torch.cat([soft, close_e] + tail).unsqueeze(0),
                                             keep=len(guess) + 1, cache=self._think_cache(open_e))
-        V = len(self.allowed)
-        hit: set[int] = set()  # ids in the text so far (only read by the repetition penalty)
-        if seen is not None and self.repetition_penalty != 1.0:
-            hit = {t for t in seen.tolist() if t < V}
         out: list[int] = []
         fed = guess  # the guesses behind rows 1 … of the current forward
-        lex = self._left_state(left)
-        grams = _NGrams(self.no_repeat_ngram, done, self.end_ids) if self.no_repeat_ngram and done is not None else None
+        state = self._start(text)  # each rule's state before the next slot (None: off)
         while True:
-            states = self._states(lex, fed)
-            repeats = [grams.repeats(fed[:r]) for r in range(len(fed) + 1)] if grams is not None else None
-            choices = self._choose(logits[0], hit, fed, generator, states, repeats)  # every row, as if its guesses held
+            states = self._row_states(state, fed)
+            choices = self._choose(logits[0], generator, states)  # every row, as if its guesses held
             for r, tok in enumerate(choices):  # row r predicts slot len(out)
                 tok = forced[len(out)] if forced[len(out)] is not None else tok
                 out.append(tok)
-                if grams is not None:
-                    grams.add(tok)
-                lex = self.guard.step(lex, tok) if lex is not None else None  # a forced token may turn it off
-                if tok < V:
-                    hit.add(tok)
+                state = self._step(state, tok)  # a forced token may turn a rule off
                 if len(out) == m:
                     return torch.tensor(out, dtype=torch.long)
                 if r == len(fed) or fed[r] != tok:  # no row left, or the next row read a wrong guess
@@ -193,112 +142,90 @@ class SoftBlockWriter:
             step = torch.tensor([out[-1]] + fed, device=emb.device)
             logits, cache = self.ar.forward(inputs_embeds=emb[step].unsqueeze(0), cache=cache, keep=len(fed) + 1)
 
-    def _left_state(self, left: list[int] | None):
-        """The guard's state after ``left``; the text it read last time is not read again."""
-        if self.guard is None or left is None:
-            return None
-        prev, state = self._lex
-        if state is not None and left[: len(prev)] == prev:
-            state = self.guard.feed_ids(state, left[len(prev) :])
-        else:
-            state = self.guard.initial(left)
-        self._lex = (list(left), state)
-        return state
+    def _start(self, text: BlockText | None) -> tuple:
+        """Each rule's state before the block (None where it is off)."""
+        return tuple(None if text is None else rule.start(text) for rule in self.rules)
 
-    def _states(self, lex, fed: list[int]) -> list | None:
-        """The guard's state before each row of a forward fed ``fed`` (None where it is off)."""
-        if lex is None:
-            return None
-        states = [lex]
+    def _step(self, state: tuple, tok: int) -> tuple:
+        return tuple(None if st is None else rule.step(st, tok) for rule, st in zip(self.rules, state))
+
+    def _row_states(self, state: tuple, fed: list[int]) -> list[tuple]:
+        """The rules' states before each row of a forward fed ``fed``."""
+        states = [state]
         for tok in fed:
-            states.append(self.guard.step(states[-1], tok) if states[-1] is not None else None)
+            states.append(self._step(states[-1], tok))
         return states
 
-    def _choose(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None,
-                repeats: list | None = None) -> list[int]:
-        """The AR's choice for each row of ``z`` [k + 1, V] at once: row r sees the ids in ``hit`` and the
-        guesses ``fed[:r]`` as already in the text (the repetition penalty), outputs restricted to S,
-        without the ids ``repeats[r]`` (no_repeat_ngram) and, with a guard, to the ids it allows from
-        ``states[r]``.
+    def _active(self, state: tuple) -> bool:
+        return any(st is not None for st in state)
 
-        Greedy: the penalty and the ban only ever lower a logit, so a row's winner is among its top
-        n raw logits whenever the best of them after penalty and ban is still above the row's n-th raw
-        logit (every other column stays at or below that). Those few candidates are scored in Python,
-        n = ``_TOP`` first; a row that fails the check takes a wider n (a guard may ban all of the top
-        few), and only then the full-vocabulary path. Same choice, ties to the lowest id as ``max``; a
-        handful of ops instead of one per penalised column."""
+    def _choose(self, z: torch.Tensor, generator, states: list[tuple]) -> list[int]:
+        """The AR's choice for each row of ``z`` [k + 1, V] at once: row r is chosen under the rules'
+        states ``states[r]`` (its guesses taken as already in the text), outputs restricted to S.
+
+        Greedy: every rule only lowers a logit, so a row's winner is among its top n raw logits whenever
+        the best of them after the rules is still above the row's n-th raw logit (every other column
+        stays at or below that). Those few candidates are scored, n = ``_TOP`` first; a row that fails
+        the check takes a wider n (a guard may ban all of the top few), and only then the
+        full-vocabulary path. Same choice, ties to the lowest id as ``max``."""
         if self.temperature > 0 or z.shape[-1] <= _TOP:
-            return self._choose_full(z, hit, fed, generator, states, repeats)
+            return self._choose_full(z, generator, states)
         out = []
         for r in range(z.shape[0]):
-            lex = states[r] if states is not None else None
-            skip = repeats[r] if repeats is not None else ()
             for n in _WIDER:
-                tok = self._choose_top(z[r], min(n, z.shape[-1]), hit, fed[:r], lex, skip)
+                tok = self._choose_top(z[r], min(n, z.shape[-1]), states[r])
                 if tok is not None:
                     break
             else:
-                return self._choose_full(z, hit, fed, generator, states, repeats)
+                return self._choose_full(z, generator, states)
             out.append(tok)
         return out
 
-    def _choose_top(self, row: torch.Tensor, n: int, hit: set[int], before: list[int], lex, skip=()) -> int | None:
+    def _choose_top(self, row: torch.Tensor, n: int, state: tuple) -> int | None:
         """One row's greedy choice among its top ``n`` raw logits, or None when a column outside them
         could still win (see ``_choose``)."""
         vals, cols = row.topk(n)
-        rho, banned = self.repetition_penalty, self._banned_set
-        raw = vals.tolist()
-        pens = torch.where(vals > 0, vals / rho, vals * rho).tolist() if rho != 1.0 else raw  # fp32, as in the full path
+        col_list, lowered = cols.tolist(), vals
+        for rule, st in zip(self.rules, state):
+            if st is not None:
+                lowered = rule.lower(st, col_list, lowered)  # fp32, as in the full path
+        raw, low, banned = vals.tolist(), lowered.tolist(), self._banned_set
         best, best_c = float("-inf"), -1
-        for v, p, c in zip(raw, pens, cols.tolist()):
-            if c in banned or c in skip or (lex is not None and not self.guard.allowed(lex, c)):
+        for v, c in zip(low, col_list):
+            if c in banned:
                 continue
-            if rho != 1.0 and (c in hit or c in before):  # row r also sees guesses 0 … r − 1
-                v = p
             if v > best or (v == best and c < best_c):
                 best, best_c = v, c
         return best_c if best > raw[-1] or n == row.shape[-1] and best_c >= 0 else None
 
-    def _choose_full(self, z: torch.Tensor, hit: set[int], fed: list[int], generator, states: list | None = None,
-                     repeats: list | None = None) -> list[int]:
-        """``_choose`` over the whole vocabulary: penalised columns only (the ids in the text), the ids
-        outside S set to −inf column by column, no [k + 1, V] temporaries. Also the sampling path."""
+    def _choose_full(self, z: torch.Tensor, generator, states: list[tuple]) -> list[int]:
+        """``_choose`` over the whole vocabulary, each rule lowering each row in place. Also the sampling
+        path, where a *lazy* rule (one that only bans, and whose full ban is dear: the syntax guard)
+        checks the drawn id instead."""
         z = z.float().clone()
-        rho = self.repetition_penalty
-        if rho != 1.0:
-            def penalise(v: torch.Tensor) -> torch.Tensor:
-                return torch.where(v > 0, v / rho, v * rho)
-
-            cols = torch.tensor(sorted(hit), dtype=torch.long, device=z.device)
-            z[:, cols] = penalise(z[:, cols])
-            added: set[int] = set()
-            for r, tok in enumerate(fed):  # rows r + 1 … also see guess r
-                if tok < z.shape[-1] and tok not in hit and tok not in added:
-                    added.add(tok)
-                    z[r + 1 :, tok] = penalise(z[r + 1 :, tok])
+        sampling = self.temperature > 0
+        for r in range(z.shape[0] if not sampling else 1):  # one row: sampling guesses nothing
+            for rule, st in zip(self.rules, states[r]):
+                if st is not None and not (sampling and rule.lazy):
+                    rule.lower_row(st, z[r])
         z[:, self.banned] = float("-inf")
-        for r, ids in enumerate((repeats or [])[: z.shape[0]]):
-            if ids:
-                z[r, sorted(ids)] = float("-inf")
-        if self.temperature > 0:  # one row: sampling guesses nothing
-            return [self._sample(z[0], states[0] if states else None, generator)]
-        for r, lex in enumerate((states or [])[: z.shape[0]]):
-            ban = self.guard.banned(lex) if lex is not None else []
-            if ban:
-                z[r, ban] = float("-inf")
+        if sampling:
+            return [self._sample(z[0], states[0], generator)]
         return z.max(-1).indices.tolist()
 
-    def _sample(self, z: torch.Tensor, lex, generator) -> int:
-        """A draw from softmax(z / T) restricted to the ids the guard allows from ``lex``: a banned draw is
-        struck out and the rest drawn from again, which is the same distribution as banning first (the
-        draws left over renormalise), without scanning the vocabulary; after ``_REDRAWS`` struck-out
-        draws the ban is computed in full."""
-        for _ in range(_REDRAWS if lex is not None else 1):
+    def _sample(self, z: torch.Tensor, state: tuple, generator) -> int:
+        """A draw from softmax(z / T) without the ids the lazy rules ban: a banned draw is struck out and
+        the rest drawn from again, which is the same distribution as banning first (the draws left over
+        renormalise), without scanning the vocabulary; after ``_REDRAWS`` struck-out draws the bans are
+        computed in full."""
+        lazy = [(rule, st) for rule, st in zip(self.rules, state) if st is not None and rule.lazy]
+        for _ in range(_REDRAWS if lazy else 1):
             tok = int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
-            if lex is None or self.guard.allowed(lex, tok):
+            if not any(torch.isneginf(rule.lower(st, [tok], z[tok : tok + 1]))[0] for rule, st in lazy):
                 return tok
             z[tok] = float("-inf")
-        z[self.guard.banned(lex)] = float("-inf")
+        for rule, st in lazy:
+            rule.lower_row(st, z)
         return int(torch.multinomial(torch.softmax(z / self.temperature, -1), 1, generator=generator))
 
     def _guesses(self, q: torch.Tensor, forced: list[int | None]) -> list[int]:

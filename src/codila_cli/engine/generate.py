@@ -74,22 +74,6 @@ def text_end_ids(dlm: Any, ar: Any) -> tuple[int, ...]:
     return tuple(sorted(set(dlm.specials.stop_ids) | set(getattr(getattr(base, "specials", None), "stop_ids", ()))))
 
 
-def syntax_guard(ar: Any, *, end_ids: tuple[int, ...] = (), stops: tuple[str, ...] = ()) -> Any:
-    """The helper's SyntaxGuard (decoding/syntax_guard.py), built once per loaded helper, set of
-    end-of-text ids (``text_end_ids``) and stop lines (rule 12)."""
-    from codila_cli.decoding.syntax_guard import SyntaxGuard
-
-    base = getattr(ar, "_ar", ar)  # a RowAR view (decoding/batch.py) shares its helper's guard
-    guards = base.__dict__.setdefault("_syntax_guards", {})
-    ends = tuple(end_ids)
-    key = (ends, tuple(stops))
-    if key not in guards:
-        if len(guards) > 8:  # a user's own --stop lines make new guards; keep a few
-            guards.clear()
-        guards[key] = SyntaxGuard(base.tokenizer, base.vocab_rows, end_ids=ends, stops=tuple(stops))
-    return guards[key]
-
-
 def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
             on_step: OnStep, raw: bool = True) -> Any:
     """Run one sampler on one sequence; ``dlm``/``ar`` may be per-row views of the loaded models; ``raw``:
@@ -108,12 +92,10 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
         if ar is None:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
-        ends = text_end_ids(dlm, ar)
-        guard = (syntax_guard(ar, end_ids=ends, stops=tuple(config.stop or ()))
-                 if config.ar_syntax_guard and raw else None)
-        writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk,
-                                 repetition_penalty=config.ar_repetition_penalty, guard=guard,
-                                 no_repeat_ngram=config.ar_no_repeat_ngram, end_ids=ends)
+        from codila_cli.decoding.rules import build_rules
+
+        rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar), raw=raw)
+        writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
     raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
 

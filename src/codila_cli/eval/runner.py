@@ -302,7 +302,9 @@ def pareto_plot(summary: list[dict], png: Path) -> None:
     write_bytes_atomic(png, buf.getvalue())
 
 
-def write_outputs(out_dir: Path, rows: list[dict], *, title: str) -> list[dict]:
+def write_outputs(out_dir: Path, rows: list[dict], *, title: str, provenance: dict | None = None) -> list[dict]:
+    """rows.jsonl, summary.json / .md, paired.json, pareto.png and, given ``provenance`` (provenance.py),
+    provenance.json and the summary's last line: what made the numbers."""
     out_dir.mkdir(parents=True, exist_ok=True)
     # each file whole or not at all (a full disk or a Ctrl-C leaves the previous run's file, not half of one)
     write_text_atomic(out_dir / "rows.jsonl", "".join(
@@ -312,6 +314,12 @@ def write_outputs(out_dir: Path, rows: list[dict], *, title: str) -> list[dict]:
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if paired:  # each faster setting against itself without the speed-up, task by task
         write_text_atomic(out_dir / "paired.json", json.dumps(paired, indent=2) + "\n")
-    write_text_atomic(out_dir / "summary.md", markdown(summary, title=title) + paired_section(paired))
+    made = ""
+    if provenance is not None:
+        from codila_cli.provenance import provenance_line
+
+        write_text_atomic(out_dir / "provenance.json", json.dumps(provenance, indent=2) + "\n")
+        made = "\n" + provenance_line(provenance) + "\n"
+    write_text_atomic(out_dir / "summary.md", markdown(summary, title=title) + paired_section(paired) + made)
     pareto_plot(summary, out_dir / "pareto.png")
     return summary

@@ -42,8 +42,8 @@ def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str 
     """The settings to run (``--setting``s, the paper's grid with ``--sweep``, else what `codila gen` runs
     by default) and the models; every setting must fit the benchmark (dreamon:… for he-infill-*)."""
     from codila_cli.engine.models import default_ar, default_dlm, default_infill_dlm
-    from codila_cli.engine.recommend import recommended_decoding
     from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting, recommended_label
+    from codila_cli.helper_card import recommended_decoding
 
     infill = is_infill(benchmark)
     labels = list(labels) + ((INFILL_GRID if infill else PAPER_GRID) if sweep else [])

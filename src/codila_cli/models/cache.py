@@ -122,23 +122,3 @@ def same_model(recorded: dict, current: dict) -> bool:
         rev = recorded.get("revision")
         return recorded["repo_id"] == current["repo_id"] and (rev is None or rev == current.get("revision"))
     return recorded.get("path") == current.get("path")
-
-
-def helper_mismatch(models: object) -> str | None:
-    """A warning when the AR helper's config records that it was aligned to another DLM than the one
-    loaded (``codila train align`` writes ``codila_training.dlm``); None when it matches or says nothing."""
-    from codila_cli.models.registry import resolve_spec
-
-    ar, dlm = getattr(models, "ar", None), getattr(models, "dlm", None)
-    if ar is None or dlm is None:
-        return None
-    recorded = (ar.ckpt.config.get("codila_training") or {}).get("dlm")
-    if not isinstance(recorded, dict):
-        return None
-    current = identity(resolve_spec(dlm.name, kind="dlm"), Path(dlm.ckpt.path))
-    if same_model(recorded, current):
-        return None
-    was = recorded.get("repo_id") or recorded.get("path") or recorded.get("name")
-    rev = f"@{recorded['revision'][:12]}" if recorded.get("repo_id") and recorded.get("revision") else ""
-    return (f"the AR helper '{ar.name}' was aligned to {was}{rev}, not to the DLM in use ({dlm.name}); "
-            "its blocks may be worse than with the DLM it was trained for")

@@ -14,9 +14,22 @@ from typing import Any
 
 from codila_cli.decoding.events import StepEvent
 
-# the `codila` request object: codila's own decoding choices (every field optional)
-CODILA_KEYS = ("decoder", "block_size", "tau", "cache", "cache_blocks", "tokens_per_step", "candidate_blocks",
-               "conditioning", "steps", "early_stop")
+# the `codila` request object: codila's own decoding choices, any knob of the table (decoding/config.py)
+# except those the ecosystems' own fields carry (length, sampling) and the server's (models, device)
+_OWN = ("max_new_tokens", "max_middle_tokens", "temperature", "top_p", "top_k", "stop", "device", "dtype")
+
+
+def _knob_values(codila: dict, table: Any, *, what: str) -> dict:
+    """The request's ``codila`` object checked against a knob table: known keys, values of the knob's
+    type and range (the config dataclass then checks the rules between knobs)."""
+    known = [k for k in table if k not in _OWN]
+    unknown = sorted(set(codila) - set(known) - {"stop_lines"})
+    if unknown:
+        raise ValueError(f"unknown codila {what}setting(s): {', '.join(unknown)} (known: {', '.join(known)}, stop_lines)")
+    for key, value in codila.items():
+        if key != "stop_lines" and not table[key].in_range(value):
+            raise ValueError(f"codila.{key} must be {table[key].range_text() or table[key].kind.__name__}, got {value!r}")
+    return codila
 
 
 @dataclass(frozen=True)
@@ -43,12 +56,9 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
     (``base.configs``). OpenAI ``stop``
     strings are not decoder settings (the text is cut after decoding: :func:`cut_at_stop`);
     ``codila.stop_lines`` are codila's line-start stops, which end decoding too."""
-    from codila_cli.decoding.config import CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+    from codila_cli.decoding.config import GEN_KNOBS, CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
 
-    codila = dict(codila or {})
-    unknown = sorted(set(codila) - set(CODILA_KEYS) - {"stop_lines"})
-    if unknown:
-        raise ValueError(f"unknown codila setting(s): {', '.join(unknown)} (known: {', '.join(CODILA_KEYS)}, stop_lines)")
+    codila = _knob_values(dict(codila or {}), GEN_KNOBS, what="")
     decoder = codila.pop("decoder", None) or base.decoder
     if decoder not in ("dream", "threshold", "codila"):
         raise ValueError(f"codila.decoder must be dream, threshold or codila, got {decoder!r}")
@@ -76,14 +86,13 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
 def infill_settings(*, max_middle: int | None, temperature: float | None, top_p: float | None,
                     codila: dict | None, default_max: int = 64) -> Any:
     """DreamOn settings for one fill-in-the-middle request (``max_middle``: the longest middle)."""
-    from codila_cli.decoding.config import InfillConfig, SamplingConfig
+    from codila_cli.decoding.config import INFILL_KNOBS, InfillConfig, SamplingConfig
 
     codila = dict(codila or {})
-    known = {"initial_masks", "steps", "tokens_per_step", "expand_budget", "block_size", "tau"}
-    unknown = sorted(set(codila) - known - {"decoder"})
-    if unknown:
-        raise ValueError(f"unknown codila infill setting(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     codila.pop("decoder", None)
+    codila = _knob_values(codila, INFILL_KNOBS, what="infill ")
+    if "stop_lines" in codila:
+        raise ValueError("codila.stop_lines applies to completions, not to a fill-in-the-middle")
     sampling = SamplingConfig(temperature=0.0 if temperature is None else float(temperature),
                               top_p=None if top_p is None or top_p >= 1.0 else float(top_p))
     n = default_max if max_middle is None or max_middle < 0 else max_middle

@@ -3,7 +3,6 @@ recommended decoding settings written into its config.json."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -27,19 +26,18 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
     """Copy the finished DLM and aligned AR (bf16 safetensors + tokenizer), and the tasks fine-tune when
     there is one, into the package. ``dlm``/``ar``/``tasks`` choose other finished directories than the
     defaults (the last DLM stage, ``align/final``, ``tasks/final``). ``ar_decoding`` is written into the
-    exported helper's config.json as ``codila_decoding`` (engine.recommend.recommended_decoding; ``by_block_size``
+    exported helper's config.json as ``codila_decoding`` (helper_card.recommended_decoding; ``by_block_size``
     {"8": {...}} holds settings for one block size)."""
     from codila_cli.models.registry import BUNDLED_DIR
 
     target = target or BUNDLED_DIR
-    from codila_cli.engine.recommend import recommendable, recommendable_per_block_size
+    from codila_cli.helper_card import read_config, validate_decoding, write_card, write_config
 
     pairs = {"dlm": dlm or final_dlm_dir(run), "ar": ar or run / "align" / "final"}
     if tasks is not None or (run / "tasks" / "final" / "model.safetensors").is_file():
         pairs["tasks"] = tasks or run / "tasks" / "final"
-    for key, value in (ar_decoding or {}).items():
-        if not (recommendable_per_block_size(value) if key == "by_block_size" else recommendable(key, value)):
-            raise ValueError(f"ar_decoding: {key}={value!r} is not a recommendable CoDiLA setting")
+    if ar_decoding:
+        validate_decoding(ar_decoding)  # ValueError before anything is copied
     for name, src in pairs.items():
         if not (src / "model.safetensors").is_file():
             raise FileNotFoundError(f"{src} has no model.safetensors: finish the {name} stage first")
@@ -55,26 +53,25 @@ def stage_export(run: Path, *, target: Path | None = None, dlm: Path | None = No
             if f.is_file():
                 shutil.copy2(f, dst / f.name)
     cfg_file = target / "ar" / "config.json"
-    cfg = json.loads(cfg_file.read_text())
+    cfg = read_config(cfg_file)
     if ar_decoding:
-        cfg["codila_decoding"] = dict(ar_decoding)
-    _rerecord_pair(cfg, pairs["dlm"], target / "dlm")
-    cfg_file.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        cfg = write_card(cfg, decoding=ar_decoding)
+    write_config(cfg_file, _rerecord_pair(cfg, pairs["dlm"], target / "dlm"))
     return {"bytes": total, "target": str(target)}
 
 
-def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> None:
+def _rerecord_pair(ar_config: dict, dlm_src: Path, dlm_dst: Path) -> dict:
     """The exported pair moves into the package: when the helper records (``codila_train align``) that it
     was aligned to the DLM being exported with it, record that DLM as it now is, ``bundled-dlm`` at its
     new place (same weights, same fingerprint), so `codila gen` does not warn about a mismatch."""
+    from codila_cli.helper_card import read_card, write_card
     from codila_cli.models.cache import identity, same_model
     from codila_cli.models.registry import resolve_spec
 
-    recorded = (ar_config.get("codila_training") or {}).get("dlm")
-    if not isinstance(recorded, dict):
-        return
-    src = identity(resolve_spec(str(dlm_src), kind="dlm"), dlm_src)
-    if same_model(recorded, src):  # by fingerprint, else by directory (a record made before fingerprints)
-        ar_config["codila_training"]["dlm"] = {**identity(resolve_spec(str(dlm_dst), kind="dlm"), dlm_dst),
-                                               "name": "bundled-dlm", "path": None,
-                                               "exported_from": recorded.get("exported_from", recorded)}  # once, not nested
+    card = read_card(ar_config)
+    recorded = card.aligned_dlm
+    if recorded is None or not same_model(recorded, identity(resolve_spec(str(dlm_src), kind="dlm"), dlm_src)):
+        return ar_config  # same_model: by fingerprint, else by directory (a record made before fingerprints)
+    moved = {**identity(resolve_spec(str(dlm_dst), kind="dlm"), dlm_dst), "name": "bundled-dlm", "path": None,
+             "exported_from": recorded.get("exported_from", recorded)}  # once, not nested
+    return write_card(ar_config, training={**card.training, "dlm": moved})

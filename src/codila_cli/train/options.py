@@ -90,26 +90,14 @@ def check_stage_paths(stage: str, *, site: Path | None, reuse: Path | None) -> N
 
 
 def export_decoding(pairs: list[str]) -> dict | None:
-    """``--decoding KEY=VALUE`` of ``codila train export``: an int, a float (with a dot) or text, each a
-    setting the helper may recommend (engine.recommend.recommendable); ``B8.KEY=VALUE`` recommends it for block
-    size 8 only (``by_block_size``); None when none is given."""
-    import re
+    """``--decoding KEY=VALUE`` of ``codila train export`` (helper_card.parse_pairs); None when none is given."""
+    from codila_cli.helper_card import parse_pairs
 
-    from codila_cli.engine.recommend import recommendable
-    from codila_cli.train.export import export_value as _export_value
+    try:
+        return parse_pairs(pairs) or None
+    except ValueError as exc:
+        from codila_cli.decoding.config import GEN_KNOBS
 
-    out: dict = {}
-    for pair in pairs:
-        key, eq, text = pair.partition("=")
-        value = _export_value(text)
-        scoped = re.fullmatch(r"B([1-9][0-9]*)\.(\w+)", key)
-        name = scoped.group(2) if scoped else key
-        if not eq or not name or not recommendable(name, value) or (scoped and name == "block_size"):
-            raise UsageError(f"--decoding {pair!r} is not a recommendable CoDiLA setting",
-                             hint="e.g. --decoding ar_context=96 --decoding ar_repetition_penalty=1.3, or "
-                                  "B8.ar_repetition_penalty=1.7 for block size 8 only (docs/codila.md)")
-        if scoped:
-            out.setdefault("by_block_size", {}).setdefault(scoped.group(1), {})[name] = value
-        else:
-            out[key] = value
-    return out or None
+        raise UsageError(f"{exc}: not a recommendable CoDiLA setting",
+                         hint=f"KEY is one of {', '.join(GEN_KNOBS.recommendable())}; B8.KEY=VALUE sets it for "
+                              "block size 8 only (docs/settings.md)") from None

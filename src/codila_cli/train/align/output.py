@@ -21,6 +21,8 @@ def write_helper(cfg: Any, pair: Any, ar: Any, *, meta: dict, last: dict, decodi
     import torch
     from safetensors.torch import save_file
 
+    from codila_cli.helper_card import write_card, write_config
+
     out = cfg.output
     src_cfg = json.loads((pair.ar_path / "config.json").read_text(encoding="utf-8"))
     stored = src_cfg.get("torch_dtype") or src_cfg.get("dtype") or "float32"
@@ -37,7 +39,7 @@ def write_helper(cfg: Any, pair: Any, ar: Any, *, meta: dict, last: dict, decodi
     tmp = out / ".model.safetensors.tmp"
     save_file(state, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, out / "model.safetensors")
-    src_cfg["codila_training"] = {
+    training = {
         "objective": "codila-alignment", "dlm": pair.dlm_identity, "ar": pair.ar_identity,
         "data": {**meta["source"], "sha256": meta["hash"], "documents": meta["documents"], "tokens": meta["tokens"]},
         "steps": last.get("step"), "block_sizes": list(cfg.block_sizes), "batch": cfg.batch, "seq_len": cfg.seq_len,
@@ -45,13 +47,8 @@ def write_helper(cfg: Any, pair: Any, ar: Any, *, meta: dict, last: dict, decodi
         "valid_block_ce": last.get("valid_by_block"), "selection": decoding.pop("_measured", None),
         "marginals_top_k": cfg.marginals_top_k if cfg.marginals_cache is not None else None,
     }
-    if decoding:
-        src_cfg["codila_decoding"] = decoding
-    else:
-        src_cfg.pop("codila_decoding", None)  # the source's recommendation was for another helper
-    tmp = out / ".config.json.tmp"
-    tmp.write_text(json.dumps(src_cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "config.json")
+    # decoding {}: the source's recommendation was for another helper, so none is written
+    write_config(out / "config.json", write_card(src_cfg, decoding=decoding, training=training))
     return out
 
 

@@ -1,0 +1,212 @@
+"""The one table of knobs (decoding/config.py) and what is derived from it: dataclass defaults and
+ranges, gen's flags, config.toml's schema, eval's keys, the helper card, the -v line; the choice rules'
+invariant (decoding/rules.py); a knob spelled in few files."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codila_cli.decoding.config import (
+    GEN_KNOBS,
+    INFILL_KNOBS,
+    CodilaConfig,
+    DreamConfig,
+    InfillConfig,
+    SamplingConfig,
+    ThresholdConfig,
+)
+from codila_cli.decoding.knobs import build, flat, knob_fields
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "codila_cli"
+CONFIGS = [(DreamConfig, GEN_KNOBS), (ThresholdConfig, GEN_KNOBS), (CodilaConfig, GEN_KNOBS), (InfillConfig, INFILL_KNOBS)]
+# knobs whose range holds only together with another knob: the values that let each end be tried
+CONTEXT = {
+    "entropy_steps": {"convention": "fast-dllm", "cache": "prefix", "max_new_tokens": 100_000, "block_length": 100_000},
+    "max_middle_tokens": {"initial_masks": 1},
+    "initial_masks": {"max_middle_tokens": 4096},
+    "cache_blocks": {"cache": "prefix"},
+    "steps": {}, "tokens_per_step": {},
+}
+
+
+@pytest.mark.parametrize("cls, table", CONFIGS, ids=lambda c: getattr(c, "__name__", ""))
+def test_every_config_field_is_a_knob_with_the_tables_default(cls, table):
+    names = knob_fields(cls)
+    assert set(names) <= set(table), set(names) - set(table)
+    defaults = flat(cls())
+    assert {n: defaults[n] for n in names} == {n: table.default(n) for n in names}
+
+
+def _config(cls, table, name, value):
+    ctx = {k: v for k, v in CONTEXT.get(name, {}).items() if k in knob_fields(cls)}
+    return build(cls, lambda n: value if n == name else ctx.get(n, table.default(n)))
+
+
+@pytest.mark.parametrize("cls, table", CONFIGS, ids=lambda c: getattr(c, "__name__", ""))
+def test_each_knobs_declared_range_is_what_the_config_accepts(cls, table):
+    """Each end of a declared range is accepted and the value just past it refused (ValueError), every
+    choice is accepted and another refused: the table says what validation does."""
+    checked = 0
+    for name in knob_fields(cls):
+        k = table[name]
+        if k.choices:
+            allowed = [c for c in k.choices if not (cls in (CodilaConfig, InfillConfig) and c == "origin")]
+            for c in allowed:
+                _config(cls, table, name, c)
+            with pytest.raises(ValueError):
+                _config(cls, table, name, "no-such-choice")
+            checked += 1
+        for end, open_, step in ((k.lo, k.open_lo, -1), (k.hi, k.open_hi, +1)):
+            if end is None:
+                continue
+            inside = end if not open_ else (end - step * 1e-6 if k.kind is float else end - step)
+            outside = end + step * (1 if k.kind is int else 1e-3) if not open_ else end
+            _config(cls, table, name, k.kind(inside))
+            assert k.in_range(k.kind(inside)) and not k.in_range(k.kind(outside)) or outside == k.off
+            if outside != k.off:
+                with pytest.raises(ValueError):
+                    _config(cls, table, name, k.kind(outside))
+            checked += 1
+    assert checked >= 3
+
+
+def test_gen_flags_are_the_tables():
+    """Every knob with a flag is a `codila gen` option of that name, reading that CODILA_* variable, and
+    its help states the table's default."""
+    import typer.main
+
+    from codila_cli.cli.app import app
+
+    command = typer.main.get_command(app).commands["gen"]
+    by_name = {p.name: p for p in command.params}
+    for k in GEN_KNOBS.values():
+        if not k.option:
+            assert k.name not in by_name
+            continue
+        p = by_name[k.name]
+        assert k.option in p.opts, (k.name, p.opts)
+        assert p.envvar == k.env_var, k.name
+        assert f"[default: {k.default_words()}]" in p.help, k.name
+
+
+def test_config_schema_and_eval_keys_come_from_the_table():
+    from codila_cli.config import SCHEMA
+    from codila_cli.eval.settings import KEYS, parse_setting, recommended_label
+
+    assert SCHEMA["gen"] == {k.name: k.file_types() for k in GEN_KNOBS.values() if k.section == "gen"}
+    assert set(SCHEMA["runtime"]) == {"device", "dtype"}
+    assert KEYS["codila"][:4] == ("B", "tau", "W", "P") and KEYS["dream"] == ("K", "steps", "alg")
+    rec = {"candidate_blocks": 1, "ar_context": 64, "ar_repetition_penalty": 1.5, "ar_syntax_guard": True,
+           "ar_no_repeat_ngram": 8, "cache": "prefix", "cache_blocks": 8, "conditioning": "topk:16"}
+    label = recommended_label(rec)
+    assert label == "codila:B=4,W=1,cond=topk:16,cache=prefix,cb=8,ctx=64,rp=1.5,sg=1,ng=8"
+    cfg = parse_setting(label, max_new_tokens=64).config  # the label runs what it names
+    assert {k: v for k, v in flat(cfg).items() if k in rec} == rec
+    assert recommended_label({**rec, "cache": "none"}).endswith("ctx=64,rp=1.5,sg=1,ng=8")  # no window without a cache
+    with pytest.raises(ValueError, match="ng"):
+        parse_setting("codila:ng=1", max_new_tokens=8)
+
+
+def test_the_helper_card_accepts_only_recommendable_knobs_in_range(tmp_path):
+    from codila_cli.helper_card import check, read_card, validate_decoding, write_card
+
+    assert set(GEN_KNOBS.recommendable()) == {"block_size", "candidate_blocks", "conditioning", "cache",
+                                              "cache_blocks", "ar_context", "ar_repetition_penalty",
+                                              "ar_syntax_guard", "ar_no_repeat_ngram"}
+    card = read_card({"codila_decoding": {"ar_context": 8, "tau": 0.5, "ar_repetition_penalty": 0.5,
+                                          "cache": "fast", "ar_no_repeat_ngram": 1, "ar_syntax_guard": 1,
+                                          "by_block_size": {"8": {"ar_repetition_penalty": 2}, "x": {}}}})
+    assert card.decoding == {"ar_context": 8}
+    assert card.by_block_size == {8: {"ar_repetition_penalty": 2.0}}
+    assert len(card.problems) == 6  # tau, rp 0.5, cache "fast", ng 1, sg 1 (not a bool), block size "x"
+    assert card.recommended(block_size=8) == {"ar_context": 8, "ar_repetition_penalty": 2.0}
+    assert card.recommended() == {"ar_context": 8}
+    assert check("ar_repetition_penalty", 1.3) is None and "range" in check("ar_context", -1)
+    with pytest.raises(ValueError, match="recommendable"):
+        validate_decoding({"tau": 0.5})
+    cfg = write_card({"a": 1, "codila_decoding": {"ar_context": 4}}, decoding={}, training={"dlm": {"name": "x"}})
+    assert "codila_decoding" not in cfg and read_card(cfg).aligned_dlm == {"name": "x"}
+
+
+def test_dash_v_settings_line_is_the_eval_label():
+    from types import SimpleNamespace
+
+    from codila_cli.report import settings_line
+
+    ckpt = SimpleNamespace(dtype=torch.float32)
+    models = SimpleNamespace(dlm=SimpleNamespace(name="d", device="cpu", ckpt=ckpt), ar=None)
+    cfg = CodilaConfig(candidate_blocks=1, ar_no_repeat_ngram=8, tau=0.5)
+    assert settings_line("codila", cfg, models) == "settings: codila:B=4,tau=0.5,W=1,cache=none,ctx=0,rp=1,ng=8  dlm: d (cpu, float32)"
+    assert settings_line("dream", DreamConfig(max_new_tokens=16), models).startswith("settings: dream:steps=16  ")
+
+
+def test_helper_heuristics_knobs_are_spelled_in_at_most_three_files():
+    """A helper knob lives where it is declared (decoding/config.py), where its flag is (cli/gen.py) and
+    where it acts (decoding/rules.py or the decoder): nowhere else in the package."""
+    texts = {p: p.read_text(encoding="utf-8") for p in SRC.rglob("*.py")}
+    for name in ("ar_repetition_penalty", "ar_no_repeat_ngram", "ar_syntax_guard", "conditioning",
+                 "parallel_blocks", "verify_penalty", "exact_steps", "entropy_steps", "alg_temp"):
+        pat = re.compile(r"(?<![\w-])" + name + r"(?![\w-])")
+        hits = sorted(str(p.relative_to(SRC)) for p, t in texts.items() if pat.search(t))
+        assert len(hits) <= 3, (name, hits)
+
+
+# --- choice rules: a rule may only lower a logit ------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(rho=st.floats(1.0, 20.0), seen=st.lists(st.integers(0, 39), max_size=12),
+       tail=st.lists(st.integers(0, 39), max_size=6), n=st.integers(2, 5), seed=st.integers(0, 2**16))
+def test_every_rule_only_lowers_logits(rho, seen, tail, n, seed):
+    from codila_cli.decoding.rules import NoRepeatNGram, RepetitionPenalty, Text
+
+    z = torch.randn(40, generator=torch.Generator().manual_seed(seed)) * 5
+    text = Text(seen, left=seen, done=seen)
+    for rule in (RepetitionPenalty(rho, 40), NoRepeatNGram(n, frozenset({0}))):
+        state = rule.start(text)
+        if state is None:
+            continue
+        for tok in tail:
+            state = rule.step(state, tok)
+        row = z.clone()
+        rule.lower_row(state, row)
+        assert bool((row <= z).all())
+        cols = list(range(40))
+        low = rule.lower(state, cols, z.clone())
+        assert bool((low <= z).all()) and torch.equal(low, row)  # the short path and the full path agree
+
+
+def test_the_guard_rule_only_bans(tiny_models):
+    from codila_cli.decoding.rules import GuardRule, Text
+    from codila_cli.decoding.syntax_guard import SyntaxGuard
+
+    guard = SyntaxGuard(tiny_models.ar.tokenizer, tiny_models.ar.vocab_rows)
+    rule = GuardRule(guard)
+    ids = tiny_models.ar.tokenizer.encode("def f(x):\n    return g(x", add_special_tokens=False)
+    state = rule.start(Text(ids, left=ids))
+    z = torch.randn(tiny_models.ar.vocab_rows)
+    row = z.clone()
+    rule.lower_row(state, row)
+    changed = row != z
+    assert bool(changed.any()) and bool(torch.isneginf(row[changed]).all())
+    cols = list(range(len(z)))
+    assert torch.equal(rule.lower(state, cols, z.clone()), row)
+    assert not math.isinf(float(row[~changed].min()))
+
+
+def test_rules_follow_the_config(tiny_models):
+    from codila_cli.decoding.rules import GuardRule, NoRepeatNGram, RepetitionPenalty, build_rules
+
+    kinds = lambda cfg, raw=True: [type(r) for r in build_rules(cfg, ar=tiny_models.ar, end_ids=(0,), raw=raw)]
+    assert kinds(CodilaConfig()) == []
+    on = CodilaConfig(ar_repetition_penalty=1.3, ar_no_repeat_ngram=4, ar_syntax_guard=True)
+    assert kinds(on) == [RepetitionPenalty, NoRepeatNGram, GuardRule]
+    assert kinds(on, raw=False) == [RepetitionPenalty, NoRepeatNGram]  # a chat answer gets no guard
+    assert {f.name for f in fields(SamplingConfig)} <= set(GEN_KNOBS)
