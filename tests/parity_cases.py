@@ -62,7 +62,42 @@ def _sampling(s: dict):
     return SamplingConfig(temperature=s["temperature"] or 0.0, top_p=s["top_p"], top_k=s["top_k"])
 
 
+NEAR_TIE = 1e-4  # a confidence gap at the top-n boundary that another machine's fp32 rounding may close
+
+
+class TieWatch:
+    """Records, for one decode, the gap at each top-n selection between the n-th confidence and the best
+    one left out (``torch.topk`` on the sequence-long row, the only 1-D topk of the loop), and the first
+    step whose committed tokens differ from the golden's: a case may be excused on other arithmetic
+    only if a near-tie came at or before that step."""
+
+    def __init__(self, want: list[int], prompt_len: int) -> None:
+        self.want, self.prompt_len, self.gaps, self.first_wrong = want, prompt_len, [], None
+
+    def topk(self, real):
+        def watched(x, k, *a, **kw):
+            out = real(x, k, *a, **kw)
+            if x.dim() == 1:
+                finite = x[torch.isfinite(x)]
+                nxt = real(finite, k + 1).values[-1] if len(finite) > k else None
+                self.gaps.append(float(out.values[-1] - nxt) if nxt is not None else float("inf"))
+            return out
+        return watched
+
+    def on_step(self, event) -> None:
+        wrong = any(self.want[self.prompt_len + p] != t for p, t in zip(event.positions, event.tokens))
+        if wrong and self.first_wrong is None:
+            self.first_wrong = len(self.gaps)  # the selections up to and including this step's
+
+    def excusable(self) -> bool:
+        return self.first_wrong is not None and any(g <= NEAR_TIE for g in self.gaps[: self.first_wrong])
+
+
+TIES: dict[str, bool] = {}  # case id -> excusable (single-row cases only)
+
+
 def run_dream(case: dict, row: int = 0) -> tuple[list[int], int]:
+    from codila_cli.decoding import dream
     from codila_cli.decoding.config import DreamConfig
     from codila_cli.decoding.dream import decode_dream
 
@@ -74,7 +109,17 @@ def run_dream(case: dict, row: int = 0) -> tuple[list[int], int]:
     cfg = DreamConfig(max_new_tokens=s["max_new_tokens"], steps=s["steps"], alg=s["alg"], alg_temp=s["alg_temp"],
                       sampling=_sampling(s), early_stop=False, exact_steps=True)
     torch.manual_seed(case["seed"])
-    res = decode_dream(dlm, ids, config=cfg, generator=torch.Generator().manual_seed(case["seed"]))
+    watch = TieWatch(_target(case)[0], len(ids)) if case["attention_mask"] is None else None
+    real = dream.torch.topk
+    if watch is not None:
+        dream.torch.topk = watch.topk(real)
+    try:
+        res = decode_dream(dlm, ids, config=cfg, generator=torch.Generator().manual_seed(case["seed"]),
+                           on_step=watch.on_step if watch is not None else (lambda e: None))
+    finally:
+        dream.torch.topk = real
+    if watch is not None:
+        TIES[case["id"]] = watch.excusable()
     return ids + res.canvas, res.dlm_forwards
 
 
@@ -171,6 +216,7 @@ def main() -> None:
         out[case["id"]] = [run_fast_dllm(case)]
     for case in DREAMON:
         out[case["id"]] = [run_dreamon(case)]
+    out["_near_tie_before_divergence"] = TIES
     print(json.dumps(out))
 
 

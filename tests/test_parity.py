@@ -64,14 +64,33 @@ def test_the_first_forward_is_the_official_one_bit_for_bit(results):
     assert results["_sha"] == want
 
 
+MAX_EXCUSED = 2  # cases that may break a near-tie the other way on other fp32 arithmetic (1 seen: dream-077)
+
+
+def _excused(results: dict) -> list[str]:
+    """The Dream cases whose ids differ from the golden's and that may be excused: only on other fp32
+    arithmetic, only a case whose golden recorded exact ties at the selection boundary
+    (``boundary_tie_steps``), and only when codila's own run met a near-tie (a gap of at most
+    parity_cases.NEAR_TIE at the top-n boundary) at or before the first step that committed a token
+    other than the golden's. Every other case is asserted on every machine."""
+    if _other_arithmetic(results) is None:
+        return []
+    near = results["_near_tie_before_divergence"]
+    return [c["id"] for c in DREAM if c["id"] in near and near[c["id"]] and (c.get("boundary_tie_steps") or 0) > 0
+            and results[c["id"]][0] != list(_target(c))]
+
+
 def _ties_may_break_otherwise(case: dict, results: dict) -> None:
-    """On other fp32 arithmetic, a case on the tie checkpoint (its sharpened head makes exact and near
-    ties the rule, ../shared/parity/README.md §1) may break a near-tie the other way (dream-077 did on
-    that CI machine); it is then reported as an expected failure, not asserted. Every other case is."""
-    if case["checkpoint"] == "dream-tiny-ties" and (why := _other_arithmetic(results)) is not None:
-        (ids, forwards), = results[case["id"]]
-        if (ids, forwards) != _target(case):
-            pytest.xfail(f"near-ties on the tie checkpoint: {why}")
+    if case["id"] in _excused(results):
+        pytest.xfail(f"a near-tie before the first difference: {_other_arithmetic(results)}")
+
+
+@needs_shared
+def test_only_a_few_near_ties_are_excused(results):
+    """The excuse above is bounded: a codila that changed what it computes (the top-k layout, top-p at low
+    temperature, …) differs on many cases, and fails here even where the arithmetic is another's."""
+    excused = _excused(results)
+    assert len(excused) <= MAX_EXCUSED, excused
 
 
 def _fp32(cases: list[dict]) -> list[dict]:
