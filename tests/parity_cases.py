@@ -32,6 +32,11 @@ DREAM = _cases("dream_cases.jsonl")
 FAST = _cases("fastdllm_cases.jsonl")
 DREAMON_DIR = Path(__file__).resolve().parent / "fixtures" / "dreamon"  # made here, README there
 DREAMON = [json.loads(line) for line in (DREAMON_DIR / "dreamon_cases.jsonl").read_text().splitlines()]
+# session 23 (README files there): Dream's entropy at low temperature without top-p, DreamOn with top-k
+ENTROPY = [json.loads(line) for line in
+           (Path(__file__).resolve().parent / "fixtures" / "dream_entropy" / "dream_entropy_cases.jsonl").read_text().splitlines()
+           if DREAM]  # on the shared checkpoints
+DREAMON_TOPK = [json.loads(line) for line in (DREAMON_DIR / "dreamon_topk_cases.jsonl").read_text().splitlines()]
 
 
 @cache
@@ -214,7 +219,9 @@ def main() -> None:
         out[case["id"]] = [run_dream(case, r) for r in rows]
     for case in FAST:
         out[case["id"]] = [run_fast_dllm(case)]
-    for case in DREAMON:
+    for case in ENTROPY:
+        out[case["id"]] = [run_dream(case)]
+    for case in DREAMON + DREAMON_TOPK:
         out[case["id"]] = [run_dreamon(case)]
     out["_near_tie_before_divergence"] = TIES
     print(json.dumps(out))

@@ -50,7 +50,7 @@ def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     assert rec.get("candidate_blocks") == 1 and rec.get("ar_context", 0) >= 64
     assert rec.get("ar_repetition_penalty", 1.0) > 1.0
     assert rec.get("cache_blocks", 1) > 1  # with W = 1 a cache needs a window of several blocks to pay
-    # the prefix cache held the valid share on 711 tasks, fp32 and bf16 (docs/results.md §2, session 11)
+    # the prefix cache held the valid share on 711 tasks, fp32 and bf16 (docs/results/history.md §2, session 11)
     assert rec.get("cache") == "prefix"
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     args = ["gen", "--json", "--seed", "0", "--max-new-tokens", "16", "def fib(n):"]
@@ -66,9 +66,9 @@ def test_bundled_helper_recommends_its_measured_settings(monkeypatch):
     # -v says what ran (a cache too) in eval's setting syntax: the label `codila eval` gives this default
     assert r.exit_code == 0 and f"settings: {recommended_label(rec)}  dlm: bundled-dlm" in r.stderr
     assert "cache=prefix,cb=8" in r.stderr
-    # session 15: the guard (docs/results.md §0)
+    # session 15: the guard (docs/results/history.md §0)
     assert settings["ar_syntax_guard"] is True and rec.get("ar_syntax_guard") is True
-    assert settings["ar_no_repeat_ngram"] == rec.get("ar_no_repeat_ngram") == 8  # session 17 (docs/results.md §0)
+    assert settings["ar_no_repeat_ngram"] == rec.get("ar_no_repeat_ngram") == 8  # session 17 (docs/results/history.md §0)
     # session 18: the continued helper's penalty, 1.5, was best at B = 4 and B = 8 alike (no per-B setting)
     b8 = json.loads(CliRunner().invoke(app, [*args, "-B", "8"]).stdout)["settings"]
     assert (b8["block_size"], b8["ar_repetition_penalty"], b8["ar_context"]) == (8, 1.5, rec["ar_context"])

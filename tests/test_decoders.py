@@ -77,6 +77,17 @@ def test_early_stop_fills_tail_and_saves_forwards(scripted):
     assert events[-1].source == "fill" and res.canvas[3:] == [eos] * 5
 
 
+def test_tokens_past_the_end_are_not_counted_as_generated(scripted):
+    """The metrics' ``tokens`` are the slots decoding committed: the end-of-text fill after an early stop
+    is not decoding work, so it counts neither in tokens nor in tokens per step."""
+    eos = 0
+    dlm = scripted([4, 5, eos, 7, 8, 9, 3, 3], [0.95, 0.95, 0.99, 0.1, 0.1, 0.1, 0.1, 0.1])
+    rec = MetricsRecorder()
+    res = decode_dream(dlm, PROMPT, config=DreamConfig(max_new_tokens=8, tokens_per_step=1), on_step=rec)
+    m = rec.finish(wall_seconds=1.0, dlm_forwards=res.dlm_forwards, ar_forwards=0)
+    assert m.tokens == 3 and m.tokens_per_step == 1.0 and len(res.canvas) == 8
+
+
 def test_threshold_commits_at_least_one_and_all_confident(scripted):
     conf = [0.95, 0.2, 0.97, 0.3, 0.99, 0.99, 0.99, 0.99]
     dlm = scripted([4, 5, 6, 7, 8, 9, 10, 11], conf)

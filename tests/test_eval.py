@@ -525,3 +525,22 @@ def test_missing_eval_extras_fail_before_anything_decodes(tiny, tmp_path, monkey
     monkeypatch.setattr(rt, "load_models", lambda **kw: (_ for _ in ()).throw(AssertionError("models loaded")))
     r = CliRunner().invoke(app, [*EVAL, "-b", "heldout", "--dlm", str(tiny["dlm"]), "-o", str(tmp_path / "o")])
     assert r.exit_code == 2 and "matplotlib" in r.stderr and "codila[eval]" in r.stderr
+
+
+def test_an_empty_completion_is_never_valid():
+    """Valid = the program parses AND the completion is not empty: an empty (or blank) completion leaves
+    a prompt that may parse by itself, and must not count."""
+    from codila_cli.eval.benchmarks import Task
+    from codila_cli.eval.runner import _row, summarize
+    from codila_cli.eval.sandbox import SandboxLimits
+    from codila_cli.eval.settings import parse_setting
+
+    task = Task("t/0", "def f(x):\n    return x\n", "complete", "")
+    setting = parse_setting("dream:K=1", max_new_tokens=8)
+    metrics = {k: 0 for k in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step", "tokens_per_second",
+                              "wall_seconds")} | {"order_spearman": None}
+    rows = [_row(task, setting, c, metrics, SandboxLimits()) for c in ("", "  \n", "\n# done\n")]
+    assert [(r["parses"], r["empty"], r["valid"]) for r in rows] == [(True, True, False), (True, True, False),
+                                                                   (True, False, True)]
+    (s,) = summarize(rows)
+    assert s["syntax_valid"] == 1 / 3 and s["empty"] == 2 / 3 and s["syntax_error_rate"] == 0

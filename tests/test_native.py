@@ -134,7 +134,7 @@ def test_engine_choice(tiny, monkeypatch):
 
 def test_bundled_gen_never_imports_transformers_or_dynamo():
     """A short gen on the bundled pair imports neither transformers nor torch._dynamo (about 1 s each;
-    building a model on the meta device used to pull in the latter: docs/results.md §2, session 10)."""
+    building a model on the meta device used to pull in the latter: docs/results/history.md §2, session 10)."""
     code = ("import sys\nfrom typer.testing import CliRunner\nfrom codila_cli.cli import app\n"
             "r = CliRunner().invoke(app, ['gen', '--max-new-tokens', '8', '--seed', '0', 'def f(x):'])\n"
             "assert r.exit_code == 0, r.stderr\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from parity_cases import DREAM, DREAMON, DREAMON_DIR, FAST, PARITY, _target
+from parity_cases import DREAM, DREAMON, DREAMON_DIR, DREAMON_TOPK, ENTROPY, FAST, PARITY, _target
 
 AVX2 = platform.machine() in ("x86_64", "AMD64") and "avx2" in Path("/proc/cpuinfo").read_text(errors="ignore") \
     if Path("/proc/cpuinfo").is_file() else False
@@ -98,7 +98,7 @@ def _fp32(cases: list[dict]) -> list[dict]:
 
 
 @needs_shared
-@pytest.mark.parametrize("case", [c for c in _fp32(DREAM) if len(c["input_ids"]) == 1],
+@pytest.mark.parametrize("case", [c for c in _fp32(DREAM) + ENTROPY if len(c["input_ids"]) == 1],
                          ids=lambda c: f"{c['id']}-{c['group']}")
 def test_dream_single_rows_match_the_official_loop(case, results):
     _ties_may_break_otherwise(case, results)
@@ -177,7 +177,8 @@ def _dreamon_target(case: dict) -> tuple[list[int], int]:
     return [t for t in ids if t not in (512, 516, 517)], forwards  # the fixtures' eos, mask, expand (README)
 
 
-@pytest.mark.parametrize("case", DREAMON, ids=lambda c: f"{c['id']}-{c['checkpoint'][-1]}-{c['settings']['alg']}-{c['dtype']}")
+@pytest.mark.parametrize("case", DREAMON + DREAMON_TOPK,
+                         ids=lambda c: f"{c['id']}-{c['checkpoint'][-1]}-{c['settings']['alg']}-{c['dtype']}")
 def test_dreamon_infilling_matches_the_official_loop(case, results):
     """DreamOn's eval/generator.py (expand/delete, pad-eos-to-right, delete_eos_token) vs decode_dreamon:
     the same middle ids and the same forward count, fp32 and bf16 (tests/fixtures/dreamon/README.md)."""
@@ -185,6 +186,15 @@ def test_dreamon_infilling_matches_the_official_loop(case, results):
     want, want_forwards = _dreamon_target(case)
     assert middle == want
     assert forwards == want_forwards
+
+
+def test_the_session_23_goldens_exercise_what_they_claim(results):
+    """The entropy cases are at low temperature without top-p, where near-certain slots are many; the
+    DreamOn top-k cases filter with top-k (5 and 20), greedy and sampled."""
+    assert len(ENTROPY) == 24 and all(c["settings"]["top_p"] is None and 0 < c["settings"]["temperature"] <= 0.2
+                                      and c["settings"]["alg"] == "entropy" for c in ENTROPY)
+    assert {c["settings"]["top_k"] for c in DREAMON_TOPK} == {5, 20} and len(DREAMON_TOPK) == 18
+    assert {c["settings"]["temperature"] > 0 for c in DREAMON_TOPK} == {True, False}
 
 
 def test_dreamon_goldens_exercise_what_they_claim():

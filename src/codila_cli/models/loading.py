@@ -101,7 +101,7 @@ def bf16_on_cpu(path: Path, *, name: str, role: str) -> bool:
       7B DLM needs about 30 GB, and on this project's CPU bf16 ran a 245 M-parameter DLM 2.6× faster;
     * a diffusion model (``role`` "dlm") of any size on a CPU with AMX: its forward over the whole
       sequence is a few large matrix products, which bf16 tiles run faster (the bundled DLM 1.57×, gen
-      1.29×, with the valid share unchanged on 711 tasks: docs/results.md §2, session 10).
+      1.29×, with the valid share unchanged on 711 tasks: docs/results/history.md §2, session 10).
 
     A small helper stays fp32: its steps of a few tokens ran 4× slower in bf16 even with AMX."""
     return _bf16_on_cpu(*_stored(path, name=name), role=role)
