@@ -168,6 +168,12 @@ def test_the_command_modules_stay_thin():
                 assert fn.end_lineno - first.lineno + 1 <= 60, f"{p.name}:{fn.name}"
 
 
+def test_no_module_of_the_package_over_400_lines():
+    """The limit issue 38 set: a module that grows past it is split by what it does."""
+    sizes = {str(p.relative_to(SRC)): len(p.read_text(encoding="utf-8").splitlines()) for p in SRC.rglob("*.py")}
+    assert max(sizes.values()) <= 400, sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+
+
 def test_help_imports_no_torch():
     code = ("import sys\nfrom codila_cli.cli.app import app\n"
             "print(sorted(m for m in ('torch', 'transformers', 'rich') if m in sys.modules))")

@@ -54,8 +54,9 @@ def test_defaults_the_docs_state_are_the_codes():
     checked = 0
     for page in CURRENT:
         for sentence in _sentences(page.read_text(encoding="utf-8")):
-            for flag, value in re.findall(r"`(--[a-z-]+)[^`]*`(?:,| \(default:?| defaults to) `?([\w.:-]+)`?(?: by default|\))?",
-                                          sentence):
+            forms = (r"`(--[a-z-]+)[^`]*`, `?([\w.:-]+)`? by default", r"`(--[a-z-]+)[^`]*` \(default:? `?([\w.:-]+)`?[),]",
+                     r"`(--[a-z-]+)[^`]*` defaults to `?([\w.:-]+)`?")
+            for flag, value in (hit for form in forms for hit in re.findall(form, sentence)):
                 k = by_flag.get(flag)
                 if k is None or "default" not in sentence:
                     continue

@@ -210,3 +210,25 @@ def test_rules_follow_the_config(tiny_models):
     assert kinds(on) == [RepetitionPenalty, NoRepeatNGram, GuardRule]
     assert kinds(on, raw=False) == [RepetitionPenalty, NoRepeatNGram]  # a chat answer gets no guard
     assert {f.name for f in fields(SamplingConfig)} <= set(GEN_KNOBS)
+
+
+def test_gen_help_reads_in_panels_in_the_tables_order():
+    """`codila gen --help` groups its options in panels (decoding/knobs.py::PANELS order), each knob's
+    flag in the panel the table gives it, the common settings before the decoder internals."""
+    import typer.main
+
+    from codila_cli.cli.app import app
+    from codila_cli.decoding.knobs import PANELS
+
+    command = typer.main.get_command(app).commands["gen"]
+    by_name = {p.name: p for p in command.params}
+    for k in GEN_KNOBS.values():
+        if k.option:
+            assert by_name[k.name].rich_help_panel == k.panel, k.name
+    from typer.testing import CliRunner
+
+    text = CliRunner().invoke(app, ["gen", "--help"]).stdout
+    heads = [line[:-1] for line in text.splitlines() if line.endswith(":") and line[:-1] in PANELS]
+    assert heads == sorted(heads, key=PANELS.index) and heads[:4] == ["Input", "Model", "Decoding", "CoDiLA helper"]
+    at = lambda flag: text.index(f"\n  {flag} ")
+    assert at("--max-new-tokens") < at("--ar-context") < at("--entropy-steps") < at("--json")

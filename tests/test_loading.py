@@ -223,3 +223,22 @@ def test_loading_keeps_one_copy_of_the_weights(tiny, engine, monkeypatch):
     assert net.get_input_embeddings().weight.data_ptr() == seen["ptrs"]["model.embed_tokens.weight"]
     assert seen["state"] == {}
     assert not any(t.is_meta for t in [*net.parameters(), *net.buffers()])
+
+
+def test_every_missing_model_is_named_in_one_error(tmp_path, monkeypatch):
+    """Neither the DLM nor the helper cached: one exit 3 names both, each with its download command
+    (issue 41), so the next try is not a surprise."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    r = CliRunner().invoke(app, ["gen", "--dlm", "dream-coder", "--ar", "qwen3-0.6b", "def f():"])
+    assert r.exit_code == 3, r.stderr
+    err = r.stderr.splitlines()
+    assert err[0].startswith("Error: 2 models are not in the Hugging Face cache") and "'dream-coder'" in err[0] \
+        and "'qwen3-0.6b'" in err[0]
+    assert err[1].startswith("Hint: hf download Dream-org/Dream-Coder") and "; hf download Qwen/Qwen3-0.6B" in err[1]
+    one = CliRunner().invoke(app, ["gen", "--dlm", "dream-coder", "def f():"])  # one missing: named alone
+    assert one.exit_code == 3 and one.stderr.startswith("Error: model 'dream-coder'")

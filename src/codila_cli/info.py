@@ -42,7 +42,30 @@ def list_models() -> list[dict[str, Any]]:
         rows.append({"alias": alias, "repo": "(bundled with codila: a small demonstration model)", "revision": None,
                      "kind": KIND_NAMES[kind], "cached": ok, "size_bytes": _dir_size(bundled_path(alias)) if ok else None,
                      "location": str(bundled_path(alias)) if ok else None, "demonstration": True})
+    defaults = command_defaults()
+    for r in rows:
+        r["default_for"] = [role for role, name in defaults.items() if name == r["alias"]]
     return rows
+
+
+def command_defaults() -> dict[str, str | None]:
+    """The model each command loads when no flag names one: its ``CODILA_*`` variable, then config.toml's
+    ``[models]`` (gen), then the bundled model."""
+    from codila_cli.config import load_config
+    from codila_cli.engine.models import default_ar
+    from codila_cli.models.registry import bundled_available, default_plan_dlm
+
+    user = load_config()
+    gen = os.environ.get("CODILA_MODEL") or user.get("models", "dlm") or (
+        "bundled-dlm" if bundled_available("bundled-dlm") else None)
+    ar = os.environ.get("CODILA_AR_MODEL") or user.get("models", "ar") or (default_ar() if gen == "bundled-dlm" else None)
+    infill = os.environ.get("CODILA_INFILL_MODEL") or next(
+        (n for n in ("bundled-infill", "bundled-dlm") if bundled_available(n)), None)
+    try:
+        plan = os.environ.get("CODILA_PLAN_MODEL") or default_plan_dlm()
+    except Exception:  # noqa: BLE001 -- no bundled model: nothing is the default
+        plan = None
+    return {"gen": gen, "gen --ar": ar, "infill": infill, "plan": plan}
 
 
 def _installed(dist: str) -> bool:

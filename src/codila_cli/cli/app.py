@@ -22,6 +22,7 @@ from codila_cli.cli.eval import eval_cmd
 from codila_cli.cli.gen import gen
 from codila_cli.cli.infill import infill
 from codila_cli.cli.models import config_path, config_show, doctor, models
+from codila_cli.cli.options import PanelCommand
 from codila_cli.cli.plan import plan
 from codila_cli.cli.serve import serve
 from codila_cli.cli.train import STAGES, align
@@ -35,7 +36,7 @@ app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion: Typer's own (bash, zsh, fish, PowerShell)
     rich_markup_mode=None,  # plain help and parse errors: `codila --help` in about 0.15 s instead of 0.3 s
 )
 
@@ -128,14 +129,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")] = False,
 ) -> None:
     """codila: diffusion code generation. Results go to stdout; status and errors to stderr."""
 
 
 config_app = typer.Typer(help="Show where the configuration lives and what it resolves to.", no_args_is_help=True,
                          rich_markup_mode=None)
-app.command("gen")(guarded(gen, "gen"))
+app.command("gen", cls=PanelCommand)(guarded(gen, "gen"))
 app.add_typer(config_app, name="config")
 config_app.command("path")(guarded(config_path, "config path"))
 config_app.command("show")(guarded(config_show, "config show"))

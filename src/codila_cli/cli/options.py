@@ -8,9 +8,11 @@ from enum import Enum
 from typing import Annotated, Any
 
 import typer
+import typer.core
 
-DTYPE_HELP = ("auto (bf16 on CUDA; on a CPU fp32, but bf16 for checkpoints stored in bf16 that are 2 GiB or more, "
-              "or diffusion models on a CPU with AMX), float32, bfloat16, float16.")
+from codila_cli.decoding.config import GEN_KNOBS
+
+DTYPE_HELP = GEN_KNOBS["dtype"].help
 
 
 class Color(str, Enum):
@@ -21,16 +23,16 @@ class Color(str, Enum):
 
 def dlm_option(help: str, *, envvar: str = "CODILA_MODEL") -> Any:
     """``--dlm``/``-m``: alias, repo id or directory; each command has its own variable and default."""
-    return Annotated[str | None, typer.Option("--dlm", "-m", envvar=envvar, help=help)]
+    return Annotated[str | None, typer.Option("--dlm", "-m", envvar=envvar, help=help, rich_help_panel="Model")]
 
 
 def ar_option(help: str) -> Any:
     """``--ar``: the AR helper for CoDiLA (``CODILA_AR_MODEL``)."""
-    return Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL", help=help)]
+    return Annotated[str | None, typer.Option("--ar", envvar="CODILA_AR_MODEL", help=help, rich_help_panel="Model")]
 
 
 def json_option(help: str = "One JSON object.") -> Any:
-    return Annotated[bool, typer.Option("--json", help=help)]
+    return Annotated[bool, typer.Option("--json", help=help, rich_help_panel="Output")]
 
 
 Device = Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")]
@@ -38,9 +40,46 @@ Dtype = Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, 
 # gen reads config.toml's [runtime] too, so its flags default to None (= not given)
 LayeredDevice = Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")]
 LayeredDtype = Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help=DTYPE_HELP + " [default: auto]")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.")]
-Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.")]
-ColorOption = Annotated[Color, typer.Option(help="Colour on stderr.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.", rich_help_panel="Output")]
+Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.", rich_help_panel="Output")]
+ColorOption = Annotated[Color, typer.Option(help="Colour on stderr.", rich_help_panel="Output")]
+
+
+def knob_option(name: str, *short: str) -> Any:
+    """A ``codila gen`` option from the knob table: its flag (a bool's with its ``--no-`` form), the short
+    flags given, its ``CODILA_*`` variable, its help with ``[default: …]`` and its --help panel."""
+    from codila_cli.decoding.config import GEN_KNOBS
+
+    k = GEN_KNOBS[name]
+    flag = f"{k.option}/--no-{k.option[2:]}" if k.kind is bool else k.option
+    return typer.Option(flag, *short, envvar=k.env_var, show_default=False, help=knob_help(name),
+                        rich_help_panel=k.panel)
+
+
+def panel(name: str) -> str:
+    """A --help panel by name (decoding/knobs.py::PANELS), checked."""
+    from codila_cli.decoding.knobs import PANELS
+
+    if name not in PANELS:
+        raise ValueError(f"no help panel {name!r}")
+    return name
+
+
+class PanelCommand(typer.core.TyperCommand):
+    """Plain (not Rich) --help with the options in panels, in PANELS order: Typer draws panels only with
+    Rich markup, which this app leaves off so that ``codila --help`` stays fast."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        from codila_cli.decoding.knobs import PANELS
+
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                groups.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        for name in sorted(groups, key=lambda g: PANELS.index(g) if g in PANELS else len(PANELS)):
+            with formatter.section(name):
+                formatter.write_dl(groups[name])
 
 
 def knob_help(name: str, *, extra: str = "") -> str:

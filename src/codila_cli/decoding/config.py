@@ -81,7 +81,14 @@ GEN_KNOBS = KnobTable(
          "--stop 'def ' --stop 'if __name__' (repeatable); decoding ends there too.", env=False),
     Knob("device", str, "auto", "auto, cpu, cuda, cuda:N, mps.", pattern=(r"auto|cpu|mps|cuda(:\d+)?", "auto | cpu | cuda | cuda:N | mps"),
          section="runtime"),
-    Knob("dtype", str, "auto", "auto, float32, bfloat16, float16.", choices=DTYPES, section="runtime"),
+    Knob("dtype", str, "auto", "auto (bf16 on CUDA; on a CPU fp32, but bf16 for checkpoints stored in bf16 that "
+         "are 2 GiB or more, or diffusion models on a CPU with AMX), float32, bfloat16, float16.", choices=DTYPES,
+         section="runtime"),
+    panels={"Decoding": ("decoder", "max_new_tokens", "temperature", "top_p", "top_k", "block_size", "tau", "stop"),
+            "CoDiLA helper": ("candidate_blocks", "parallel_blocks", "conditioning", "ar_verify", "verify_penalty",
+                              "cache_blocks", "ar_context", "ar_temperature", "ar_repetition_penalty",
+                              "ar_syntax_guard", "ar_no_repeat_ngram"),
+            "Runtime": ("device", "dtype")},
 )
 """``codila gen``'s knobs (and eval's ``dream`` / ``threshold`` / ``codila`` settings)."""
 

@@ -13,6 +13,10 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any
 
+PANELS = ("Input", "Model", "Decoding", "CoDiLA helper", "Decoder internals", "Output", "Runtime", "Options")
+"""`codila gen --help`'s panels, in the order they print: the common settings first, the long tail of
+decoder internals after them."""
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -44,6 +48,7 @@ class Knob:
     env: bool = True
     default_text: str | None = None
     section: str = "gen"
+    panel: str = "Decoder internals"  # the --help panel of its flag (PANELS)
 
     @property
     def option(self) -> str:
@@ -130,8 +135,15 @@ def _words(value: Any) -> str:
 class KnobTable(Mapping[str, Knob]):
     """The knobs of one command, in the order the docs and eval keys list them."""
 
-    def __init__(self, *knobs: Knob) -> None:
-        self._knobs = {k.name: k for k in knobs}
+    def __init__(self, *knobs: Knob, panels: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """``panels``: the --help panel of named knobs (the rest keep their own, by default "Decoder internals")."""
+        from dataclasses import replace
+
+        where = {name: panel for panel, names in (panels or {}).items() for name in names}
+        unknown = set(where) - {k.name for k in knobs}
+        if unknown or set(panels or {}) - set(PANELS):
+            raise ValueError(f"panels name unknown knobs or panels: {sorted(unknown)}")
+        self._knobs = {k.name: replace(k, panel=where[k.name]) if k.name in where else k for k in knobs}
         if len(self._knobs) != len(knobs):
             raise ValueError("a knob is declared twice")
         shorts = [k.short for k in knobs if k.short]

@@ -35,7 +35,8 @@ class Engine:
         """Load the gen pair and (``infill_dlm``) the infill model, sharing the helper."""
         from codila_cli.engine.models import load_models
 
-        models = load_models(dlm=dlm, ar=ar, device=device, dtype=dtype, compile=compile)
+        extra = (infill_dlm,) if infill_dlm is not None and infill_dlm != dlm else ()
+        models = load_models(dlm=dlm, ar=ar, device=device, dtype=dtype, compile=compile, also=extra)
         infill = None
         if infill_dlm is not None:
             infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype)

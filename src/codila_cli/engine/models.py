@@ -57,13 +57,15 @@ def default_infill_dlm() -> str:
                              hint="pass --dlm dreamon (DreamOn-v0-7B in the HF cache) or a local directory")
 
 
-def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False) -> Models:
-    from codila_cli.models.cache import resolve_local_dir
+def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False,
+                also: tuple[str, ...] = ()) -> Models:
+    """The DLM and (``ar``) the helper, loaded; ``also``: more DLM specs the caller loads next (the infill
+    model), checked here so that every missing model is named in one error."""
+    from codila_cli.models.cache import resolve_local_dirs
 
     dlm_spec = resolve_spec(dlm, kind="dlm")
-    dlm_path = resolve_local_dir(dlm_spec)
     ar_spec = resolve_spec(ar, kind="ar") if ar else None
-    ar_path = resolve_local_dir(ar_spec) if ar_spec else None
+    dlm_path, ar_path, *_ = resolve_local_dirs([dlm_spec, ar_spec, *(resolve_spec(s, kind="dlm") for s in also)])
     t0 = time.perf_counter()
     from codila_cli.models.dream import load_dlm
     from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype

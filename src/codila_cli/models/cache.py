@@ -31,6 +31,27 @@ def _download_hint(spec: ModelSpec) -> str:
     return f"hf download {spec.repo_id}{rev}"
 
 
+def resolve_local_dirs(specs: list[ModelSpec | None]) -> list[Path | None]:
+    """:func:`resolve_local_dir` for each spec (None stays None); when several are missing, one
+    ModelNotFoundError names them all, each with its download command, so a user fixes them in one go."""
+    out: list[Path | None] = []
+    missing: list[ModelNotFoundError] = []
+    for spec in specs:
+        try:
+            out.append(resolve_local_dir(spec) if spec is not None else None)
+        except ModelNotFoundError as exc:
+            missing.append(exc)
+            out.append(None)
+    if len(missing) == 1:
+        raise missing[0]
+    if missing:
+        names = ", ".join(getattr(e, "what", e.message) for e in missing)
+        hints = "; ".join(dict.fromkeys(e.hint for e in missing if e.hint))
+        raise ModelNotFoundError(f"{len(missing)} models are not in the Hugging Face cache ({hf_cache_dir()}): {names}",
+                                 hint=hints)
+    return out
+
+
 def resolve_local_dir(spec: ModelSpec) -> Path:
     """Return the directory holding the checkpoint, or raise ModelNotFoundError (exit 3)."""
     if spec.local_path is not None:
@@ -57,7 +78,9 @@ def resolve_local_dir(spec: ModelSpec) -> Path:
         repo_dir = cache / ("models--" + spec.repo_id.replace("/", "--")) / "snapshots"
         if spec.revision and repo_dir.is_dir() and any(repo_dir.iterdir()):
             hint += f" (the cache holds other revisions of it; `{spec.name.partition('@')[0]}@main` loads the newest)"
-        raise ModelNotFoundError(f"model {what} is not in the Hugging Face cache ({cache})", hint=hint) from exc
+        err = ModelNotFoundError(f"model {what} is not in the Hugging Face cache ({cache})", hint=hint)
+        err.what = what  # type: ignore[attr-defined]  (resolve_local_dirs names several at once)
+        raise err from exc
     path = Path(folder)
     _check_dir(path, spec)
     return path
