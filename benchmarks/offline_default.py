@@ -101,6 +101,9 @@ def main() -> None:
             out["pairs"][name]["gen_seconds"].append(round(_gen_seconds(dlm, ar), 2))
     for res in out["pairs"].values():
         res["gen_seconds_median"] = statistics.median(res["gen_seconds"])
+    from codila_cli.provenance import provenance
+
+    out["provenance"] = provenance(command=["python", "benchmarks/offline_default.py", *sys.argv[1:]])
     (args.out / "summary.json").write_text(json.dumps(out, indent=2) + "\n")
     (args.out / "summary.md").write_text(markdown(out))
     sys.stdout.write(markdown(out))

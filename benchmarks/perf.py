@@ -36,6 +36,7 @@ from codila_cli.engine.generate import generate
 from codila_cli.engine.models import default_ar, default_dlm, load_models
 from codila_cli.eval.heldout import load_heldout
 from codila_cli.eval.settings import parse_setting
+from codila_cli.provenance import provenance
 
 SETTINGS = ["dream:K=1", "dream:K=2", "dream:K=4", "threshold:0.9", "threshold:0.9,cache=prefix",
             "threshold:0.9,cache=dual", "codila:B=4", "codila:B=4,cache=prefix", "codila:B=4,cache=dual",
@@ -220,7 +221,8 @@ def main() -> None:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     report = {"startup": startup, "rows": rows, "live_view": live, "batching": batching, "compile": compiled,
               "peak_rss_mib": peak,
-              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats}
+              "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+              "provenance": provenance(models, command=["python", "benchmarks/perf.py", *sys.argv[1:]])}
     (args.out / "perf.json").write_text(json.dumps(report, indent=2) + "\n")
     head = ("| setting | tokens/s | × dream K=1 | × dream K=1, paired (min–max) | in DLM forwards | in AR forwards | "
             "sampler overhead | of which soft embedding | forwards DLM / AR | ms per DLM / AR forward | valid |")

@@ -304,7 +304,27 @@ def test_stdin_prompt_and_dash(tiny):
     assert json.loads(r.stdout)["text"].startswith("def g(")
     r = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "--json", "def h(",
             input="# context")
+    assert json.loads(r.stdout)["text"].startswith("def h(")  # an argument never reads stdin by itself
+    r = gen("--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "--json", "--stdin",
+            "def h(", input="# context")
     assert json.loads(r.stdout)["text"].startswith("# context\n\ndef h(")
+
+
+def test_gen_in_a_while_read_loop_runs_once_per_line(tiny, tmp_path):
+    """The shell loop of issue 41, in a real shell: each `codila gen "$line"` gets its own line, and the
+    loop's stdin is not swallowed by the first call."""
+    import shutil
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("def one(\ndef two(\ndef three(\n")
+    script = (f'while read -r line; do "{sys.executable}" -m codila_cli gen --dlm "{tiny["dlm"]}" -K 8 '
+              f'--max-new-tokens 8 --seed 0 -q --json "$line" | "{sys.executable}" -c '
+              '"import json,sys; t = json.load(sys.stdin)[\'text\']; print(sys.argv[1] if t.startswith(sys.argv[1]) '
+              'else \'MISMATCH\')" "$line"; done < ' + str(prompts))
+    out = subprocess.run([shutil.which("bash") or "/bin/bash", "-c", script], capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["def one(", "def two(", "def three("], out.stderr
 
 
 def test_invalid_utf8_stdin_exit_2(tiny):

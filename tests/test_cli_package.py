@@ -58,15 +58,26 @@ def test_resolve_gen_refuses_what_cannot_run(tiny):
         resolve_gen({"decoder": "dream", "block_size": 0}, user=user, dlm=str(tiny["dlm"]), ar=None)
 
 
-def test_read_prompt_puts_piped_text_before_the_argument(monkeypatch, tmp_path):
-    from codila_cli.prompts import read_prompt
+def test_read_prompt_reads_stdin_only_when_asked(monkeypatch, tmp_path):
+    """An argument alone never reads stdin; no argument or `-` reads it; --stdin puts it before the
+    argument; more than 4 MiB is refused."""
+    from codila_cli.prompts import MAX_PROMPT_BYTES, read_prompt
 
     class Pipe(io.TextIOWrapper):
         def isatty(self) -> bool:
             return False
 
     monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"spec line\n")))
-    assert read_prompt("write it", None) == "spec line\n\nwrite it"
+    assert read_prompt("write it", None) == "write it" and sys.stdin.read() == "spec line\n"  # left unread
+    monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"spec line\n")))
+    assert read_prompt("write it", None, with_stdin=True) == "spec line\n\nwrite it"
+    monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"spec line\n")))
+    assert read_prompt(None, None) == "spec line\n"
+    monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"x" * (MAX_PROMPT_BYTES + 1))))
+    with pytest.raises(UsageError, match="too large"):
+        read_prompt("-", None)
+    with pytest.raises(UsageError, match="--stdin"):
+        read_prompt(None, None, with_stdin=True)
     monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"\xff")))
     with pytest.raises(UsageError, match="not valid UTF-8"):
         read_prompt("-", None)

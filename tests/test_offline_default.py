@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from codila_cli.cli import app
 from codila_cli.models.registry import bundled_available
 
-NOTE = "small demonstration model"
+NOTE = "demo model"
 
 
 def _models(*names):
@@ -24,14 +24,25 @@ def _models(*names):
     return Models(dlm=None, bundled=tuple(names))
 
 
-def test_bundled_notice_says_what_runs_and_how_to_silence_it(tmp_path):
-    from codila_cli.config import load_config
+def test_bundled_notice_says_what_runs_and_how_to_silence_it(tmp_path, monkeypatch):
+    """One line under 120 characters naming each command's real model and the variable that hides it;
+    -q, CODILA_NOTICE=0 and `config set notices.bundled false` silence it."""
+    from codila_cli.config import load_config, set_value
     from codila_cli.report import bundled_notice
 
     user = load_config(tmp_path / "none.toml")
     line = bundled_notice(_models("bundled-dlm", "bundled-ar"), user, quiet=False)
-    assert line.startswith("Note: bundled-dlm + bundled-ar are small demonstration models")
-    assert "--dlm dream-coder" in line and "[notices] bundled = false" in line and "\n" not in line
+    assert line.startswith("Note: bundled-dlm + bundled-ar are demo models; for real use:")
+    assert "--dlm dream-coder --ar qwen3-0.6b" in line and "CODILA_NOTICE=0" in line and "\n" not in line
+    for command, real in (("infill", "--dlm dreamon"), ("plan", "--dlm dream-coder (")):
+        one = bundled_notice(_models("bundled-infill"), user, quiet=False, command=command)
+        assert real in one and len(one) < 120, one
+    assert len(line) < 120
+    monkeypatch.setenv("CODILA_NOTICE", "0")
+    assert bundled_notice(_models("bundled-dlm"), user, quiet=False) is None
+    monkeypatch.delenv("CODILA_NOTICE")
+    set_value("notices.bundled", "false", path=tmp_path / "set.toml")
+    assert bundled_notice(_models("bundled-dlm"), load_config(tmp_path / "set.toml"), quiet=False) is None
     assert bundled_notice(_models(), user, quiet=False) is None  # a real model: nothing to say
     assert bundled_notice(_models("bundled-dlm"), user, quiet=True) is None
     cfg = tmp_path / "c.toml"

@@ -12,7 +12,7 @@ built-in default. Example file::
     dtype = "bfloat16"
 
     [notices]
-    bundled = false           # no "small demonstration models" line when the bundled models run
+    bundled = false           # no "demo models" note when the bundled models run (or CODILA_NOTICE=0)
 
     [gen]
     decoder = "codila"
@@ -69,7 +69,7 @@ def load_config(path: Path | None = None) -> UserConfig:
     if not path.exists():
         return UserConfig(path, False)
     try:
-        raw = path.read_bytes().decode("utf-8")
+        raw = path.read_bytes().decode("utf-8-sig")  # a byte-order mark (Windows editors) is not an error
         data = tomllib.loads(raw)
     except UnicodeDecodeError:
         raise UsageError(f"config file {path} is not UTF-8 text", hint="fix or delete it") from None
@@ -105,3 +105,62 @@ def load_config(path: Path | None = None) -> UserConfig:
 
 def env_name(key: str) -> str:
     return "CODILA_" + key.upper()
+
+
+def set_value(key: str, text: str | None, *, path: Path | None = None) -> tuple[Path, Any]:
+    """``codila config set KEY VALUE`` (``text`` None: ``config unset KEY``): the value parsed by the key's
+    type (true / false, a number, a comma list for ``stop``), checked against its knob's range, and
+    written into config.toml atomically with the rest of the file kept as it was (tomlkit). Returns the
+    file and the value written (None when unset)."""
+    import tomllib
+
+    import tomlkit
+
+    from codila_cli.atomic import write_text_atomic
+
+    section, _, name = key.partition(".")
+    if section not in SCHEMA or name not in SCHEMA[section]:
+        keys = ", ".join(f"{s}.{k}" for s, table in SCHEMA.items() for k in table)
+        raise UsageError(f"unknown config key {key!r}", hint=f"the keys: {keys} (docs/settings.md)")
+    value = None if text is None else _parse(key, section, name, text)
+    path = path or config_path()
+    try:
+        old = path.read_text(encoding="utf-8-sig") if path.exists() else ""
+        doc = tomlkit.parse(old)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, tomlkit.exceptions.ParseError) as exc:
+        raise UsageError(f"cannot update config file {path}: {exc}", hint="fix or delete the file first") from None
+    if value is None:
+        if section in doc and name in doc[section]:
+            del doc[section][name]
+    else:
+        if section not in doc:
+            doc[section] = tomlkit.table()
+        doc[section][name] = list(value) if isinstance(value, tuple) else value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, tomlkit.dumps(doc))
+    return path, value
+
+
+def _parse(key: str, section: str, name: str, text: str) -> Any:
+    types = SCHEMA[section][name]
+    try:
+        if bool in types:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise ValueError
+            value: Any = text.lower() in ("true", "1", "yes", "on")
+        elif list in types:
+            value = tuple(p for p in text.split(",") if p)
+        elif int in types and float not in types:
+            value = int(text)
+        elif float in types:
+            value = float(text)
+        else:
+            value = text
+    except ValueError:
+        want = " or ".join(t.__name__ for t in types)
+        raise UsageError(f"{key} must be {want}, got {text!r}", hint="see docs/settings.md for each key's values") from None
+    knob = GEN_KNOBS.get(name) if section in ("gen", "runtime") else None
+    if knob is not None and not knob.in_range(value):
+        raise UsageError(f"{key} must be {knob.range_text() or knob.kind.__name__}, got {text!r}",
+                         hint="see docs/settings.md for each key's values")
+    return value

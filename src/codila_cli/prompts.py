@@ -1,5 +1,9 @@
-"""Reading a prompt the way ``codila gen`` and ``codila plan`` take it: an argument, ``-`` (stdin only),
-``--prompt-file FILE``, or piped stdin placed before the argument. Nothing here prints."""
+"""Reading a prompt the way ``codila gen`` and ``codila plan`` take it. Nothing here prints.
+
+The stdin rule (docs/usage.md), so that no script is surprised: stdin is read only when the command is
+asked to read it: ``-`` as the prompt, no prompt at all (``echo … | codila gen``), or ``gen --stdin``
+(stdin, a blank line, then the argument). A prompt given as an argument never reads stdin by itself, so
+``while read -r line; do codila gen "$line"; done < prompts.txt`` runs once per line."""
 
 from __future__ import annotations
 
@@ -19,8 +23,15 @@ def stdin_ready(timeout: float = 0.2) -> bool:
         return True
 
 
+MAX_PROMPT_BYTES = 4 * 2**20  # a prompt larger than this is a mistake (`gen - < /dev/zero`), not a prompt
+
+
 def _read_stdin() -> str:
-    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    raw = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
+        sys.stdin.read(MAX_PROMPT_BYTES + 1).encode()
+    if len(raw) > MAX_PROMPT_BYTES:
+        raise UsageError(f"stdin holds more than {MAX_PROMPT_BYTES // 2**20} MiB, too large for a prompt",
+                         hint="pipe the prompt itself, or use --prompt-file")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -37,15 +48,17 @@ def _read_file(prompt_file: Path) -> str:
                          hint="check the path and its permissions") from None
 
 
-def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
-    """The prompt text: ``prompt_file`` if given, ``-`` reads stdin alone, and text piped on stdin goes
-    before an argument (``cat spec.md | codila gen "write it"``). An open stdin that sends nothing (agents,
-    CI) never blocks a prompt given as an argument."""
+def read_prompt(prompt: str | None, prompt_file: Path | None, *, with_stdin: bool = False) -> str:
+    """The prompt text: ``prompt_file`` if given; ``-`` reads stdin alone; no argument reads a piped
+    stdin; ``with_stdin`` (``gen --stdin``) puts stdin before the argument (``cat spec.md | codila gen
+    --stdin "write it"``). An argument alone never reads stdin (the module's rule)."""
     stdin_text = None
-    piped = not sys.stdin.isatty() and prompt_file is None
-    if piped and prompt not in (None, "-") and not stdin_ready():
-        piped = False
-    if prompt == "-" or piped:
+    if with_stdin and (prompt_file is not None or prompt in (None, "-")):
+        raise UsageError("--stdin puts stdin before a prompt argument", hint='codila gen --stdin "write it" < spec.md')
+    if with_stdin and sys.stdin.isatty():
+        raise UsageError("--stdin reads stdin, and stdin is a terminal", hint='codila gen --stdin "write it" < spec.md')
+    piped = prompt is None and prompt_file is None and not sys.stdin.isatty()
+    if prompt == "-" or piped or with_stdin:
         stdin_text = _read_stdin()
     if prompt_file is not None:
         if prompt not in (None, "-") and prompt_file:

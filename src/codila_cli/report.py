@@ -92,24 +92,30 @@ def samples_verbose_lines(outcome: Any, seeds: list[int], decoder: str, cfg: Any
              f"  decode: {b['wall_seconds']:.2f}s  {peak_memory()}"), settings_line(decoder, cfg, models)]
 
 
-def bundled_notice(models: Any, user: Any, *, quiet: bool) -> str | None:
-    """The one stderr line saying that bundled models are running: small demonstration models, and how
-    to use a real one. None when no bundled model runs, with -q, or with ``[notices] bundled = false``."""
+REAL_MODELS = {"gen": "--dlm dream-coder --ar qwen3-0.6b", "eval": "--dlm dream-coder --ar qwen3-0.6b",
+               "infill": "--dlm dreamon", "plan": "--dlm dream-coder", "serve": "--dlm dream-coder --ar qwen3-0.6b"}
+
+
+def bundled_notice(models: Any, user: Any, *, quiet: bool, command: str = "gen") -> str | None:
+    """The one stderr line (under 120 characters) saying that demonstration models run and what the
+    command's real model is. None when no bundled model runs, with -q, with ``CODILA_NOTICE=0`` or with
+    ``notices.bundled = false`` (``codila config set notices.bundled false``)."""
+    import os
+
     names = getattr(models, "bundled", ())
-    if quiet or not names or user.get("notices", "bundled") is False:
+    if quiet or not names or user.get("notices", "bundled") is False or os.environ.get("CODILA_NOTICE") == "0":
         return None
-    return (f"Note: {' + '.join(names)} {'is a' if len(names) == 1 else 'are'} small demonstration "
-            f"model{'' if len(names) == 1 else 's'} (a few M parameters, trained on a CPU), not a code assistant; "
-            "for real use pass --dlm dream-coder (docs/models.md). Silence: [notices] bundled = false in "
-            "`codila config path`.")
+    what = "are demo models" if len(names) > 1 else "is a demo model"
+    return (f"Note: {' + '.join(names)} {what}; for real use: {REAL_MODELS.get(command, REAL_MODELS['gen'])} "
+            "(hide: CODILA_NOTICE=0)")
 
 
-def note_bundled(models: Any, *, quiet: bool, user: Any = None) -> None:
+def note_bundled(models: Any, *, quiet: bool, user: Any = None, command: str = "gen") -> None:
     """Write :func:`bundled_notice` to stderr (once per command, after the models load)."""
     if user is None:
         from codila_cli.config import load_config
 
         user = load_config()
-    line = bundled_notice(models, user, quiet=quiet)
+    line = bundled_notice(models, user, quiet=quiet, command=command)
     if line:
         sys.stderr.write(line + "\n")

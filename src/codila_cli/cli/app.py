@@ -21,7 +21,7 @@ from codila_cli import __version__
 from codila_cli.cli.eval import eval_cmd
 from codila_cli.cli.gen import gen
 from codila_cli.cli.infill import infill
-from codila_cli.cli.models import config_path, config_show, doctor, models
+from codila_cli.cli.models import config_path, config_set, config_show, config_unset, doctor, models
 from codila_cli.cli.options import PanelCommand
 from codila_cli.cli.plan import plan
 from codila_cli.cli.serve import serve
@@ -140,6 +140,8 @@ app.command("gen", cls=PanelCommand)(guarded(gen, "gen"))
 app.add_typer(config_app, name="config")
 config_app.command("path")(guarded(config_path, "config path"))
 config_app.command("show")(guarded(config_show, "config show"))
+config_app.command("set")(guarded(config_set, "config set"))
+config_app.command("unset")(guarded(config_unset, "config unset"))
 app.command("models")(guarded(models, "models"))
 app.command("doctor")(guarded(doctor, "doctor"))
 app.command("eval")(guarded(eval_cmd, "eval"))

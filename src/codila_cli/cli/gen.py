@@ -42,9 +42,10 @@ def _env(key: str) -> str:
 
 
 def gen(
-    prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` reads stdin. Piped stdin goes before it.")] = None,
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` (or none, with stdin piped) reads stdin. An argument never reads stdin unless --stdin.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.", rich_help_panel=panel("Input"))] = None,
     system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).", rich_help_panel=panel("Input"))] = None,
+    with_stdin: Annotated[bool, typer.Option("--stdin", help="Read stdin too and put it before the prompt argument, e.g. a spec: `codila gen --stdin \"implement this\" < spec.md`.", rich_help_panel=panel("Input"))] = False,
     dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm]") = None,
     ar: ar_option("AR helper for CoDiLA: alias, repo id or directory. [default: bundled-ar with the bundled DLM]") = None,
     decoder: Annotated[Decoder | None, knob_option("decoder")] = None,
@@ -129,7 +130,7 @@ def gen(
     if not 1 <= num_samples <= 64:
         raise UsageError(f"--num-samples must be between 1 and 64, got {num_samples}",
                          hint="ask for fewer samples, or run codila several times")
-    text = read_prompt(prompt, prompt_file)
+    text = read_prompt(prompt, prompt_file, with_stdin=with_stdin)
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = resolve_gen(knobs, user=user, dlm=dlm, ar=ar)

@@ -81,7 +81,7 @@ def infill(
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
     engine = Engine.load(dlm=dlm, ar=ar_name, infill_dlm=dlm, device=device, dtype=dtype)
     models = engine.models
-    note_bundled(models, quiet=quiet)
+    note_bundled(models, quiet=quiet, command="infill")
     out = _run(engine, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))
     name = file if file != "-" else "stdin"

@@ -65,6 +65,23 @@ def config_path() -> None:
     sys.stdout.write(f"{path()}\n")
 
 
+def config_set(key: Annotated[str, typer.Argument(help="section.key, e.g. gen.block_size or notices.bundled (docs/settings.md).")],
+               value: Annotated[str, typer.Argument(help="The value: true/false, a number, text; a comma list for gen.stop.")]) -> None:
+    """Set one key in config.toml (created if missing; the rest of the file is kept)."""
+    from codila_cli.config import set_value
+
+    path, written = set_value(key, value)
+    sys.stderr.write(f"{key} = {written!r} in {path}\n")
+
+
+def config_unset(key: Annotated[str, typer.Argument(help="section.key to remove from config.toml.")]) -> None:
+    """Remove one key from config.toml (its default, or what a helper recommends, applies again)."""
+    from codila_cli.config import set_value
+
+    path, _ = set_value(key, None)
+    sys.stderr.write(f"{key} removed from {path}\n")
+
+
 def config_show(json_out: json_option() = False) -> None:
     """Print every setting with its value and source (env > file > helper's recommendation > default)."""
     from codila_cli.config import load_config

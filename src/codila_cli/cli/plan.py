@@ -58,7 +58,7 @@ def plan(
     user_contract = read_contract(contract_file) if contract_file is not None else None
     engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype)
     models = engine.models
-    note_bundled(models, quiet=quiet)
+    note_bundled(models, quiet=quiet, command="plan")
     out = _run(engine, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))
     if not quiet:
         for w in out["warnings"]:
