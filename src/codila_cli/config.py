@@ -112,9 +112,8 @@ def set_value(key: str, text: str | None, *, path: Path | None = None) -> tuple[
     type (true / false, a number, a comma list for ``stop``), checked against its knob's range, and
     written into config.toml atomically with the rest of the file kept as it was (tomlkit). Returns the
     file and the value written (None when unset)."""
-    import tomllib
-
     import tomlkit
+    import tomllib
 
     from codila_cli.atomic import write_text_atomic
 

@@ -26,25 +26,31 @@ def all_greedy(cfg: Any) -> bool:
 
 
 def sample_many(models: Any, text: str, *, decoder: str, config: Any, seeds: list[int], system: str | None = None,
-                view: ViewFactory | None = None) -> Any:
+                view: ViewFactory | None = None, on_done: Callable[[int, Any], None] | None = None) -> Any:
     """One batched decode when batching pays (engine.generate.batching_pays), else one sample after another; with
-    ``view``, a batch is followed by view(0) and samples in turn each get view(i). Returns a BatchOutcome."""
+    ``view``, a batch is followed by view(0) and samples in turn each get view(i); ``on_done(i, result)``
+    after each sample (all at the end of a batch). Returns a BatchOutcome."""
+    from contextlib import nullcontext
+
     from codila_cli.engine.generate import BatchOutcome, batching_pays, generate, generate_many
 
-    batched = batching_pays(models)
     n = len(seeds)
-    if view is None:
-        return generate_many(models, [text] * n, decoder=decoder, config=config, seeds=seeds, system=system,
-                             batched=batched)
-    if batched:
-        with view(0) as v:
-            return generate_many(models, [text] * n, decoder=decoder, config=config, seeds=seeds, system=system,
-                                 on_step=v)
+    if batching_pays(models):
+        with view(0) if view is not None else nullcontext(None) as v:
+            out = generate_many(models, [text] * n, decoder=decoder, config=config, seeds=seeds, system=system,
+                                **({"on_step": v} if v is not None else {}))
+        for i, r in enumerate(out.results):
+            if on_done is not None:
+                on_done(i, r)
+        return out
     t0 = time.perf_counter()
     results = []
     for i, s in enumerate(seeds):
-        with view(i) as v:
-            results.append(generate(models, text, decoder=decoder, config=config, seed=s, system=system, on_step=v))
+        with view(i) if view is not None else nullcontext(None) as v:
+            results.append(generate(models, text, decoder=decoder, config=config, seed=s, system=system,
+                                    **({"on_step": v} if v is not None else {})))
+        if on_done is not None:
+            on_done(i, results[-1])
     return BatchOutcome.one_after_another(results, time.perf_counter() - t0)
 
 

@@ -46,7 +46,7 @@ def eval_cmd(
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
                                          prepare_output, too_long_warning)
-    from codila_cli.ui.terminal import stderr_is_tty
+    from codila_cli.ui.progress import item_progress
 
     if not 1 <= batch_size <= 64:
         raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
@@ -72,17 +72,15 @@ def eval_cmd(
         sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there "
                          "than one task at a time (same completions; docs/decoders.md, \"Batching\")\n")
     total = -(-len(chosen) // shard.world) * len(run.settings)
-    show = talk and stderr_is_tty()
     partial = PartialRows(output, shard.rank)  # survives an interrupted run
-
-    def log(row: dict) -> None:
-        partial.write(row)
-        if show:
-            sys.stderr.write(f"\r{partial.count}/{total} {row['setting']} {row['task_id']}\x1b[K")
-
     try:
-        mine = run_eval(models, chosen, run.settings, seed=seed, limits=limits, on_row=log, rank=shard.rank,
-                        world=shard.world, batch_size=batch_size)
+        with item_progress("eval", total, quiet=not talk) as done:
+            def log(row: dict) -> None:
+                partial.write(row)
+                done(f"{row['task_id']} {row['setting']}: {'valid' if row['valid'] else 'not valid'}")
+
+            mine = run_eval(models, chosen, run.settings, seed=seed, limits=limits, on_row=log, rank=shard.rank,
+                            world=shard.world, batch_size=batch_size)
     except KeyboardInterrupt:  # the finished rows become the results, marked as interrupted
         partial.close()
         if shard.world == 1 and partial.rows:
@@ -90,8 +88,6 @@ def eval_cmd(
                           provenance=provenance(models))
         raise
     partial.close()
-    if show:
-        sys.stderr.write("\n")
     rows = gather_rows(shard, mine)
     finish()
     if rows is None:  # not rank 0: rank 0 writes everything

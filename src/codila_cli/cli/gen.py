@@ -234,7 +234,12 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
                             block_size=view_block(req.decoder, req.config),
                             title=f"codila gen · {req.decoder} · sample {i + 1} of {n}")
 
-    out = sample_many(models, text, decoder=req.decoder, config=req.config, seeds=seeds, system=system, view=view)
+    from codila_cli.ui.progress import item_progress
+
+    with item_progress("gen", n, quiet=quiet or live, tty=False) as done:  # a live view shows its own progress
+        out = sample_many(models, text, decoder=req.decoder, config=req.config, seeds=seeds, system=system, view=view,
+                          on_done=lambda i, r: done(f"sample (seed {r.seed}): "
+                                                    f"{'parses' if r.syntax.valid else 'does not parse'}"))
     if json_out:
         sys.stdout.write(json.dumps({**samples_document(out, models), "settings_sources": req.sources},
                                     ensure_ascii=False) + "\n")

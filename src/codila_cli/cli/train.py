@@ -92,9 +92,8 @@ def align(
                               hint="fix what it names and run again (add --resume if a checkpoint was written)")
         return
     from codila_cli.ui.progress import step_progress
-    from codila_cli.ui.terminal import stderr_is_tty
 
-    with step_progress("align", steps, disable=quiet or not stderr_is_tty()) as log:
+    with step_progress("align", steps, quiet=quiet) as log:
         out = run(cfg, on_log=log)
     if "output" in out:
         sys.stdout.write(json.dumps(out) + "\n")
@@ -152,7 +151,7 @@ def _stage(name: str):
             else:
                 from codila_cli.ui.progress import step_progress
 
-                with step_progress(name, steps, disable=quiet) as log:
+                with step_progress(name, steps, quiet=quiet) as log:
                     out = getattr(stages, f"stage_{name}")(run_dir, steps=steps, on_log=log, **extra)
         sys.stdout.write(json.dumps(out, default=str) + "\n")
 
