@@ -2,7 +2,7 @@
 4, 8 and 16 concurrent clients, side by side in one run with the same requests sent one after another;
 then a short request sent while 7 long ones run (does it finish first?).
 
-    python benchmarks/serve_load.py [--requests 16] [--max-tokens 128] [--out docs/results/serve-load.json]
+    python benchmarks/serve_load.py [--requests 16] [--max-tokens 128] [--out docs/results/serve-load-s23.json]
         [--serve-args "--dlm DIR --ar DIR --device cuda --dtype bfloat16"]   # scripts/gpu_serve.sh
 
 The requests are the first N prompts of the dev-ext set (greedy, seed 0, codila's default setting);

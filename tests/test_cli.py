@@ -35,9 +35,9 @@ def test_json_schema_and_tokens_per_step(tiny):
     doc = json.loads(r.stdout)
     assert set(doc) >= {"schema_version", "command", "text", "models", "seed", "settings", "syntax", "metrics"}
     assert doc["command"] == "gen" and doc["seed"] == 3
-    assert set(doc["syntax"]) == {"valid", "errors"}
+    assert set(doc["syntax"]) == {"valid", "parses", "errors", "warnings"}
     for e in doc["syntax"]["errors"]:
-        assert set(e) == {"line", "column", "kind", "message"} and e["message"]
+        assert set(e) == {"line", "column", "kind", "message", "where"} and e["message"] and e["where"] in ("generated", "given")
     m = doc["metrics"]
     for key in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step", "tokens_per_second", "wall_seconds"):
         assert key in m
@@ -527,3 +527,23 @@ def test_ended_is_true_when_the_model_writes_its_end_token(tiny_models, monkeypa
     res = generate(tiny_models, "def f(", decoder="dream", config=DreamConfig(max_new_tokens=8, tokens_per_step=2),
                    seed=0)
     assert res.metrics["ended"] is True and res.completion == ""
+
+
+def test_long_work_says_how_far_it_is_on_a_piped_stderr(tiny, tmp_path):
+    """gen -n and eval on a non-terminal stderr: one plain line per finished item with the count and the
+    time left (issue 41); -q: none; stdout unchanged."""
+    base = ["--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "-n", "3",
+            "--temperature", "0.7", "def f("]
+    r = gen(*base)
+    assert r.exit_code == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("gen ")]
+    assert [x.split()[1] for x in lines] == ["1/3", "2/3", "3/3"] and "left" in lines[0] and "seed 1)" in lines[1]
+    quiet = gen(*base, "-q")
+    assert not [x for x in quiet.stderr.splitlines() if x.startswith("gen ")] and quiet.stdout == r.stdout
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"t/{i}", "prompt": f"def f{i}(x):\n", "test": "", "entry_point": None})
+                             + "\n" for i in range(2)))
+    ev = runner.invoke(app, ["eval", "-b", str(tasks), "--dlm", str(tiny["dlm"]), "--setting", "dream:K=8",
+                             "--max-new-tokens", "8", "-o", str(tmp_path / "out")])
+    assert ev.exit_code == 0, ev.stderr
+    assert [x.split()[1] for x in ev.stderr.splitlines() if x.startswith("eval ")] == ["1/2", "2/2"]

@@ -126,7 +126,7 @@ def test_report_lines_are_plain_strings(tiny_models):
     from codila_cli.report import settings_line, syntax_line
     from codila_cli.syntax import check_python
 
-    assert syntax_line(check_python("x = 1\n")) == "syntax: valid"
+    assert syntax_line(check_python("x = 1\n")) == "syntax: parses"
     assert syntax_line(check_python("def f(:\n")).startswith("syntax: ")
     line = settings_line("dream", DreamConfig(max_new_tokens=8, tokens_per_step=2), tiny_models)
     assert line.startswith("settings: dream:K=2  dlm: ") and "(cpu, float32)" in line

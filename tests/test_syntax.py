@@ -71,8 +71,8 @@ def test_stderr_syntax_line_gives_the_messages():
     from codila_cli.report import syntax_line as _syntax_line
 
     line = _syntax_line(check_python("x = [1, 2\ny = 3\n"))
-    assert line == "syntax: 1 problem(s): line 1 col 5: '[' was never closed"
-    assert _syntax_line(check_python("x = 1\n")) == "syntax: valid"
+    assert line == "syntax: does not parse, 1 problem(s): line 1 col 5: '[' was never closed"
+    assert _syntax_line(check_python("x = 1\n")) == "syntax: parses"
     many = _syntax_line(check_python("".join(f"x{i} = (\n" for i in range(7)) + "if x\n"))
     assert many.startswith("syntax: ") and many.count("; ") <= 4
 
@@ -86,3 +86,27 @@ def test_the_checked_codes_syntax_warnings_are_not_raised():
         warnings.simplefilter("always")
         assert check_python("x = 1.0(2)\n").valid
     assert not [w for w in seen if issubclass(w.category, SyntaxWarning)]
+
+
+def test_the_report_says_parses_and_names_static_findings_in_the_generated_code_only():
+    """Issue 41: `parses` is all the report claims; pyflakes' findings are warnings, kept only inside the
+    generated span (the prompt's own unused import is not the model's); a problem in the user's text
+    says so; --strict's `clean` wants both."""
+    from codila_cli.report import clean, syntax_line
+    from codila_cli.syntax import check_python
+
+    prompt = "import sys\n\ndef gcd(a):\n"
+    completion = "    a //= b\n    import os\n    return a\n"
+    r = check_python(prompt + completion, span=(len(prompt), len(prompt + completion)))
+    assert r.valid and [(w.line, w.kind) for w in r.warnings] == [(4, "undefined-name"), (5, "unused-import")]
+    assert syntax_line(r) == ("syntax: parses; 2 warnings (pyflakes): line 4 col 11: undefined name 'b'; "
+                              "line 5 col 5: 'os' imported but unused")
+    assert not clean(r) and clean(check_python("def f(x):\n    return x\n"))
+    whole = check_python(prompt + completion)  # no span: the whole text is generated (plan)
+    assert "'sys' imported but unused" in [w.message for w in whole.warnings]
+    assert syntax_line(check_python("def f(x):\n    return x\n")) == "syntax: parses"
+    bad = "def f(:\n"
+    r = check_python(bad + "    return 1\n", span=(len(bad), len(bad) + 13))
+    assert not r.valid and r.errors[0].where == "given" and "(in the given text)" in syntax_line(r)
+    assert syntax_line(r).startswith("syntax: does not parse, 1 problem(s): line 1 col")
+    assert r.to_dict()["parses"] is False and r.to_dict()["warnings"] == []

@@ -8,12 +8,28 @@ from typing import Any
 
 
 def syntax_line(report: Any) -> str:
-    """``syntax: valid``, or the number of problems and the first five, each with its line and column."""
+    """What the check found, in its own words: ``syntax: parses`` (and nothing more is claimed), with the
+    static findings in the generated code if any (``… parses; 2 warnings: line 3 col 5: undefined name
+    'b'; …``), or ``syntax: does not parse`` with the first five problems, each with its line and column
+    and, where known, whether it lies in the user's own text."""
+    def listed(items: Any, text: Any) -> str:
+        more = f" (+{len(items) - 5} more)" if len(items) > 5 else ""
+        return "; ".join(text(i) for i in items[:5]) + more
+
     if report.valid:
-        return "syntax: valid"
-    parts = [f"line {e.line} col {e.column}: {e.message or e.kind}" for e in report.errors[:5]]
-    more = f" (+{len(report.errors) - 5} more)" if len(report.errors) > 5 else ""
-    return f"syntax: {len(report.errors)} problem(s): " + "; ".join(parts) + more
+        warnings = getattr(report, "warnings", ())
+        if not warnings:
+            return "syntax: parses"
+        return (f"syntax: parses; {len(warnings)} warning{'s' if len(warnings) > 1 else ''} (pyflakes): "
+                + listed(warnings, lambda w: f"line {w.line} col {w.column}: {w.message}"))
+    return (f"syntax: does not parse, {len(report.errors)} problem(s): "
+            + listed(report.errors, lambda e: f"line {e.line} col {e.column}: {e.message or e.kind}"
+                     + (" (in the given text)" if getattr(e, "where", "") == "given" else "")))
+
+
+def clean(report: Any) -> bool:
+    """Parses and has no static finding in the generated code: what ``--strict`` asks for."""
+    return bool(report.valid and not getattr(report, "warnings", ()))
 
 
 def peak_memory() -> str:

@@ -6,13 +6,19 @@ it is tree-sitter that locates the problems (every one, where Python stops at th
 has a ``message`` a person can act on: Python's own words when Python reports a specific error on that
 line ("'(' was never closed", "unterminated triple-quoted string literal …"), else tree-sitter's view
 ("unexpected `foo` in return statement", "missing `)`"). Lines and columns are 1-based.
+
+"Parses" is all ``valid`` claims: code that parses may still be wrong. When it parses, pyflakes adds the
+cheap static findings a reader needs (undefined names, unused imports and variables, redefinitions),
+as ``warnings``. Given the span of the text that was generated (``span``: character offsets), only the
+findings inside it are kept, and each syntax problem says whether it lies in the generated text or in
+the user's own text around it (``where``).
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -24,15 +30,29 @@ class SyntaxIssue:
     column: int
     kind: str  # "error" (tree-sitter ERROR node), "missing <token>", or "python: <message>"
     message: str = ""  # what is wrong, in words (see the module docstring)
+    where: str = ""  # "generated" or "given" (the user's text) when the caller gave the generated span
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A static finding (pyflakes) in code that parses; ``kind`` is pyflakes' message class, kebab-case
+    (``undefined-name``, ``unused-import``, ``unused-variable``, ``redefined-while-unused``, …)."""
+
+    line: int
+    column: int
+    kind: str
+    message: str
 
 
 @dataclass(frozen=True)
 class SyntaxReport:
-    valid: bool
+    valid: bool  # the text parses (tree-sitter and Python); nothing more
     errors: tuple[SyntaxIssue, ...] = field(default_factory=tuple)
+    warnings: tuple[Finding, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
-        return {"valid": self.valid, "errors": [asdict(e) for e in self.errors]}
+        return {"valid": self.valid, "parses": self.valid, "errors": [asdict(e) for e in self.errors],
+                "warnings": [asdict(w) for w in self.warnings]}
 
 
 @lru_cache(maxsize=1)
@@ -73,7 +93,45 @@ def _tree_sitter_issues(code: str, limit: int) -> list[SyntaxIssue]:
     return sorted(issues, key=lambda i: (i.line, i.column))
 
 
-def check_python(code: str, *, limit: int = 20) -> SyntaxReport:
+def _line_of(code: str, offset: int) -> int:
+    return code.count("\n", 0, max(0, offset)) + 1
+
+
+def _findings(code: str, span: tuple[int, int] | None) -> tuple[Finding, ...]:
+    """pyflakes' findings on code that parses, those inside ``span`` (whole lines) when given."""
+    import ast
+
+    try:
+        from pyflakes.checker import Checker
+    except ImportError:  # pyflakes is a dependency; a broken install reports no finding rather than failing
+        return ()
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError):
+        return ()
+    first, last = (_line_of(code, span[0]), _line_of(code, span[1])) if span else (1, code.count("\n") + 1)
+    out = []
+    for m in sorted(Checker(tree, filename="<codila>").messages, key=lambda m: (m.lineno, m.col)):
+        if first <= m.lineno <= last:
+            kind = re.sub(r"(?<!^)(?=[A-Z])", "-", type(m).__name__).lower()
+            out.append(Finding(m.lineno, m.col + 1, kind, m.message % m.message_args))
+    return tuple(out)
+
+
+def check_python(code: str, *, limit: int = 20, span: tuple[int, int] | None = None) -> SyntaxReport:
+    """Whether ``code`` parses, every problem located, and (when it parses) pyflakes' findings;
+    ``span``: the character offsets of the generated part (see the module docstring)."""
+    report = _check(code, limit)
+    if span is not None and report.errors:
+        first, last = _line_of(code, span[0]), _line_of(code, span[1])
+        report = SyntaxReport(False, tuple(replace(e, where="generated" if first <= e.line <= last else "given")
+                                           for e in report.errors))
+    if report.valid:
+        report = SyntaxReport(True, (), _findings(code, span))
+    return report
+
+
+def _check(code: str, limit: int) -> SyntaxReport:
     issues = _tree_sitter_issues(code, limit)
     try:
         with warnings.catch_warnings():  # SyntaxWarnings about the checked code are not codila's to print

@@ -64,7 +64,7 @@ def eval_cmd(
     shard = init_from_env()
     models = Engine.load(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model).models
     talk = not quiet and shard.main
-    note_bundled(models, quiet=not talk, command="eval")
+    note_bundled(models, quiet=not talk, command="infill" if is_infill(benchmark) else "eval")
     warning = too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens)
     if warning and talk:
         sys.stderr.write(f"Warning: {warning}\n")

@@ -85,7 +85,7 @@ def gen(
     dtype: Annotated[str | None, knob_option("dtype")] = None,
     json_out: json_option("Print one JSON object instead of the code.") = False,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).", rich_help_panel=panel("Output"))] = True,
-    strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse.", rich_help_panel=panel("Output"))] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse, or when pyflakes finds something in the generated code (an undefined name, an unused import, …).", rich_help_panel=panel("Output"))] = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
     color: ColorOption = Color.auto,
@@ -109,7 +109,7 @@ def gen(
     from codila_cli.engine.prompts import is_chat
     from codila_cli.helper_card import helper_mismatch
     from codila_cli.prompts import read_prompt
-    from codila_cli.report import note_bundled
+    from codila_cli.report import clean, note_bundled
     from codila_cli.resolve import resolve_gen
     from codila_cli.ui import terminal
 
@@ -158,8 +158,9 @@ def gen(
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     sys.stdout.flush()
     _report(result, req, models, quiet=quiet, verbose=verbose, err=err)
-    if strict and not result.syntax.valid:
-        raise StrictSyntaxError("the generated code does not parse (--strict)",
+    if strict and not clean(result.syntax):
+        what = "does not parse" if not result.syntax.valid else f"has {len(result.syntax.warnings)} static finding(s)"
+        raise StrictSyntaxError(f"the generated code {what} (--strict)",
                                 hint="try another --seed, a smaller --block-size or --tokens-per-step")
 
 
@@ -200,11 +201,11 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
 
 
 def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, err: Any) -> None:
-    from codila_cli.report import gen_verbose_lines, syntax_line, unfinished_note
+    from codila_cli.report import clean, gen_verbose_lines, syntax_line, unfinished_note
 
     if quiet:
         return
-    err.print(syntax_line(result.syntax), style="green" if result.syntax.valid else "yellow", markup=False, soft_wrap=True)
+    err.print(syntax_line(result.syntax), style="green" if clean(result.syntax) else "yellow", markup=False, soft_wrap=True)
     if not result.syntax.valid and not result.metrics["ended"]:
         err.print(unfinished_note(req.config.max_new_tokens), style="yellow", markup=False, soft_wrap=True)
     if verbose:
@@ -217,7 +218,7 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
     """``gen --num-samples N``: samples on stdout in order, each after a comment line (or one JSON document)."""
     import json
 
-    from codila_cli.report import samples_summary_line, samples_verbose_lines
+    from codila_cli.report import clean, samples_summary_line, samples_verbose_lines
     from codila_cli.samples import all_greedy, sample_many, sample_seeds, samples_document
 
     if not quiet and all_greedy(req.config):
@@ -253,7 +254,7 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
     if verbose and not quiet:
         for text_line in samples_verbose_lines(out, seeds, req.decoder, req.config, models):
             err.print(text_line, markup=False, soft_wrap=True)
-    if strict and not all_valid:
-        bad = sum(not r.syntax.valid for r in out.results)
-        raise StrictSyntaxError(f"{bad} of {n} samples do not parse (--strict)",
+    bad = sum(not clean(r.syntax) for r in out.results)
+    if strict and bad:
+        raise StrictSyntaxError(f"{bad} of {n} samples do not parse or have static findings (--strict)",
                                 hint="try other seeds, a smaller --block-size or --tokens-per-step")

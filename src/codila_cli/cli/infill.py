@@ -42,7 +42,7 @@ def infill(
     device: Device = "auto",
     dtype: Dtype = "auto",
     json_out: json_option("One JSON object (the middle, the new text, syntax, metrics).") = False,
-    strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors.")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors or pyflakes finds something in it.")] = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
@@ -85,8 +85,9 @@ def infill(
     out = _run(engine, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))
     name = file if file != "-" else "stdin"
-    if strict and out.introduced_errors:
-        raise StrictSyntaxError("the fill introduces syntax errors (--strict); nothing was written",
+    if strict and (out.introduced_errors or out.syntax_after.warnings):
+        what = "introduces syntax errors" if out.introduced_errors else "has static findings (pyflakes)"
+        raise StrictSyntaxError(f"the fill {what} (--strict); nothing was written",
                                 hint="try another --seed or a different region")
     if in_place:
         write_in_place(src, disk_bytes(src, region, out.middle))

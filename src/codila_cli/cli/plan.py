@@ -30,7 +30,7 @@ def plan(
     device: Device = "auto",
     dtype: Dtype = "auto",
     json_out: json_option("One JSON object with the contract, units and metrics.") = False,
-    strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse.")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse or pyflakes finds something in it.")] = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
@@ -41,7 +41,7 @@ def plan(
     from codila_cli.models.generation import task_sampling
     from codila_cli.models.registry import default_plan_dlm
     from codila_cli.prompts import read_prompt
-    from codila_cli.report import note_bundled
+    from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)
@@ -78,8 +78,9 @@ def plan(
     sys.stdout.flush()
     if not quiet:
         _status(out, verbose=verbose)
-    if strict and not out["syntax"].valid:
-        raise StrictSyntaxError("the assembled program does not parse (--strict)",
+    if strict and not clean(out["syntax"]):
+        what = "does not parse" if not out["syntax"].valid else "has static findings (pyflakes)"
+        raise StrictSyntaxError(f"the assembled program {what} (--strict)",
                                 hint="the program was still written to stdout; try another --seed")
 
 

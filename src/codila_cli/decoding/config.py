@@ -90,7 +90,6 @@ GEN_KNOBS = KnobTable(
                               "ar_syntax_guard", "ar_no_repeat_ngram"),
             "Runtime": ("device", "dtype")},
 )
-"""``codila gen``'s knobs (and eval's ``dream`` / ``threshold`` / ``codila`` settings)."""
 
 INFILL_KNOBS = KnobTable(
     Knob("initial_masks", int, 4, "Masks the middle starts with (n0).", lo=1, hi=4096, short="n0"),
@@ -108,9 +107,8 @@ INFILL_KNOBS = KnobTable(
     replace(_BLOCK_SIZE, help="codila: block size.", recommend=False),
     replace(_TAU, help="codila: mean-entropy threshold (nats).", default_text="0.5 with --decoder codila"),
 )
-"""``codila infill``'s knobs (and eval's ``dreamon`` settings)."""
 
-_g, _i = GEN_KNOBS.default, INFILL_KNOBS.default
+_g, _i = GEN_KNOBS.default, INFILL_KNOBS.default  # gen's / infill's knobs (and eval's settings) defaults
 
 
 def _check_positive(name: str, value: int | None, *, limit: int = MAX_CANVAS) -> None:

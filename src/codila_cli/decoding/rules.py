@@ -2,7 +2,7 @@
 interface. **Invariant: a rule may only lower a logit** (penalise it or ban it to −inf), never raise
 one. The writer relies on it: a greedy row's winner is then among its top n raw logits whenever the
 best of them after every rule is still above the row's n-th raw logit, so it scores a handful of
-candidates instead of the vocabulary (``SoftBlockWriter._choose``). tests/test_rules.py checks the
+candidates instead of the vocabulary (``SoftBlockWriter._choose``). tests/test_knobs.py checks the
 invariant for each rule.
 
 A rule's *state* is what it knows of the text before the slot being chosen; it is immutable, so the

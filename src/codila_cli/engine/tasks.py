@@ -89,12 +89,14 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
     tok = models.dlm.tokenizer
     middle = place_middle(src, region, tok.decode(res.middle, skip_special_tokens=True))
     new_text = patch(src, region, middle)
+    before = len(prefix)
     metrics = {"dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards, "steps": res.steps,
                "middle_tokens": len(res.middle), "expansions": res.expansions, "deletions": res.deletions,
                "tokens_per_step": (len(res.middle) + res.deletions + res.expansions) / res.dlm_forwards
                if res.dlm_forwards else 0.0, "wall_seconds": res.seconds, "truncated": res.truncated,
                "load_seconds": round(models.load_seconds, 3)}
-    return InfillOutcome(middle, new_text, seed, metrics, check_python(src.text), check_python(new_text), cut)
+    return InfillOutcome(middle, new_text, seed, metrics, check_python(src.text),
+                         check_python(new_text, span=(before, before + len(middle))), cut)
 
 
 def plan(models: Models, prompt: str, *, config: Any, contract: Any = None, seed: int | None = None,

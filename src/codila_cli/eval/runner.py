@@ -120,10 +120,14 @@ def repetitive(text: str, *, n: int = 4, floor: float = 0.5, min_grams: int = 8)
 def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: SandboxLimits) -> dict:
     from codila_cli.syntax import check_python
 
-    parses = check_python(task.body(completion)).valid  # the program without its tests
+    body = task.body(completion)  # the program without its tests
+    start = len(task.prompt) if task.kind in ("complete", "infill") else 0
+    report = check_python(body, span=(start, start + len(completion)))
+    parses = report.valid
     empty = not completion.strip()
     row = {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": completion,
            "valid": parses and not empty, "parses": parses, "empty": empty, "repetitive": repetitive(completion),
+           "warnings": [f"{w.line}:{w.column} {w.message}" for w in report.warnings],
            "passed": None, "status": "no-tests"}
     if task.test:
         out = run_sandboxed(task.body(completion), limits, test=task.test, entry_point=task.entry_point)
@@ -177,6 +181,7 @@ def summarize(rows: list[dict]) -> list[dict]:
             "syntax_valid": sum(r["valid"] for r in rs) / n, "syntax_error_rate": 1 - sum(r["parses"] for r in rs) / n,
             "valid_not_repetitive": sum(r["valid"] and not r.get("repetitive", False) for r in rs) / n,
             "empty": sum(r["empty"] for r in rs) / n, "tokens_per_step": tokens / fwd if fwd else 0.0,
+            "static_findings": sum(bool(r.get("warnings")) for r in rs) / n,  # parses, but pyflakes finds something
             "tokens_per_second": tokens / secs if secs else 0.0, "dlm_forwards": fwd,
             "ar_forwards": sum(r["ar_forwards"] for r in rs), "order_spearman": statistics.mean(sp) if sp else None,
             "wall_seconds": round(secs, 2), "too_long": sum(r.get("status") == "too-long" for r in rs)})

@@ -137,7 +137,8 @@ class Job:
                     "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
                     "expansions": res.expansions, "deletions": res.deletions, "context": cut,
                     "wall_seconds": round(res.seconds, 4),
-                    "syntax": check_python(self.prompt + text + self.suffix).to_dict()}
+                    "syntax": check_python(self.prompt + text + self.suffix,
+                                                          span=(len(self.prompt), len(self.prompt) + len(text))).to_dict()}
             return RowOut(text, "length" if res.truncated and not hit else "stop",
                           cut["prefix_kept"] + cut["suffix_kept"], len(res.middle), info)
         except Cancelled:
