@@ -264,3 +264,49 @@ def test_generate_many_validates_its_arguments(tiny_models):
 
     with pytest.raises(ValueError):
         generate_many(tiny_models, ["a"], decoder="dream", config=DreamConfig(), seeds=[1, 2])
+
+
+def test_two_lanes_give_the_same_rows_and_overlap_their_steps(native_models):
+    """Lanes (codila serve --lanes): rows join the emptiest cohort, each cohort's steps run on their own,
+    so two steps can run at once; every row still makes the decisions it makes alone."""
+    import threading
+
+    from codila_cli.decoding.batch import StepBatcher
+    from codila_cli.engine.generate import generate
+
+    cfg = CASES["codila-prefix"]
+    prompts = ["def f(x):", "def g(y):", "x = [", "class A:"]
+    alone = [generate(native_models, p, decoder="codila", config=cfg, seed=3).text for p in prompts]
+    batcher = StepBatcher(lanes=2)
+    ids = [batcher.join() for _ in prompts]
+    assert [batcher._cohort[i] for i in ids] == [0, 1, 0, 1]  # the emptiest lane each time
+    for i in ids:
+        batcher.leave(i)
+    together: list = [None] * len(prompts)
+    running, most = [0], [0]
+    real = StepBatcher._step
+
+    def counted(self, reqs):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        try:
+            return real(self, reqs)
+        finally:
+            running[0] -= 1
+
+    StepBatcher._step = counted
+    try:
+        def run(i):
+            together[i] = generate(native_models, prompts[i], decoder="codila", config=cfg, seed=3, batcher=batcher).text
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        StepBatcher._step = real
+    assert together == alone
+    assert most[0] == 2 and batcher.active == 0
+    with pytest.raises(ValueError, match="lanes"):
+        StepBatcher(lanes=0)

@@ -68,14 +68,21 @@ class StepBatcher:
     after each forward the hardware runs, with the rows it served.
     """
 
-    def __init__(self, *, on_step: Callable[[str, int], None] | None = None, gather_s: float = 0.01) -> None:
+    def __init__(self, *, on_step: Callable[[str, int], None] | None = None, gather_s: float = 0.01,
+                 lanes: int = 1) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, got {lanes}")
+        self.lanes = lanes  # cohorts of rows whose steps may run at once (see :meth:`_ready`)
+        self._cohort: dict[int, int] = {}  # row -> its lane, fixed at join (the emptiest lane)
+        self._busy: set[int] = set()  # lanes running a step now
+        self._count_lock = threading.Lock()
         self._cv = threading.Condition()
         self._active: set[int] = set()
         self._cancelled: set[int] = set()
         self._pending: dict[int, tuple[float, _Request]] = {}
         self._results: dict[int, tuple[bool, Any]] = {}
         self._next = 0
-        self._running = False  # a row's thread is running a step (outside the lock)
+
         self.gather_s = gather_s
         self.on_step = on_step
         self.dlm_calls = 0  # DLM forwards the hardware ran (each shared by the rows then decoding)
@@ -97,6 +104,8 @@ class StepBatcher:
         with self._cv:
             row = self._next
             self._next += 1
+            sizes = [sum(1 for r in self._active if self._cohort[r] == lane) for lane in range(self.lanes)]
+            self._cohort[row] = sizes.index(min(sizes))
             self._active.add(row)
             return row
 
@@ -116,6 +125,7 @@ class StepBatcher:
         """The row is finished (or failed, or cancelled): the others no longer wait for it."""
         with self._cv:
             self._active.discard(row)
+            self._cohort.pop(row, None)
             self._cancelled.discard(row)
             self._pending.pop(row, None)
             self._results.pop(row, None)
@@ -138,11 +148,13 @@ class StepBatcher:
                 raise Cancelled(f"row {row} was cancelled")
             self._pending[row] = (time.perf_counter(), req)
             self._cv.notify_all()
+            lane = self._cohort[row]
             while row not in self._results and row not in self._cancelled:
-                if not self._running and self._ready():
-                    self._lead()
+                if lane not in self._busy and self._ready(lane):
+                    self._lead(lane)
                 else:
-                    self._cv.wait(timeout=None if self._running or not self._pending else self.gather_s)
+                    idle = lane in self._busy or not self._pending
+                    self._cv.wait(timeout=None if idle else self.gather_s)
             if row not in self._results:
                 self._pending.pop(row, None)
                 raise Cancelled(f"row {row} was cancelled")
@@ -151,23 +163,28 @@ class StepBatcher:
             raise value
         return value
 
-    def _ready(self) -> bool:  # lock held
-        if not self._pending:
+    def _ready(self, lane: int) -> bool:  # lock held
+        """A lane's step may start when every row of its cohort that is still decoding has its request
+        waiting, or the oldest has waited ``gather_s``. With one lane the cohort is every row; with two,
+        the cohorts' steps overlap: one cohort's forward runs while the other samples (each forward on
+        cores/lanes threads: the server sets them)."""
+        mine = [t for row, (t, _) in self._pending.items() if self._cohort.get(row) == lane]
+        if not mine:
             return False
-        waiting = self._active - self._cancelled
-        oldest = min(t for t, _ in self._pending.values())
-        return len(self._pending) >= len(waiting) or time.perf_counter() - oldest >= self.gather_s
+        waiting = sum(1 for r in self._active - self._cancelled if self._cohort[r] == lane)
+        return len(mine) >= waiting or time.perf_counter() - min(mine) >= self.gather_s
 
-    def _lead(self) -> None:  # lock held; runs one step with the lock released
-        reqs = {row: r for row, (_, r) in self._pending.items()}
-        self._pending = {}
-        self._running = True
+    def _lead(self, lane: int) -> None:  # lock held; runs one step of the lane's cohort with the lock released
+        reqs = {row: r for row, (_, r) in self._pending.items() if self._cohort.get(row) == lane}
+        for row in reqs:
+            del self._pending[row]
+        self._busy.add(lane)
         self._cv.release()
         try:
             results = self._step(reqs)  # other rows may queue their next request meanwhile
         finally:
             self._cv.acquire()
-            self._running = False
+            self._busy.discard(lane)
         for row, res in results.items():
             if row in self._active and row not in self._cancelled:
                 self._results[row] = res
@@ -208,6 +225,10 @@ class StepBatcher:
             self._record(kind, 1)
 
     def _record(self, kind: str, rows: int) -> None:
+        with self._count_lock:  # steps of several lanes finish at once
+            self._count(kind, rows)
+
+    def _count(self, kind: str, rows: int) -> None:
         if kind == "ar":
             self.ar_calls += 1
         else:

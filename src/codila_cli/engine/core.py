@@ -27,6 +27,7 @@ class Engine:
     infill_models: Models | None = None
     settings: Any = None
     on_batch: Any = None
+    lanes: int = 1  # batched steps that may run at once (decoding/batch.py::StepBatcher; a server's --lanes)
     _batcher: Any = field(default=None, repr=False)
 
     @classmethod
@@ -49,7 +50,7 @@ class Engine:
         if self._batcher is None:
             from codila_cli.decoding.batch import StepBatcher
 
-            self._batcher = StepBatcher(on_step=self.on_batch)
+            self._batcher = StepBatcher(on_step=self.on_batch, lanes=self.lanes)
         return self._batcher
 
     def generate(self, prompt: str, *, decoder: str, config: Any, seed: int | None = None, system: str | None = None,
