@@ -265,3 +265,27 @@ def test_contract_repairs_keywords_and_drops_pure_redefinitions(tiny_models):
     assert [e.defs for e in back.entries] == [("parse",), ()]
     assert [e.index for e in back.entries] == [1, 2]
     assert warnings == ["contract entry 2 dropped: it only redefines parse"]
+
+
+@pytest.mark.skipif(not __import__("codila_cli.models.registry", fromlist=["bundled_available"]).bundled_available(
+    "bundled-plan"), reason="bundled weights not installed")
+def test_the_documented_prompt_form_names_the_units():
+    """docs/plan.md's prompt form (`# defines: a, b`) is read as --defines: the program defines those names
+    in that order (issue 41), and the report says what pyflakes finds in it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+    from codila_cli.contract import prompt_defines
+
+    assert prompt_defines("Tiny tools.\n# defines: split_words, count_words\n") == "split_words, count_words"
+    assert prompt_defines("no names here") is None
+    r = CliRunner().invoke(app, ["plan", "Tiny word tools.\n# defines: split_words, count_words", "--seed", "0",
+                                 "--json", "-q"])
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    text = doc["text"]
+    assert "def split_words(" in text and "def count_words(" in text
+    assert text.index("def split_words(") < text.index("def count_words(")
+    assert "warnings" in doc["syntax"]

@@ -134,3 +134,12 @@ def parse_commit(commit: str) -> float | None:
 def parse_defines(defines: str | None) -> tuple[str, ...]:
     """``--defines a,b``: the unit names, in order (PlanConfig validates each)."""
     return tuple(n.strip() for n in defines.split(",")) if defines is not None else ()
+
+
+def prompt_defines(prompt: str) -> str | None:
+    """The names of a ``# defines: a, b`` line in a plan prompt (the form the bundled plan model was
+    trained on, docs/plan.md), as ``--defines`` takes them; None when the prompt has no such line."""
+    import re
+
+    m = re.search(r"^[ \t]*#[ \t]*defines:[ \t]*(.+?)[ \t]*$", prompt, re.MULTILINE)
+    return m.group(1) if m else None

@@ -35,7 +35,7 @@ def plan(
     verbose: Verbose = False,
 ) -> None:
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
-    from codila_cli.contract import parse_commit, parse_defines, read_contract
+    from codila_cli.contract import parse_commit, parse_defines, prompt_defines, read_contract
     from codila_cli.decoding.config import PlanConfig, SamplingConfig
     from codila_cli.engine import Engine
     from codila_cli.models.generation import task_sampling
@@ -47,8 +47,8 @@ def plan(
     terminal.quiet_libraries(verbose)
     text = read_prompt(prompt, prompt_file)
     gamma = parse_commit(commit)
-    names = parse_defines(defines)
-    if contract_file is not None and names:
+    names = parse_defines(defines or (None if contract_file is not None else prompt_defines(text)))
+    if contract_file is not None and defines:
         raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
     dlm = dlm or default_plan_dlm()
     samp, _ = task_sampling(dlm, temperature=temperature, top_p=None)  # flag > generation_config.json > default
