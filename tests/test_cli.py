@@ -547,3 +547,25 @@ def test_long_work_says_how_far_it_is_on_a_piped_stderr(tiny, tmp_path):
                              "--max-new-tokens", "8", "-o", str(tmp_path / "out")])
     assert ev.exit_code == 0, ev.stderr
     assert [x.split()[1] for x in ev.stderr.splitlines() if x.startswith("eval ")] == ["1/2", "2/2"]
+
+
+def test_consistent_output_flags(tiny, tmp_path):
+    """Issue 41's flags: gen --completion-only leaves the prompt out of stdout (streamed or not); eval
+    --json prints one object with the summary and provenance, -v says where the files went and what made
+    the numbers; doctor -q prints no table."""
+    base = ["--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "def f("]
+    full = gen(*base)
+    for extra in ([], ["--no-stream"]):
+        only = gen(*base, "--completion-only", *extra)
+        assert only.exit_code == 0 and "def f(" + only.stdout == full.stdout
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"task_id": "t/0", "prompt": "def f(x):\n", "test": "", "entry_point": None}) + "\n")
+    ev = runner.invoke(app, ["eval", "-b", str(tasks), "--dlm", str(tiny["dlm"]), "--setting", "dream:K=8",
+                             "--max-new-tokens", "8", "-o", str(tmp_path / "out"), "--json", "-v"])
+    assert ev.exit_code == 0, ev.stderr
+    doc = json.loads(ev.stdout)
+    assert doc["command"] == "eval" and doc["summary"][0]["setting"] == "dream:K=8"
+    assert doc["provenance"]["models"]["dlm"]["dtype"] == "float32" and "static_findings" in doc["summary"][0]
+    assert "Made by `codila" in ev.stderr and "torch" in ev.stderr and str(tmp_path / "out") in ev.stderr
+    quiet = runner.invoke(app, ["doctor", "-q"])
+    assert quiet.stdout == ""

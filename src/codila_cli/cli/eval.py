@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Device, Dtype, Quiet, ar_option, dlm_option
+from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
 from codila_cli.errors import UsageError
 from codila_cli.report import note_bundled
 
@@ -32,7 +32,9 @@ def eval_cmd(
     unsafe_local_exec: Annotated[bool, typer.Option("--unsafe-local-exec", help="Run generated code even where no jail (bubblewrap) is available: only in a throw-away machine.")] = False,
     device: Device = "auto",
     dtype: Dtype = "auto",
+    json_out: json_option("Print the summary as one JSON object (the rows stay in rows.jsonl) instead of Markdown.") = False,
     quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Run a benchmark for decoder settings; write JSONL rows, a Markdown summary and a Pareto plot.
 
@@ -41,7 +43,7 @@ def eval_cmd(
     from codila_cli.engine import Engine, generate as engine_gen  # noqa: I001
     from codila_cli.eval.benchmarks import load_tasks, select
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
-    from codila_cli.eval.runner import markdown, paired_quality, paired_section, run_eval, write_outputs
+    from codila_cli.eval.runner import run_eval, write_outputs
     from codila_cli.provenance import provenance
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
@@ -95,4 +97,25 @@ def eval_cmd(
         return
     summary = write_outputs(output, rows, title=f"{benchmark} ({len(chosen)} tasks)", provenance=provenance(models))
     partial.discard()  # only once the results are safely written
-    sys.stdout.write(markdown(summary) + paired_section(paired_quality(rows)))
+    _done(summary, rows, output, json_out=json_out, verbose=verbose)
+
+
+def _done(summary: list[dict], rows: list[dict], output: Any, *, json_out: bool, verbose: bool) -> None:
+    """The summary on stdout (Markdown, or with --json one object); with -v, where the files went and
+    what made the numbers (provenance.json) on stderr."""
+    import json
+
+    from codila_cli.eval.runner import markdown, paired_quality, paired_section
+
+    paired = paired_quality(rows)
+    if json_out:
+        made = json.loads((output / "provenance.json").read_text(encoding="utf-8"))
+        sys.stdout.write(json.dumps({"schema_version": 1, "command": "eval", "output": str(output), "summary": summary,
+                                     "paired": paired, "provenance": made}) + "\n")
+    else:
+        sys.stdout.write(markdown(summary) + paired_section(paired))
+    if verbose:
+        from codila_cli.provenance import provenance_line
+
+        made = json.loads((output / "provenance.json").read_text(encoding="utf-8"))
+        sys.stderr.write(f"rows, summary and plot in {output}\n{provenance_line(made)}\n")

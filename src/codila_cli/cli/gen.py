@@ -84,6 +84,7 @@ def gen(
     device: Annotated[str | None, knob_option("device")] = None,
     dtype: Annotated[str | None, knob_option("dtype")] = None,
     json_out: json_option("Print one JSON object instead of the code.") = False,
+    completion_only: Annotated[bool, typer.Option("--completion-only", help="stdout gets only what the model wrote, not the prompt before it (a raw completion otherwise repeats the prompt).", rich_help_panel=panel("Output"))] = False,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).", rich_help_panel=panel("Output"))] = True,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse, or when pyflakes finds something in the generated code (an undefined name, an unused import, …).", rich_help_panel=panel("Output"))] = False,
     quiet: Quiet = False,
@@ -148,9 +149,10 @@ def gen(
                          "the model reads it as plain text before the prompt (stdout does not repeat it)\n")
     if num_samples > 1:
         _many(models, text, req, seed=seed, system=system, n=num_samples, live=live, json_out=json_out,
-              strict=strict, quiet=quiet, verbose=verbose, err=err)
+              strict=strict, quiet=quiet, verbose=verbose, err=err, echo=not completion_only)
         return
-    result = _one(engine, text, req, seed=seed, system=system, live=live, stream=stream, json_out=json_out, err=err)
+    result = _one(engine, text, req, seed=seed, system=system, live=live, stream=stream, json_out=json_out, err=err,
+                  echo=not completion_only)
     if json_out:
         import json
 
@@ -171,8 +173,14 @@ def _knobs(**given: Any) -> dict[str, Any]:
     return out
 
 
+def _shown(result: Any, prompt: str, echo: bool) -> str:
+    """What stdout gets of a result: the text (a raw completion repeats the prompt), or with
+    ``--completion-only`` (echo False) the text without the prompt. A chat answer never repeats it."""
+    return result.text if echo or result.mode == "chat" else result.text[len(prompt):]
+
+
 def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | None, live: bool, stream: bool,
-         json_out: bool, err: Any) -> Any:
+         json_out: bool, err: Any, echo: bool = True) -> Any:
     """One decode: streamed to stdout (a pipe, base models), followed by a live view (a terminal), or
     plain. Writes the text on stdout unless the caller prints JSON."""
     from codila_cli.engine.prompts import is_chat
@@ -183,9 +191,9 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
         from codila_cli.ui.stream import StdoutStreamer
 
         streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
-                                  out=sys.stdout, stop=req.config.stop)
+                                  out=sys.stdout, stop=req.config.stop, echo=echo)
         result = generate(text, **run, on_step=streamer)
-        streamer.finish(result.text)
+        streamer.finish(_shown(result, text, echo))
         return result
     if live:
         from codila_cli.ui.live import LiveView, view_block
@@ -196,7 +204,7 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
     else:
         result = generate(text, **run)
     if not json_out:
-        sys.stdout.write(result.text)
+        sys.stdout.write(_shown(result, text, echo))
     return result
 
 
@@ -214,7 +222,7 @@ def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, e
 
 
 def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | None, n: int, live: bool,
-          json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any) -> None:
+          json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any, echo: bool = True) -> None:
     """``gen --num-samples N``: samples on stdout in order, each after a comment line (or one JSON document)."""
     import json
 
@@ -246,7 +254,7 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
                                     ensure_ascii=False) + "\n")
     else:
         for i, r in enumerate(out.results):
-            sys.stdout.write(f"# codila sample {i + 1}/{n} (seed {r.seed})\n{r.text}")
+            sys.stdout.write(f"# codila sample {i + 1}/{n} (seed {r.seed})\n{_shown(r, text, echo)}")
     sys.stdout.flush()
     line, all_valid = samples_summary_line(out, n, req.config.max_new_tokens)
     if not quiet:

@@ -37,7 +37,8 @@ def models(
                              "command offline; not a code assistant (docs/bundled-models.md).\n")
 
 
-def doctor(json_out: json_option() = False) -> None:
+def doctor(json_out: json_option() = False,
+           quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No check table: only the problems (and the exit code).")] = False) -> None:
     """Check versions, device, cache, configured models (with the dtype `auto` picks and the memory their
     weights take) and config file; exit 1 if something is missing or the weights do not fit."""
     from codila_cli.config import load_config
@@ -47,14 +48,15 @@ def doctor(json_out: json_option() = False) -> None:
     if json_out:
         sys.stdout.write(json.dumps({"schema_version": 1, "command": "doctor", "ok": not problems,
                                      "checks": checks, "problems": problems}) + "\n")
-    else:
+    elif not quiet:
         for c in checks:
             sys.stdout.write(f"{'ok ' if c['ok'] else 'BAD'} {c['name']:<20} {c['value']}\n")
     for p in problems:
         sys.stderr.write(f"Error: {p}\n")
     if problems:
-        sys.stderr.write("Hint: each Error line above says what is wrong and what to try; "
-                         "`codila doctor --json` lists every check\n")
+        if not quiet:
+            sys.stderr.write("Hint: each Error line above says what is wrong and what to try; "
+                             "`codila doctor --json` lists every check\n")
         raise typer.Exit(EXIT_RUNTIME)
 
 

@@ -16,7 +16,8 @@ from codila_cli.decoding.events import StepEvent
 
 
 class StdoutStreamer:
-    def __init__(self, *, tokenizer: Any, specials: Any, prompt: str, out: TextIO, stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, *, tokenizer: Any, specials: Any, prompt: str, out: TextIO, stop: tuple[str, ...] = (),
+                 echo: bool = True) -> None:
         from codila_cli.decoding.stops import ends_line
 
         self.tok, self.sp, self.out = tokenizer, specials, out
@@ -24,6 +25,7 @@ class StdoutStreamer:
         # as runtime decides it: from the prompt's last token
         self.at_line_start = ends_line(tokenizer, tokenizer.encode(prompt, add_special_tokens=False)) if stop else True
         self.written = ""
+        self.echo = echo  # False (gen --completion-only): the prompt is not written
         self.prompt = prompt  # its lines go out with the first step: nothing is written before decoding
         # starts, so a prompt refused by generate (too long for the context) leaves stdout empty
 
@@ -42,7 +44,7 @@ class StdoutStreamer:
 
             cut = stop_offset(completion, self.stop, at_line_start=self.at_line_start)
             completion = completion if cut is None else completion[:cut]
-        text = self.prompt + completion
+        text = (self.prompt if self.echo else "") + completion
         text = text[: text.rfind("\n") + 1]  # whole lines only
         if text.startswith(self.written) and len(text) > len(self.written):
             self._emit(text[len(self.written) :])
