@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
+from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
 from codila_cli.errors import UsageError
 from codila_cli.report import note_bundled
 
@@ -35,6 +35,7 @@ def eval_cmd(
     json_out: json_option("Print the summary as one JSON object (the rows stay in rows.jsonl) instead of Markdown.") = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
+    color: ColorOption = Color.auto,
 ) -> None:
     """Run a benchmark for decoder settings; write JSONL rows, a Markdown summary and a Pareto plot.
 
@@ -49,6 +50,7 @@ def eval_cmd(
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
                                          prepare_output, too_long_warning)
     from codila_cli.ui.progress import item_progress
+    from codila_cli.ui.terminal import stderr_console
 
     if not 1 <= batch_size <= 64:
         raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
@@ -76,7 +78,7 @@ def eval_cmd(
     total = -(-len(chosen) // shard.world) * len(run.settings)
     partial = PartialRows(output, shard.rank)  # survives an interrupted run
     try:
-        with item_progress("eval", total, quiet=not talk) as done:
+        with item_progress("eval", total, quiet=not talk, console=stderr_console(color.value)) as done:
             def log(row: dict) -> None:
                 partial.write(row)
                 done(f"{row['task_id']} {row['setting']}: {'valid' if row['valid'] else 'not valid'}")

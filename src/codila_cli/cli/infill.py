@@ -8,7 +8,18 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, ar_option, dlm_option, infill_help, json_option
+from codila_cli.cli.options import (
+    Color,
+    ColorOption,
+    Device,
+    Dtype,
+    Quiet,
+    Verbose,
+    ar_option,
+    dlm_option,
+    infill_help,
+    json_option,
+)
 from codila_cli.decoding.config import INFILL_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
 
@@ -45,6 +56,7 @@ def infill(
     strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors or pyflakes finds something in it.")] = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
+    color: ColorOption = Color.auto,
 ) -> None:
     """Fill code into a file; the model chooses how long the fill is (DreamOn expand/delete).
 
@@ -56,7 +68,7 @@ def infill(
     from codila_cli.engine.models import default_ar, default_infill_dlm
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
     from codila_cli.models.generation import task_sampling
-    from codila_cli.report import note_bundled
+    from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)
@@ -102,7 +114,7 @@ def infill(
     if not in_place:
         sys.stdout.flush()
     if not quiet:
-        sys.stderr.write("".join(f"{s}\n" for s in _status(src, region, out, in_place=in_place, verbose=verbose)))
+        _print_status(_status(src, region, out, in_place=in_place, verbose=verbose), clean(out.syntax_after), color)
 
 
 def _run(engine: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, instruction: str | None, title: str,
@@ -130,6 +142,16 @@ def _document(name: str, region: Any, out: Any, cfg: Any, models: Any, sources: 
             "settings_sources": sources,
             "syntax": out.syntax_after.to_dict(), "syntax_before": out.syntax_before.to_dict(),
             "introduced_errors": out.introduced_errors, "context": out.context_cut, "metrics": out.metrics}
+
+
+def _print_status(lines: list[str], ok: bool, color: Any) -> None:
+    """The status lines on stderr, the syntax line green when the fill parses cleanly, else yellow."""
+    from codila_cli.ui.terminal import stderr_console
+
+    err = stderr_console(color.value)
+    for line in lines:
+        style = ("green" if ok else "yellow") if line.startswith("syntax:") else "yellow" if line.startswith("Warning") else None
+        err.print(line, style=style, markup=False, soft_wrap=True, highlight=False)
 
 
 def _status(src: Any, region: Any, out: Any, *, in_place: bool, verbose: bool) -> list[str]:

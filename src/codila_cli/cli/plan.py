@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Device, Dtype, Quiet, Verbose, dlm_option, json_option
+from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, dlm_option, json_option
 from codila_cli.errors import StrictSyntaxError, UsageError
 
 
@@ -33,6 +33,7 @@ def plan(
     strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse or pyflakes finds something in it.")] = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
+    color: ColorOption = Color.auto,
 ) -> None:
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, prompt_defines, read_contract
@@ -77,7 +78,7 @@ def plan(
         sys.stdout.write(out["text"])
     sys.stdout.flush()
     if not quiet:
-        _status(out, verbose=verbose)
+        _status(out, verbose=verbose, color=color.value)
     if strict and not clean(out["syntax"]):
         what = "does not parse" if not out["syntax"].valid else "has static findings (pyflakes)"
         raise StrictSyntaxError(f"the assembled program {what} (--strict)",
@@ -97,10 +98,12 @@ def _run(engine: Any, text: str, cfg: Any, contract: Any, *, seed: int | None, l
         return engine.plan(text, config=cfg, contract=contract, seed=seed, on_step=view)
 
 
-def _status(out: dict, *, verbose: bool) -> None:
-    from codila_cli.report import syntax_line
+def _status(out: dict, *, verbose: bool, color: str = "auto") -> None:
+    from codila_cli.report import clean, syntax_line
+    from codila_cli.ui.terminal import stderr_console
 
-    sys.stderr.write(syntax_line(out["syntax"]) + "\n")
+    stderr_console(color).print(syntax_line(out["syntax"]), style="green" if clean(out["syntax"]) else "yellow",
+                                markup=False, soft_wrap=True, highlight=False)
     if verbose:
         m = out["metrics"]
         sys.stderr.write(f"seed: {out['seed']}  iterations: {m['iterations']} (contract {m['contract_iterations']})  "
