@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 from typing import Annotated, Any
 
@@ -59,6 +60,9 @@ def serve(
         raise UsageError("codila serve needs its extra: FastAPI, uvicorn and prometheus-client",
                          hint='pip install "codila[serve]"') from None
     user = load_config()
+    # the stacked KV-cached and helper forwards need the native engine: a server uses it for every
+    # checkpoint it runs exactly (Dream-Coder-7B, Qwen3-0.6B), not only the bundled ones; CODILA_ENGINE wins
+    os.environ.setdefault("CODILA_ENGINE", "native")
     flags = {"device": device, "dtype": dtype}
     base = resolve_gen(flags, user=user, dlm=dlm, ar=ar)
     infill_name = infill_dlm or _default_infill(base.dlm)
