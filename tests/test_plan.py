@@ -264,7 +264,7 @@ def test_contract_repairs_keywords_and_drops_pure_redefinitions(tiny_models):
     back, warnings = tpl.read(ids, slots)
     assert [e.defs for e in back.entries] == [("parse",), ()]
     assert [e.index for e in back.entries] == [1, 2]
-    assert warnings == ["contract entry 2 dropped: it only redefines parse"]
+    assert warnings == ["unit 2 of the plan was left out: parse is already written by an earlier unit"]
 
 
 @pytest.mark.skipif(not __import__("codila_cli.models.registry", fromlist=["bundled_available"]).bundled_available(

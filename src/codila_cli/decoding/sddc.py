@@ -159,11 +159,12 @@ class ContractTemplate:
             try:
                 entry = parse_contract(line).entries[0]
             except ContractError as exc:
-                warnings.append(f"contract entry {k} dropped: {exc.message}")
+                warnings.append(f"unit {k} of the plan was left out: {exc.message.removeprefix('contract line 1: ')}")
                 continue
             seen = {d for e in entries for d in e.defs}
             if entry.defs and set(entry.defs) <= seen:
-                warnings.append(f"contract entry {k} dropped: it only redefines {', '.join(entry.defs)}")
+                warnings.append(f"unit {k} of the plan was left out: {', '.join(entry.defs)} "
+                                f"{'is' if len(entry.defs) == 1 else 'are'} already written by an earlier unit")
                 continue
             entries.append(entry)
         if not entries:
@@ -269,7 +270,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
         warnings += warn
         source = "model"
         if not contract.entries:
-            warnings.append("the model wrote no usable contract entry; falling back to a single-unit plan")
+            warnings.append("the model planned no usable unit, so the program was written as one piece")
             contract, source = single_unit(max(config.budget_menu)), "fallback"
     contract_iters = dlm.forwards - f0
     head = head + enc(contract.text())
@@ -285,7 +286,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
     if sum(lengths) > room:
         scale = room / sum(lengths)
         lengths = [max(config.min_canvas, int(n * scale)) for n in lengths]
-        warnings.append(f"canvases shrunk to {scale:.0%} of their budgets to fit the model's context")
+        warnings.append(f"each unit got {scale:.0%} of the length the plan asked for, to fit the model's context")
     spans, seq = [], list(head)
     for e, fixed, n in zip(contract.entries, fixed_of, lengths):
         start = len(seq)
