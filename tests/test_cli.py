@@ -569,3 +569,16 @@ def test_consistent_output_flags(tiny, tmp_path):
     assert "Made by `codila" in ev.stderr and "torch" in ev.stderr and str(tmp_path / "out") in ev.stderr
     quiet = runner.invoke(app, ["doctor", "-q"])
     assert quiet.stdout == ""
+
+
+@pytest.mark.parametrize("args, says", [
+    (["gen", "--seed", "99999999999999999999", "def f("], "--seed"),  # was "Overflow when unpacking long long"
+    (["gen", "--seed", "-1", "def f("], "--seed"),
+    (["eval", "--timeout", "nan", "--limit", "1"], "--timeout must be a number of seconds above 0"),
+    (["eval", "--timeout", "inf", "--limit", "1"], "--timeout must be a number of seconds above 0"),
+    (["plan", ""], "the prompt is empty"),  # refused before any model loads
+])
+def test_bad_numbers_and_empty_plans_are_usage_errors(args, says):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and r.stderr.startswith("Error: ") and says in r.stderr.splitlines()[0], r.stderr
+    assert "Traceback" not in r.stderr and "Overflow" not in r.stderr

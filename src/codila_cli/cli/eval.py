@@ -26,7 +26,7 @@ def eval_cmd(
     max_new_tokens: Annotated[int | None, typer.Option(help="Canvas length per task; for he-infill-* the longest middle. [default: 128; 64 for he-infill-*, DreamOn's setting]")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.")] = 10.0,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.")] = False,
-    seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).")] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).", min=0, max=2**63 - 1)] = 0,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Completion tasks decoded together per DLM forward (1–64).")] = 1,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="Keep the whole completion: no stop lines (by default a completion ends before its next top-level line, as in the Codex paper's HumanEval protocol).")] = False,
     unsafe_local_exec: Annotated[bool, typer.Option("--unsafe-local-exec", help="Run generated code even where no jail (bubblewrap) is available: only in a throw-away machine.")] = False,
@@ -61,7 +61,7 @@ def eval_cmd(
                           max_new_tokens=max_new_tokens)
     chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)
     prepare_output(output)
-    limits = SandboxLimits(timeout=timeout, cpu_seconds=max(1, int(min(timeout, 86400))),
+    limits = SandboxLimits(timeout=_timeout(timeout), cpu_seconds=max(1, int(min(timeout, 86400))),
                            unsafe_local_exec=unsafe_local_exec)
     if any(t.test for t in chosen):
         need_jail(unsafe_local_exec, quiet=quiet)
@@ -121,3 +121,12 @@ def _done(summary: list[dict], rows: list[dict], output: Any, *, json_out: bool,
 
         made = json.loads((output / "provenance.json").read_text(encoding="utf-8"))
         sys.stderr.write(f"rows, summary and plot in {output}\n{provenance_line(made)}\n")
+
+
+def _timeout(seconds: float) -> float:
+    """--timeout: a finite number of seconds above 0 (nan and inf would reach the sandbox's limits)."""
+    import math
+
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"--timeout must be a number of seconds above 0, got {seconds}", hint="e.g. --timeout 10")
+    return seconds

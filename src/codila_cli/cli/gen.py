@@ -79,7 +79,7 @@ def gen(
     early_stop: Annotated[bool | None, knob_option("early_stop")] = None,
     stop: Annotated[list[str] | None, knob_option("stop")] = None,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).", rich_help_panel=panel("Runtime"))] = False,
-    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", rich_help_panel=panel("Decoding"))] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", rich_help_panel=panel("Decoding"), min=0, max=2**63 - 1)] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.", rich_help_panel=panel("Decoding"))] = 1,
     device: Annotated[str | None, knob_option("device")] = None,
     dtype: Annotated[str | None, knob_option("dtype")] = None,

@@ -49,7 +49,7 @@ def infill(
     steps: Annotated[int | None, typer.Option(help=infill_help("steps"))] = None,
     temperature: Annotated[float | None, typer.Option(help=infill_help("temperature"), show_default=False)] = None,
     top_p: Annotated[float | None, typer.Option(help=infill_help("top_p"), show_default=False)] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", min=0, max=2**63 - 1)] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
     json_out: json_option("One JSON object (the middle, the new text, syntax, metrics).") = False,

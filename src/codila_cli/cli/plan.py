@@ -26,7 +26,7 @@ def plan(
     max_units: Annotated[int, typer.Option(help="Entry slots in the contract template.")] = 4,
     dlm: dlm_option("[default: bundled-plan, else bundled-dlm]", envvar="CODILA_PLAN_MODEL") = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature (0 = argmax). [default: the DLM's generation_config.json, else 0]", show_default=False)] = None,
-    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", min=0, max=2**63 - 1)] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
     json_out: json_option("One JSON object with the contract, units and metrics.") = False,
@@ -47,6 +47,8 @@ def plan(
 
     terminal.quiet_libraries(verbose)
     text = read_prompt(prompt, prompt_file)
+    if not text.strip():  # before any model loads
+        raise UsageError("the prompt is empty", hint='codila plan "a CLI that counts words in files"')
     gamma = parse_commit(commit)
     names = parse_defines(defines or (None if contract_file is not None else prompt_defines(text)))
     if contract_file is not None and defines:

@@ -57,7 +57,7 @@ def align(
     grad_checkpointing: Annotated[bool | None, typer.Option("--grad-checkpointing/--no-grad-checkpointing", help="Recompute the helper's activations in backward. [default: on with CUDA]", show_default=False)] = None,
     marginals_cache: Annotated[Path | None, typer.Option("--marginals-cache", help="Keep the DLM's top-k block marginals here; a later run over the same rows (another lr, context or helper) skips the DLM.")] = None,
     marginals_top_k: Annotated[int | None, typer.Option("--marginals-top-k", help="With --marginals-cache: ids kept per position (the soft embedding uses these k). [default: 64]")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of windows, masks and blocks.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of windows, masks and blocks.", min=0, max=2**63 - 1)] = 0,
     resume: Annotated[bool, typer.Option(help="Continue the run in --output exactly where it stopped.")] = False,
     nproc: Annotated[int, typer.Option("--nproc", help="Processes on this machine (torchrun; one per GPU).")] = 1,
     device: Device = "auto",
@@ -115,7 +115,7 @@ def _stage(name: str):
                 bare_body: Annotated[str | None, typer.Option("--bare-body", help="sft: after a bare signature, the corpus's docstring and code (as-written) or the code only (code); ar: code also keeps each documented function once more without its docstring. [default: as-written]")] = None,
                 batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
-                seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]")] = None,
+                seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]", min=0, max=2**63 - 1)] = None,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
         from codila_cli.train import stages
         from codila_cli.train.options import (
