@@ -182,3 +182,27 @@ def test_doctor_plans_dtype_and_memory_and_flags_weights_that_do_not_fit(tiny, m
     assert "BAD memory" in r.stdout
     err = r.stderr.strip().splitlines()
     assert err[0].startswith("Error: the models' weights") and err[-1].startswith("Hint:")
+
+
+def test_config_set_checks_the_key_and_the_value_and_keeps_the_rest_of_the_file(tmp_path):
+    """`codila config set`: a known key with a value in its knob's range is written (comments and other
+    keys kept); an unknown key or a value out of range is a usage error and the file is unchanged;
+    `unset` removes the key."""
+    from codila_cli.config import load_config, set_value
+    from codila_cli.errors import UsageError
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("# mine\n[gen]\nmax_new_tokens = 64  # short\n")
+    set_value("gen.block_size", "8", path=cfg)
+    set_value("gen.stop", "def ,class ", path=cfg)
+    assert "# mine" in cfg.read_text() and "# short" in cfg.read_text()
+    user = load_config(cfg)
+    assert (user.get("gen", "block_size"), user.get("gen", "max_new_tokens"), user.get("gen", "stop")) == (8, 64, ("def ", "class "))
+    before = cfg.read_text()
+    for key, value, says in (("gen.nope", "1", "unknown config key"), ("gen.block_size", "0", "1–256"),
+                             ("gen.ar_syntax_guard", "maybe", "bool"), ("runtime.dtype", "float8", "float32")):
+        with pytest.raises(UsageError, match=says):
+            set_value(key, value, path=cfg)
+    assert cfg.read_text() == before
+    set_value("gen.block_size", None, path=cfg)
+    assert load_config(cfg).get("gen", "block_size") is None
