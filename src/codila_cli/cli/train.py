@@ -115,7 +115,7 @@ def _stage(name: str):
                 bare_body: Annotated[str | None, typer.Option("--bare-body", help="sft: after a bare signature, the corpus's docstring and code (as-written) or the code only (code); ar: code also keeps each documented function once more without its docstring. [default: as-written]")] = None,
                 batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
-                seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]", min=0, max=2**63 - 1)] = None,
+                seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]")] = None,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
         from codila_cli.train import stages
         from codila_cli.train.options import (
