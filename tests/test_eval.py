@@ -544,3 +544,26 @@ def test_an_empty_completion_is_never_valid():
                                                                    (True, False, True)]
     (s,) = summarize(rows)
     assert s["syntax_valid"] == 1 / 3 and s["empty"] == 2 / 3 and s["syntax_error_rate"] == 0
+
+
+@needs_jail
+def test_a_program_that_leaves_a_deep_tree_does_not_end_the_run(tmp_path, monkeypatch):
+    """Issue 40: a program that makes 3,000 nested directories made the clean-up raise RecursionError
+    and `codila eval` exit 1 with no rows. Now the tree is removed, the task gets its verdict, the run
+    writes its rows and summary, and nothing is left in the temporary directory."""
+    import os
+
+    from codila_cli.eval.sandbox import run_sandboxed
+
+    host_tmp = tmp_path / "host-tmp"
+    host_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(host_tmp))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    program = ("import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(3000):\n"
+               "    os.mkdir('d', dir_fd=fd)\n    nfd = os.open('d', os.O_RDONLY, dir_fd=fd)\n    os.close(fd)\n"
+               "    fd = nfd\n\ndef f():\n    return 1\n")
+    out = run_sandboxed(program, FAST, test="def check(candidate):\n    assert candidate() == 1\n", entry_point="f")
+    assert out.status == "passed", out
+    assert os.listdir(host_tmp) == []
