@@ -583,3 +583,19 @@ def test_bad_numbers_and_empty_plans_are_usage_errors(args, says):
                        check=False)  # the console script's own error format (CliRunner bypasses main's)
     assert r.returncode == 2 and r.stderr.startswith("Error: ") and says in r.stderr.splitlines()[0], r.stderr
     assert "Traceback" not in r.stderr and "Overflow" not in r.stderr
+
+
+def test_control_characters_from_paths_and_task_ids_never_reach_the_terminal_raw(tiny, tmp_path):
+    """Issue 40: a --dlm path and a task id carrying escape sequences are shown escaped in the Error line
+    and in eval's progress lines."""
+    r = subprocess.run([sys.executable, "-m", "codila_cli", "gen", "--dlm", "/nope/\x1b[31mred\x07", "x"],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode in (2, 3) and "\x1b" not in r.stderr and "\x07" not in r.stderr
+    assert "\\x1b[31mred\\x07" in r.stderr
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text(json.dumps({"task_id": "t/\x1b]0;pwned\x07", "prompt": "def f(x):\n", "test": "",
+                                 "entry_point": None}) + "\n")
+    ev = runner.invoke(app, ["eval", "-b", str(tasks), "--dlm", str(tiny["dlm"]), "--setting", "dream:K=8",
+                             "--max-new-tokens", "8", "-o", str(tmp_path / "out")])
+    assert ev.exit_code == 0, ev.stderr
+    assert "\x1b" not in ev.stderr and "\\x1b]0;pwned\\x07" in ev.stderr

@@ -42,10 +42,12 @@ app = typer.Typer(
 
 
 def _fail(exc: CodilaError, *, quiet: bool = False) -> NoReturn:
+    from codila_cli.ui.terminal import printable
+
     err = sys.stderr
-    err.write(f"Error: {exc.message}\n")
+    err.write(f"Error: {printable(exc.message, keep=chr(10))}\n")  # a user's path or id never reaches the terminal raw
     if exc.hint and not quiet:
-        err.write(f"Hint: {exc.hint}\n")
+        err.write(f"Hint: {printable(exc.hint, keep=chr(10))}\n")
     err.flush()
     raise typer.Exit(exc.exit_code)
 

@@ -61,7 +61,7 @@ def item_progress(name: str, total: int, *, quiet: bool = False, console: Any = 
     import sys
     import time
 
-    from codila_cli.ui.terminal import stderr_is_tty
+    from codila_cli.ui.terminal import printable, stderr_is_tty
 
     if quiet:
         yield lambda label: None
@@ -74,7 +74,7 @@ def item_progress(name: str, total: int, *, quiet: bool = False, console: Any = 
         with Progress(TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                       TimeRemainingColumn(), console=console or stderr_console(), transient=False) as bar:
             task = bar.add_task(name, total=total, info="")
-            yield lambda label: bar.update(task, advance=1, info=label)
+            yield lambda label: bar.update(task, advance=1, info=printable(label))
         return
     t0, count = time.perf_counter(), 0
 
@@ -83,7 +83,7 @@ def item_progress(name: str, total: int, *, quiet: bool = False, console: Any = 
         count += 1
         spent = time.perf_counter() - t0
         left = spent / count * (total - count)
-        sys.stderr.write(f"{name} {count}/{total} {label}  {spent:.1f} s" + (f", about {left:.0f} s left" if count < total else "")
+        sys.stderr.write(f"{name} {count}/{total} {printable(label)}  {spent:.1f} s" + (f", about {left:.0f} s left" if count < total else "")
                          + "\n")
         sys.stderr.flush()
 

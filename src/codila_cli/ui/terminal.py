@@ -32,3 +32,10 @@ def quiet_libraries(verbose: bool = False) -> None:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    """``text`` safe to write to a terminal: control characters (escape sequences, carriage returns,
+    bells) from task ids, paths or model names are shown escaped (``\\x1b``), never sent raw; ``keep``
+    names the ones allowed through (a message's own line breaks)."""
+    return "".join(c if c.isprintable() or c == " " or c in keep else repr(c)[1:-1] for c in str(text))
