@@ -564,6 +564,11 @@ def test_a_program_that_leaves_a_deep_tree_does_not_end_the_run(tmp_path, monkey
     program = ("import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(3000):\n"
                "    os.mkdir('d', dir_fd=fd)\n    nfd = os.open('d', os.O_RDONLY, dir_fd=fd)\n    os.close(fd)\n"
                "    fd = nfd\n\ndef f():\n    return 1\n")
-    out = run_sandboxed(program, FAST, test="def check(candidate):\n    assert candidate() == 1\n", entry_point="f")
-    assert out.status == "passed", out
-    assert os.listdir(host_tmp) == []
+    try:
+        out = run_sandboxed(program, FAST, test="def check(candidate):\n    assert candidate() == 1\n", entry_point="f")
+        assert out.status == "passed", out
+        assert os.listdir(host_tmp) == []
+    finally:  # a failure here must not leave pytest a tree its own clean-up cannot remove
+        import subprocess
+
+        subprocess.run(["rm", "-rf", str(host_tmp)], check=False)
