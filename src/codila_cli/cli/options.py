@@ -76,8 +76,14 @@ class PanelCommand(typer.core.TyperCommand):
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is not None:
-                groups.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
-        for name in sorted(groups, key=lambda g: PANELS.index(g) if g in PANELS else len(PANELS)):
+                name = "Arguments" if param.param_type_name == "argument" else (
+                    getattr(param, "rich_help_panel", None) or "Options")
+                groups.setdefault(name, []).append(record)
+        # a command's own options without a panel come first, unless only --help is left there
+        own_first = len(groups.get("Options", [])) > 1
+        order = [g for g in PANELS if g != "Options"]
+        order = ["Arguments", *(["Options"] if own_first else []), *order, *([] if own_first else ["Options"])]
+        for name in sorted(groups, key=lambda g: order.index(g) if g in order else len(order)):
             with formatter.section(name):
                 formatter.write_dl(groups[name])
 
