@@ -125,11 +125,9 @@ def recommended_decoding(ar: str, *, block_size: int | None = None) -> dict[str,
 def validate_decoding(decoding: Mapping[str, Any]) -> dict[str, Any]:
     """A ``codila_decoding`` table to write: every entry valid (``by_block_size`` included), else
     ValueError naming the first that is not."""
-    problems: list[str] = []
     card = read_card({DECODING: dict(decoding)})
-    problems += card.problems
-    if problems:
-        raise ValueError(f"not a recommendable CoDiLA setting: {problems[0]}")
+    if card.problems:
+        raise ValueError(f"not a recommendable CoDiLA setting: {card.problems[0]}")
     out: dict[str, Any] = dict(card.decoding)
     if card.by_block_size:
         out[PER_BLOCK] = {str(b): one for b, one in sorted(card.by_block_size.items())}

@@ -12,17 +12,6 @@ from pathlib import Path
 
 from codila_cli.errors import UsageError
 
-
-def stdin_ready(timeout: float = 0.2) -> bool:
-    """True when stdin has data (or EOF) within ``timeout`` seconds; True where select() cannot tell."""
-    try:
-        import select
-
-        return bool(select.select([sys.stdin], [], [], timeout)[0])
-    except (OSError, ValueError, TypeError, AttributeError):  # not a real file (tests) or not selectable
-        return True
-
-
 MAX_PROMPT_BYTES = 4 * 2**20  # a prompt larger than this is a mistake (`gen - < /dev/zero`), not a prompt
 
 

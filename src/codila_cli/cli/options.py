@@ -10,10 +10,6 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
-from codila_cli.decoding.config import GEN_KNOBS
-
-DTYPE_HELP = GEN_KNOBS["dtype"].help
-
 
 class Color(str, Enum):
     auto = "auto"
@@ -37,9 +33,6 @@ def json_option(help: str = "One JSON object.") -> Any:
 
 Device = Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.")]
 Dtype = Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).")]
-# gen reads config.toml's [runtime] too, so its flags default to None (= not given)
-LayeredDevice = Annotated[str | None, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps. [default: auto]")]
-LayeredDtype = Annotated[str | None, typer.Option(envvar="CODILA_DTYPE", help=DTYPE_HELP + " [default: auto]")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.", rich_help_panel="Output")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.", rich_help_panel="Output")]
 ColorOption = Annotated[Color, typer.Option(help="Colour on stderr.", rich_help_panel="Output")]

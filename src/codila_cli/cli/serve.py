@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import LayeredDevice, LayeredDtype, Quiet, ar_option, dlm_option
+from codila_cli.cli.options import Quiet, ar_option, dlm_option, knob_option
 from codila_cli.errors import UsageError
 
 
@@ -35,8 +35,8 @@ def serve(
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request deadline in seconds; past it the request is cancelled (504).")] = 300.0,
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")] = 1 << 20,
     lanes: Annotated[int, typer.Option("--lanes", help="Batched steps that run at once, each on its own cohort of requests with cores/lanes torch threads; 0 = auto: 2 on a CPU with 2 or more cores (a cohort samples while the other's forward runs), 1 on a GPU; 1–8.")] = 0,
-    device: LayeredDevice = None,
-    dtype: LayeredDtype = None,
+    device: Annotated[str | None, knob_option("device")] = None,
+    dtype: Annotated[str | None, knob_option("dtype")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Serve the models over HTTP: OpenAI /v1/completions and /v1/chat/completions, llama.cpp /infill,
@@ -107,7 +107,7 @@ def _lanes(asked: int, engine: Any) -> int:
 
 
 def _check(*, host: str, port: int, api_key: str | None, no_auth: bool, max_batch: int, max_queue: int,
-           timeout: float, max_body: int, lanes: int = 1) -> None:
+           timeout: float, max_body: int, lanes: int) -> None:
     """Refuse bad limits and an open non-loopback address before anything loads."""
     import math
 

@@ -169,9 +169,6 @@ class KnobTable(Mapping[str, Knob]):
     def recommendable(self) -> dict[str, Knob]:
         return {k.name: k for k in self._knobs.values() if k.recommend}
 
-    def by_short(self) -> dict[str, Knob]:
-        return {k.short: k for k in self._knobs.values() if k.short}
-
     def schema(self) -> dict[str, dict[str, tuple[type, ...]]]:
         """config.toml's sections and keys with the TOML types each accepts."""
         out: dict[str, dict[str, tuple[type, ...]]] = {}
@@ -218,15 +215,15 @@ def flat(config: Any) -> dict[str, Any]:
     return out
 
 
-def label_parts(table: KnobTable, values: Mapping[str, Any], *, always: bool = True) -> list[str]:
+def label_parts(table: KnobTable, values: Mapping[str, Any]) -> list[str]:
     """``KEY=value`` for each knob with an eval key in ``values``, in table order: the ones marked ``show``
-    always (with ``always``), the others only when they differ from the default."""
+    always, the others only when they differ from the default."""
     parts = []
     for k in table.values():
         if not k.short or k.name not in values:
             continue
         v = values[k.name]
-        if (always and k.show) or v != k.default:
+        if k.show or v != k.default:
             parts.append(f"{k.short}={_short_value(v)}")
     return parts
 

@@ -124,7 +124,8 @@ def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *,
              "load_seconds": round(models.load_seconds, 3)}
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
                             settings=asdict(config), metrics={**metrics.to_dict(), **extra},
-                            syntax=check_python(text, span=(len(prompt), len(text)) if mode != "chat" else None), prompt_tokens=len(ids), events=recorder.events)
+                            syntax=check_python(text, span=(len(prompt), len(text)) if mode != "chat" else None),
+                            prompt_tokens=len(ids), events=recorder.events)
 
 
 def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig | ThresholdConfig | CodilaConfig,
