@@ -17,6 +17,7 @@ from codila_cli.eval.benchmarks import load_tasks, select
 from codila_cli.eval.jail import detect as _detect_jail
 from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 from codila_cli.eval.settings import parse_setting
+from codila_cli.eval.verdict import reference_for
 
 JAIL = _detect_jail().kind != "none"
 # benign programs (canonical solutions) also run where no jail exists; hostile ones only in the jail
@@ -78,19 +79,22 @@ def _humaneval_rows():
 def test_canonical_humaneval_solutions_pass_and_empty_fail():
     rows = {r["task_id"]: r for r in _humaneval_rows()}
     tasks = select(load_tasks("humaneval"), limit=12, ids=None)
-    for t in tasks:
-        assert run_sandboxed(t.program(rows[t.task_id]["canonical_solution"]), FAST).passed, t.task_id
-        assert not run_sandboxed(t.program(""), FAST).passed, t.task_id
+    for t in tasks:  # the isolated verdict: the tests in their own jail, the reference's helpers there
+        ref = reference_for(kind=t.kind, prompt=t.prompt, reference=t.reference)
+        assert run_sandboxed(t.body(rows[t.task_id]["canonical_solution"]), FAST, test=t.test,
+                             entry_point=t.entry_point, reference=ref).passed, t.task_id
+        assert not run_sandboxed(t.body(""), FAST, test=t.test, entry_point=t.entry_point, reference=ref).passed
+    # and in one process, the weaker verdict that tasks marked "in-process" get
+    assert run_sandboxed(tasks[0].program(rows[tasks[0].task_id]["canonical_solution"]), FAST).passed
 
 
 @pytest.mark.skipif(not (DATA / "mbpp").is_dir(), reason="shared/data not present")
 def test_canonical_mbpp_solutions_pass():
     raw = {f"mbpp/{r['task_id']}": r for r in json.loads((DATA / "mbpp" / "sanitized-mbpp.json").read_text())}
     tasks = select(load_tasks("mbpp", data=DATA), limit=10, ids=None)
-    for t in tasks:
-        program = raw[t.task_id]["code"] + "\n" + t.test + "\n"
-        assert run_sandboxed(program, FAST).passed, t.task_id
-        assert not run_sandboxed(t.program("    pass\n"), FAST).passed
+    for t in tasks:  # MBPP has no entry point: the functions its asserts call are the program's
+        assert run_sandboxed(raw[t.task_id]["code"], FAST, test=t.test, reference=t.reference).passed, t.task_id
+        assert not run_sandboxed(t.body("    pass\n"), FAST, test=t.test, reference=t.reference).passed
 
 
 def test_setting_parser():
@@ -160,8 +164,10 @@ def test_he_infilling_canonical_middles_pass():
     raw = {json.loads(x)["task_id"]: json.loads(x) for x in
            gz.open(DATA / "human-eval-infilling" / "HumanEval-SingleLineInfilling.jsonl.gz", "rt")}
     for t in tasks:
-        assert run_sandboxed(t.program(raw[t.task_id]["canonical_solution"]), FAST).passed, t.task_id
-        assert not run_sandboxed(t.program(""), FAST).passed, t.task_id
+        assert run_sandboxed(t.body(raw[t.task_id]["canonical_solution"]), FAST, test=t.test,
+                             entry_point=t.entry_point, reference=t.reference).passed, t.task_id
+        assert not run_sandboxed(t.body(""), FAST, test=t.test, entry_point=t.entry_point,
+                                 reference=t.reference).passed, t.task_id
 
 
 @pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")

@@ -17,27 +17,30 @@ pytestmark = pytest.mark.skipif(detect().kind == "none", reason="bubblewrap cann
 LIMITS = SandboxLimits(timeout=4.0, cpu_seconds=4, max_procs=16)
 
 
-def _run(body: str, test: str = "", entry: str | None = None):
-    return run_sandboxed(body, LIMITS, test=test, entry_point=entry)
+def _run(body: str, test: str = "", entry: str | None = None, *, isolated: bool = True):
+    return run_sandboxed(body, LIMITS, test=test, entry_point=entry, isolated=isolated)
 
 
-@pytest.mark.parametrize("body, test, entry, status", [
-    ("def f(x):\n    return x + 1\n", "assert f(1) == 2\n", None, "passed"),
-    ("def add(a, b):\n    return a + b\n", "def check(candidate):\n    assert candidate(1, 2) == 3\n", "add", "passed"),
-    ("def f(x):\n    return x\n", "assert f(1) == 2\n", None, "failed"),
-    ("import sys\nsys.exit(0)\n", "assert False\n", None, "error"),  # a top-level exit is no pass
-    ("exit()\n", "assert False\n", None, "error"),
-    ("import os\nos._exit(0)\n", "assert False\n", None, "no-verdict"),
-    ("import atexit, os\natexit.register(lambda: print('ok'))\n", "assert False\n", None, "failed"),
+@pytest.mark.parametrize("body, test, entry, isolated, in_process", [
+    ("def f(x):\n    return x + 1\n", "assert f(1) == 2\n", None, "passed", "passed"),
+    ("def add(a, b):\n    return a + b\n", "def check(candidate):\n    assert candidate(1, 2) == 3\n", "add", "passed",
+     "passed"),
+    ("def f(x):\n    return x\n", "assert f(1) == 2\n", None, "failed", "failed"),
+    ("import sys\nsys.exit(0)\n", "assert False\n", None, "error", "error"),  # a top-level exit is no pass
+    ("exit()\n", "assert False\n", None, "error", "error"),
+    ("import os\nos._exit(0)\n", "assert False\n", None, "error", "no-verdict"),  # ended before it answered
+    ("import atexit, os\natexit.register(lambda: print('ok'))\n", "assert False\n", None, "failed", "failed"),
     ("class Yes:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Yes()\n",
-     "assert f(1) == 2\n", None, "failed"),  # an __eq__ that is always true
+     "assert f(1) == 2\n", None, "failed", "failed"),  # an __eq__ that is always true
     ("class N(int):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return [N(0)]\n",
-     "assert f(1) == [2]\n", None, "failed"),
-    ("while True:\n    pass\n", "", None, "timeout"),
-    ("x = bytearray(8 * 2**30)\n", "", None, "error"),
+     "assert f(1) == [2]\n", None, "failed", "failed"),
+    ("def f():\n    while True:\n        pass\n", "f()\n", None, "timeout", "timeout"),
+    ("x = bytearray(8 * 2**30)\n", "assert True\n", None, "error", "error"),
+    ("def f():\n    import os\n    os.kill(os.getpid(), 9)\n", "f()\n", None, "killed", "killed"),
 ])
-def test_the_verdict_is_the_harnesss_own(body, test, entry, status):
-    assert _run(body, test, entry).status == status
+def test_the_verdict_is_the_harnesss_own(body, test, entry, isolated, in_process):
+    assert _run(body, test, entry).status == isolated
+    assert _run(body, test, entry, isolated=False).status == in_process
 
 
 def test_an_mbpp_task_whose_only_test_fails_never_passes():
@@ -101,11 +104,11 @@ def test_sockets_reach_nothing():
 
 
 def test_processes_are_capped_and_output_is_bounded():
-    from codila_cli.eval.jail import pids_cgroup, remove_cgroup
+    from codila_cli.eval.jail import remove_cgroups, run_cgroups
 
-    group = pids_cgroup(8) if os.geteuid() == 0 else None
-    remove_cgroup(group)
-    if os.geteuid() == 0 and group is None:
+    groups = run_cgroups(max_procs=8, memory_bytes=2**30)
+    remove_cgroups(groups)
+    if os.geteuid() == 0 and not groups.pids:
         pytest.skip("root without a writable pids cgroup: the jail has no process cap here (codila doctor says so)")
     out = _run("import os\nn = 0\nfor _ in range(100):\n    try:\n        if os.fork() == 0:\n"
                "            import time; time.sleep(2); os._exit(0)\n        n += 1\n    except OSError:\n        break\n"
@@ -118,3 +121,58 @@ def test_processes_are_capped_and_output_is_bounded():
 def test_the_environment_holds_no_secrets(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "secret")
     assert _run("import os\nassert 'HF_TOKEN' not in os.environ and os.getuid() == 65534\n").passed
+
+
+def _children(n: int, mb: int) -> str:
+    """A program whose ``f()`` forks ``n`` children that each write ``mb`` MiB and hold it a moment;
+    it returns how many of them survived."""
+    return (f"import os, time\ndef f():\n    pids = []\n    for _ in range({n}):\n        pid = os.fork()\n"
+            f"        if pid == 0:\n            b = b'\\x01' * ({mb} * 2**20)\n            time.sleep(1.0)\n"
+            f"            os._exit(0 if len(b) else 1)\n        pids.append(pid)\n"
+            f"    return sum(os.waitpid(p, 0)[1] == 0 for p in pids)\n")
+
+
+def test_memory_is_capped_for_the_whole_run_not_each_process():
+    """Issue 40: four children held 3.6 GiB under a 1 GiB limit (it was per process). With a memory
+    cgroup the limit holds for the run: 4 × 120 MiB under 256 MiB does not all survive, 4 × 20 MiB does."""
+    from codila_cli.eval.jail import remove_cgroups, run_cgroups
+
+    groups = run_cgroups(max_procs=16, memory_bytes=256 * 2**20)
+    remove_cgroups(groups)
+    if not groups.memory:
+        pytest.skip("no writable memory cgroup here: the limit is per process (codila doctor says so)")
+    limits = SandboxLimits(timeout=10.0, cpu_seconds=10, memory_mb=256, max_procs=16)
+    test = "def check(f):\n    assert f() == 4\n"
+    assert run_sandboxed(_children(4, 20), limits, test=test, entry_point="f").passed
+    big = run_sandboxed(_children(4, 120), limits, test=test, entry_point="f")
+    assert not big.passed and big.status in ("failed", "killed", "error"), big
+
+
+def test_scratch_space_is_capped_in_every_writable_place():
+    """Issue 40: 960 MiB went into /tmp, the sandbox and /dev/shm in 4 s. Each is now a tmpfs of
+    ``scratch_mb``: writing 1 MiB files until it fails stops near the cap in each of them."""
+    limits = SandboxLimits(timeout=10.0, cpu_seconds=10, scratch_mb=8, max_procs=16)
+    program = ("import os\ndef fill():\n    got = {}\n    for d in ('/sandbox', '/tmp', '/dev/shm'):\n"
+               "        n = 0\n        for i in range(40):\n            try:\n"
+               "                with open(f'{d}/f{i}', 'wb') as fh:\n                    fh.write(b'x' * 2**20)\n"
+               "                n += 2**20\n            except OSError:\n                break\n        got[d] = n\n"
+               "    return got\n")
+    test = "def check(f):\n    got = f()\n    assert all(4 * 2**20 <= n <= 8 * 2**20 for n in got.values()), got\n"
+    out = run_sandboxed(program, limits, test=test, entry_point="fill")
+    assert out.passed, out
+
+
+def test_a_run_writes_nothing_to_the_hosts_disk(tmp_path, monkeypatch):
+    """The run's directory is a tmpfs that its files are copied into: the host's temporary directory
+    stays empty even while a program fills its own, and after it ends."""
+    import tempfile
+
+    host = tmp_path / "host-tmp"
+    host.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host))
+    program = (f"import os\ndef f():\n    open('a.txt', 'w').write('x')\n    os.makedirs('d/e/f')\n"
+               f"    return sorted(os.listdir('.')) + [os.path.exists({str(host)!r})]\n")
+    test = "def check(f):\n    got = f()\n    assert got[-1] is False and 'a.txt' in got and 'body.py' in got, got\n"
+    out = run_sandboxed(program, LIMITS, test=test, entry_point="f")
+    assert out.passed, out
+    assert list(host.iterdir()) == []

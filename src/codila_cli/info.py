@@ -152,15 +152,13 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
     from codila_cli.eval.jail import detect
 
     jail = detect()
-    cap = ""
-    if jail.kind != "none" and os.geteuid() == 0:
-        from codila_cli.eval.jail import pids_cgroup, remove_cgroup
+    add("eval jail", jail.describe() + ("" if jail.kind != "none" else "; codila eval refuses to run "
+                                        "generated code without --unsafe-local-exec"))
+    if jail.kind != "none":
+        from codila_cli.eval.jail import limits_in_force
+        from codila_cli.eval.sandbox import SandboxLimits
 
-        group = pids_cgroup(32)
-        remove_cgroup(group)
-        cap = "; process cap: pids cgroup" if group else "; no process cap (root, and no writable pids cgroup)"
-    add("eval jail", jail.describe() + cap + ("" if jail.kind != "none" else "; codila eval refuses to run "
-                                                "generated code without --unsafe-local-exec"))
+        add("eval limits", "; ".join(limits_in_force(SandboxLimits())))
     add("hf cache", str(hf_cache_dir()))
     add("hf offline", os.environ.get("HF_HUB_OFFLINE", "0"))
     add("config file", f"{user.path} ({'found' if user.exists else 'absent, using defaults'})")

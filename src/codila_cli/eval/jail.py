@@ -3,11 +3,12 @@
 Each run gets new user, PID, mount, network, IPC, UTS and cgroup namespaces (``--unshare-all``), all
 capabilities dropped, uid/gid 65534 inside, and a file system of its own: the interpreter's prefix and
 ``/usr`` (and the ``/lib*``/``/bin`` trees where they are real directories) read-only, a fresh ``/proc``
-that shows only the run's own processes, a minimal ``/dev``, a private ``/tmp``, and the run's directory
-(``/sandbox``) as the only writable place. The environment is cleared. When the run's first process
-(the namespace's init) ends, the kernel kills every process left in the PID namespace, so nothing a
+that shows only the run's own processes, a minimal ``/dev``, private size-capped ``/tmp`` and ``/dev/shm``,
+and the run's directory (``/sandbox``, a tmpfs the run's files are copied into) as the only writable
+places. The environment is cleared. When the run's first process (the namespace's init) ends, the kernel kills every process left in the PID namespace, so nothing a
 program starts outlives it. A cap on processes: RLIMIT_NPROC where it binds (not for root, whose
-processes it does not count), else a ``pids`` cgroup when one is writable (:func:`pids_cgroup`).
+processes it does not count), else a ``pids`` cgroup when one is writable; memory for the whole run
+in a ``memory`` cgroup where one is writable (:func:`run_cgroups`), else per process (RLIMIT_AS).
 
 Where bwrap is missing or cannot create namespaces (macOS, containers without user namespaces),
 :func:`detect` says so and ``codila eval`` refuses to run generated code unless the user passes
@@ -48,7 +49,7 @@ def detect() -> Jail:
     if path is None:
         return Jail("none", why="bwrap (bubblewrap) is not installed")
     try:
-        r = subprocess.run([*command(path, Path("/"), probe=True), "-I", "-c", "print('ok')"], capture_output=True,
+        r = subprocess.run([*command(path, probe=True), "-I", "-c", "print('ok')"], capture_output=True,
                            text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Jail("none", why=f"bwrap does not start ({exc})")
@@ -57,8 +58,14 @@ def detect() -> Jail:
     return Jail("bwrap", path)
 
 
-def command(bwrap: str, workdir: Path, *, probe: bool = False) -> list[str]:
-    """The bwrap command line up to the interpreter (the caller appends its arguments)."""
+def command(bwrap: str, *, files: tuple[tuple[int, str], ...] = (), scratch_bytes: int | None = None,
+            probe: bool = False) -> list[str]:
+    """The bwrap command line up to the interpreter (the caller appends its arguments).
+
+    The run's directory ``/sandbox`` is a tmpfs of its own, never a host directory: ``files`` are
+    (descriptor, name) pairs that bwrap copies into it (``--file``) before the program starts, so a run
+    leaves nothing on the host's disk. ``/sandbox``, ``/tmp`` and ``/dev/shm`` are each capped at
+    ``scratch_bytes`` (tmpfs ``size=``; their pages are also charged to the run's memory cgroup)."""
     python, prefix = interpreter()
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", "65534", "--gid", "65534", "--hostname", "codila-sandbox", "--clearenv",
@@ -71,37 +78,112 @@ def command(bwrap: str, workdir: Path, *, probe: bool = False) -> list[str]:
             args += ["--ro-bind", top, top]
     if not prefix.startswith("/usr/"):
         args += ["--ro-bind", prefix, prefix]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    size = ["--size", str(scratch_bytes)] if scratch_bytes else []
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm"]
     if not probe:
-        args += ["--bind", str(workdir), "/sandbox", "--chdir", "/sandbox"]
+        args += [*size, "--tmpfs", "/sandbox"]
+        for fd, name in files:
+            args += ["--perms", "0644", "--file", str(fd), f"/sandbox/{name}"]
+        args += ["--chdir", "/sandbox"]
     return [*args, "--", python]
 
 
-def pids_cgroup(limit: int) -> Path | None:
-    """A new ``pids`` cgroup (v2, or v1's pids hierarchy) with ``pids.max = limit``, when this process may
-    create one; the caller moves the run into it and removes it afterwards. None where none is writable."""
-    candidates = [Path("/sys/fs/cgroup")] if Path("/sys/fs/cgroup/cgroup.controllers").is_file() else []
-    candidates.append(Path("/sys/fs/cgroup/pids"))
-    for root in candidates:
-        if root.name != "pids" and "pids" not in (root / "cgroup.subtree_control").read_text(errors="ignore"):
-            continue
-        try:
-            group = root / f"codila-{os.getpid()}-{os.urandom(4).hex()}"
-            group.mkdir()
-            (group / "pids.max").write_text(str(limit))
-            return group
-        except OSError:
-            continue
+@dataclass(frozen=True)
+class RunGroups:
+    """The cgroups one run is placed in (before exec, so all it starts is counted): a ``pids`` cap and a
+    ``memory`` cap for the whole run (every process and its tmpfs pages together), where writable."""
+    dirs: tuple[Path, ...] = ()
+    pids: bool = False
+    memory: bool = False
+
+
+def _v2_root() -> Path | None:
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        if (root / "cgroup.controllers").is_file():
+            return root
     return None
 
 
-def remove_cgroup(group: Path | None) -> None:
-    """Remove the run's cgroup once the kernel has reaped its processes (a few tries)."""
+def _new_group(root: Path, settings: dict[str, str]) -> Path | None:
+    group = root / f"codila-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        group.mkdir()
+    except OSError:
+        return None
+    try:
+        for name, value in settings.items():
+            (group / name).write_text(value)
+        return group
+    except OSError:
+        remove_cgroups(RunGroups((group,)))
+        return None
+
+
+def run_cgroups(*, max_procs: int, memory_bytes: int) -> RunGroups:
+    """New cgroups capping one run's processes and its memory, where this process may create them: v2
+    (one group with ``pids.max`` and ``memory.max``, no swap) where its root delegates those
+    controllers, else v1's ``pids`` and ``memory`` hierarchies (``memory.limit_in_bytes``, and
+    ``memory.memsw.limit_in_bytes`` where swap accounting is on). What cannot be created is left out:
+    the fallback is the per-process limits (RLIMIT_NPROC, RLIMIT_AS) that :mod:`sandbox` always sets."""
+    root = _v2_root()
+    if root is not None:
+        wanted = set((root / "cgroup.subtree_control").read_text(errors="ignore").split()) & {"pids", "memory"}
+        settings = {"pids.max": str(max_procs)} if "pids" in wanted else {}
+        if "memory" in wanted:
+            settings.update({"memory.max": str(memory_bytes), "memory.swap.max": "0"})
+        group = _new_group(root, settings) if settings else None
+        if group is not None:
+            return RunGroups((group,), "pids" in wanted, "memory" in wanted)
+    dirs, pids, memory = [], False, False
+    v1 = Path("/sys/fs/cgroup")
+    if (v1 / "pids" / "pids.max").exists() or (v1 / "pids" / "cgroup.procs").is_file():
+        group = _new_group(v1 / "pids", {"pids.max": str(max_procs)})
+        if group is not None:
+            dirs.append(group)
+            pids = True
+    if (v1 / "memory" / "memory.limit_in_bytes").is_file():
+        group = _new_group(v1 / "memory", {"memory.limit_in_bytes": str(memory_bytes)})
+        if group is not None:
+            try:
+                if (group / "memory.memsw.limit_in_bytes").is_file():
+                    (group / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+            except OSError:
+                pass
+            dirs.append(group)
+            memory = True
+    return RunGroups(tuple(dirs), pids, memory)
+
+
+def remove_cgroups(groups: RunGroups) -> None:
+    """Remove a run's cgroups once the kernel has reaped its processes (a few tries each)."""
     import time
 
-    for _ in range(50) if group is not None else ():
-        try:
-            group.rmdir()
-            return
-        except OSError:
-            time.sleep(0.02)
+    for group in groups.dirs:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.02)
+
+
+def limits_in_force(limits) -> list[str]:
+    """What caps a run here (``limits``: an eval.sandbox.SandboxLimits), in words for ``codila doctor``:
+    the cgroups are tried, not assumed."""
+    max_procs, memory_mb = limits.max_procs, limits.memory_mb
+    groups = run_cgroups(max_procs=max_procs, memory_bytes=memory_mb * 2**20)
+    remove_cgroups(groups)
+    memory = (f"{memory_mb} MiB for the whole run (memory cgroup)" if groups.memory else
+              f"{memory_mb} MiB per process only (RLIMIT_AS; no writable memory cgroup)")
+    if groups.pids:
+        procs = f"{max_procs} (pids cgroup)"
+    elif os.geteuid() == 0:
+        procs = "none (root, and no writable pids cgroup)"
+    else:
+        procs = f"{max_procs} (RLIMIT_NPROC)"
+    return [f"memory {memory}", f"processes {procs}",
+            f"scratch {limits.scratch_mb} MiB each for /sandbox, /tmp, /dev/shm (tmpfs)",
+            f"files {limits.file_mb} MiB each, {limits.max_files} open at once",
+            f"time {limits.timeout:g} s, CPU {limits.cpu_seconds} s"]

@@ -20,7 +20,7 @@ from codila_cli.eval.benchmarks import Task
 from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 from codila_cli.eval.settings import Setting
 
-ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "empty", "repetitive", "passed", "status",
+ROW_KEYS = ("task_id", "setting", "decoder", "completion", "valid", "parses", "empty", "repetitive", "passed", "status", "verdict",
             "dlm_forwards", "ar_forwards", "tokens", "tokens_per_step", "tokens_per_second", "wall_seconds",
             "order_spearman")
 
@@ -96,7 +96,7 @@ def _too_long_row(task: Task, setting: Setting) -> dict:
     (not valid, not passed), so every benchmark's denominators stay the whole benchmark."""
     return {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": "",
             "valid": False, "parses": False, "empty": True, "repetitive": False,
-            "passed": False if task.test else None, "status": "too-long", "dlm_forwards": 0, "ar_forwards": 0,
+            "passed": False if task.test else None, "status": "too-long", "verdict": None, "dlm_forwards": 0, "ar_forwards": 0,
             "tokens": 0, "tokens_per_step": 0.0, "tokens_per_second": 0.0, "wall_seconds": 0.0,
             "order_spearman": None}
 
@@ -128,15 +128,33 @@ def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: S
     row = {"task_id": task.task_id, "setting": setting.label, "decoder": setting.decoder, "completion": completion,
            "valid": parses and not empty, "parses": parses, "empty": empty, "repetitive": repetitive(completion),
            "warnings": [f"{w.line}:{w.column} {w.message}" for w in report.warnings],
-           "passed": None, "status": "no-tests"}
+           "passed": None, "status": "no-tests", "verdict": None}
     if task.test:
-        out = run_sandboxed(task.body(completion), limits, test=task.test, entry_point=task.entry_point)
-        row["passed"], row["status"] = out.passed, out.status
+        out = _judge(task, completion, limits)
+        row["passed"], row["status"], row["verdict"] = out.passed, out.status, out.verdict
         if out.detail:
             row["failure"] = out.detail
     row.update({k: metrics[k] for k in ("dlm_forwards", "ar_forwards", "tokens", "tokens_per_step",
                                        "tokens_per_second", "wall_seconds", "order_spearman")})
     return row
+
+
+def _judge(task: Task, completion: str, limits: SandboxLimits):
+    """The task's verdict on one completion. Whatever the program did, the run goes on: a sandbox that
+    cannot start or clean up (out of descriptors, a cgroup that will not go) is that row's error."""
+    from codila_cli.errors import CodilaError
+    from codila_cli.eval.sandbox import Outcome
+    from codila_cli.eval.verdict import reference_for
+
+    try:
+        return run_sandboxed(task.body(completion), limits, test=task.test, entry_point=task.entry_point,
+                             reference=reference_for(kind=task.kind, prompt=task.prompt, reference=task.reference),
+                             isolated=task.verdict == "isolated")
+    except CodilaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one program's aftermath never ends the run
+        return Outcome(False, "error", None, 0.0, "", f"the sandbox failed: {type(exc).__name__}: {exc}"[:300],
+                       verdict=task.verdict)
 
 
 def run_eval(models, tasks: list[Task], settings: list[Setting], *, seed: int = 0,
@@ -184,7 +202,8 @@ def summarize(rows: list[dict]) -> list[dict]:
             "static_findings": sum(bool(r.get("warnings")) for r in rs) / n,  # parses, but pyflakes finds something
             "tokens_per_second": tokens / secs if secs else 0.0, "dlm_forwards": fwd,
             "ar_forwards": sum(r["ar_forwards"] for r in rs), "order_spearman": statistics.mean(sp) if sp else None,
-            "wall_seconds": round(secs, 2), "too_long": sum(r.get("status") == "too-long" for r in rs)})
+            "wall_seconds": round(secs, 2), "too_long": sum(r.get("status") == "too-long" for r in rs),
+            "in_process": sum(r.get("verdict") == "in-process" for r in rs)})
     return out
 
 
@@ -276,6 +295,10 @@ def markdown(summary: list[dict], *, title: str = "") -> str:
     if long:
         lines += ["", (f"{long} task(s) did not fit the model's context with this canvas (status `too-long` in "
                        "rows.jsonl): nothing was decoded for them and they count as failed.")]
+    inproc = max((s.get("in_process", 0) for s in summary), default=0)
+    if inproc:
+        lines += ["", (f"{inproc} task(s) were judged in-process (`verdict: in-process` in rows.jsonl): their tests ran "
+                       "inside the program's own process, where a program can forge a pass (docs/evaluation.md).")]
     return "\n".join(lines) + "\n"
 
 

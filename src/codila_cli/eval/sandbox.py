@@ -1,23 +1,30 @@
-"""Run model-written programs in an OS jail (eval/jail.py) with limits, and read an honest verdict.
-Never ``exec`` in-process.
+"""Run model-written programs in OS jails (eval/jail.py) with limits, and read a verdict the program
+cannot forge. Never ``exec`` in-process.
 
+* **Isolated verdict** (every task with tests, unless it is marked ``"verdict": "in-process"``): two
+  jails. The program's holds only the program (``jailed/program.py`` runs it and answers calls); the
+  tests' holds the tests and the task's trusted reference code (``jailed/judge.py``). The tests call
+  the program through stand-ins that pass plain data (``jailed/wire.py``: no object of the program's
+  making, no ``__eq__`` of its own, no ``int`` subclass) over two pipes; the verdict is written by the
+  tests' process to a pipe only codila holds, after the tests returned. The program cannot see the
+  tests, their expected values, the tests' process or its descriptors (another PID, mount and user
+  namespace), so it passes only by computing the answers. Names: eval/verdict.py.
+* **In-process verdict** (``jailed/inproc.py``): the program and its tests in one process, for tasks
+  whose tests need the program's own objects (a class under test), and for programs that carry their
+  own asserts. A program can forge it; rows say ``verdict: in-process`` and the summary counts them.
 * **Jail**: bubblewrap namespaces (user, PID, mount, network, IPC), uid 65534, a read-only interpreter,
-  the run's directory as the only writable place, no host processes in ``/proc``; every process of the
-  run dies with it. Without a jail, programs run only if the caller allows it (``unsafe=True``,
-  ``codila eval --unsafe-local-exec``), as before: a fresh directory, a minimal environment, ``python
-  -I``, limits, and a process group that is killed at the end.
-* **Limits**: wall-clock timeout, CPU seconds, address space, file size, open files, processes
-  (RLIMIT_NPROC, or a ``pids`` cgroup for root); stderr is kept to its first and last 4 KiB.
-* **Verdict**: the program runs inside a harness (``HARNESS``) that reads a random per-run marker from
-  stdin before any program code runs, executes the program and then the tests (``check(entry_point)``
-  for HumanEval), and writes ``PASS <marker>`` to a dedicated pipe only after the tests returned. A top-
-  level ``SystemExit``, ``os._exit``, an ``atexit`` trick, a crash or a kill leave no marker: not passed.
-  The functions the program defines may not return objects of classes the program defines (an
-  ``__eq__`` that is always true): that is a failure too. A determined attacker in the same process
-  can still find the marker in memory; the jail, not the verdict, is the security boundary.
+  size-capped tmpfs ``/sandbox``, ``/tmp`` and ``/dev/shm`` as the only writable places (nothing is
+  written to the host's disk), no host processes in ``/proc``; every process of the run dies with it.
+  Without a jail, programs run only if the caller allows it (``unsafe=True``, ``codila eval
+  --unsafe-local-exec``): a fresh directory, a minimal environment, ``python -I``, limits, and a process
+  group that is killed at the end; there the verdict is not protected (same user, same machine).
+* **Limits**: wall-clock timeout, CPU seconds, memory (for the whole run in a memory cgroup where one is
+  writable, and per process), file size, open files, processes (RLIMIT_NPROC, or a ``pids`` cgroup),
+  scratch space; stderr is kept to its first and last 4 KiB.
 
-Statuses: ``passed``, ``failed`` (an assertion), ``error`` (another exception, or ``SystemExit``),
-``timeout``, ``killed`` (a signal, e.g. the memory limit), ``no-verdict`` (ended without one).
+Statuses: ``passed``, ``failed`` (an assertion, or a result that is not plain data), ``error`` (another
+exception, ``SystemExit``, or the program ended before it answered), ``timeout``, ``killed`` (a signal,
+e.g. the memory limit), ``no-verdict`` (the deciding process ended without a verdict).
 """
 
 from __future__ import annotations
@@ -31,56 +38,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from codila_cli.errors import UsageError
 
-HARNESS = r'''
-import os, sys, types
-def _harness():
-    marker = sys.stdin.readline().strip()
-    sys.stdin = open(os.devnull)
-    verdict = os.fdopen(int(sys.argv[1]), "w")
-    entry = sys.argv[2] if len(sys.argv) > 2 else ""
-    body = open("body.py", encoding="utf-8").read()
-    test = open("test.py", encoding="utf-8").read()
-    ns = {"__name__": "__main__", "__builtins__": __builtins__}
-    mine = set()
-    def plain(value, depth=0):
-        t = type(value)
-        if t.__module__ == "__main__" or t in mine:
-            raise AssertionError(f"the completion returned a {t.__name__} it defines itself")
-        if depth < 4 and t in (list, tuple, set, frozenset):
-            for v in value:
-                plain(v, depth + 1)
-        elif depth < 4 and t is dict:
-            for k, v in value.items():
-                plain(k, depth + 1); plain(v, depth + 1)
-    def guard(fn):
-        def guarded(*a, **k):
-            out = fn(*a, **k)
-            plain(out)
-            return out
-        guarded.__name__, guarded.__doc__, guarded.__wrapped__ = fn.__name__, fn.__doc__, fn
-        return guarded
-    try:
-        exec(compile(body, "program.py", "exec"), ns)
-        mine.update(v for v in ns.values() if isinstance(v, type))
-        for name, v in list(ns.items()):
-            if isinstance(v, types.FunctionType):
-                ns[name] = guard(v)
-        exec(compile(test, "test.py", "exec"), ns)
-        if entry:
-            ns["check"](ns[entry])
-    except AssertionError as exc:
-        verdict.write(f"FAIL failed {type(exc).__name__}: {str(exc)[:200]}\n"); verdict.flush(); os._exit(1)
-    except BaseException as exc:
-        verdict.write(f"FAIL error {type(exc).__name__}: {str(exc)[:200]}\n"); verdict.flush(); os._exit(1)
-    verdict.write(f"PASS {marker}\n")
-    verdict.flush()
-    os._exit(0)
-_harness()
-'''
 TAIL = 4096
 
 
@@ -88,10 +50,11 @@ TAIL = 4096
 class SandboxLimits:
     timeout: float = 10.0
     cpu_seconds: int = 10
-    memory_mb: int = 1024
+    memory_mb: int = 1024  # the whole run where a memory cgroup is writable, else each process
     file_mb: int = 16
     max_procs: int = 32
     max_files: int = 256
+    scratch_mb: int = 64  # each of /sandbox, /tmp, /dev/shm in the jail
     unsafe_local_exec: bool = False  # run without a jail where none exists (codila eval --unsafe-local-exec)
 
     def __post_init__(self) -> None:
@@ -99,7 +62,8 @@ class SandboxLimits:
 
         if not math.isfinite(self.timeout) or self.timeout <= 0 or self.timeout > 86400:
             raise ValueError(f"the sandbox timeout must be a number of seconds in (0, 86400], got {self.timeout}")
-        if self.cpu_seconds < 1 or self.memory_mb < 64 or self.file_mb < 1 or self.max_procs < 1 or self.max_files < 16:
+        if (self.cpu_seconds < 1 or self.memory_mb < 64 or self.file_mb < 1 or self.max_procs < 1
+                or self.max_files < 16 or self.scratch_mb < 1):
             raise ValueError("sandbox limits must be positive (memory at least 64 MB)")
 
 
@@ -111,6 +75,7 @@ class Outcome:
     seconds: float
     stderr_tail: str
     detail: str = ""
+    verdict: str = "isolated"  # "isolated" (tests in their own jail) or "in-process"
 
 
 def _own_processes() -> int:
@@ -124,7 +89,7 @@ def _own_processes() -> int:
     return n
 
 
-def _limits(limits: SandboxLimits, cgroup: Path | None):
+def _limits(limits: SandboxLimits, groups):
     nproc = None if os.geteuid() == 0 else _own_processes() + limits.max_procs  # root: the cgroup caps it
 
     def apply() -> None:
@@ -136,8 +101,8 @@ def _limits(limits: SandboxLimits, cgroup: Path | None):
                            (resource.RLIMIT_NOFILE, limits.max_files), (resource.RLIMIT_NPROC, nproc)):
             if value is not None:
                 resource.setrlimit(res, (value, value))
-        if cgroup is not None:  # before exec: the run and all it starts are in the cgroup from the start
-            with open(cgroup / "cgroup.procs", "w") as fh:
+        for group in groups.dirs:  # before exec: the run and all it starts are in its cgroups from the start
+            with open(group / "cgroup.procs", "w") as fh:
                 fh.write(str(os.getpid()))
 
     return apply
@@ -165,9 +130,105 @@ class _Capped:
         return (self.head + gap.encode() + self.tail).decode("utf-8", "replace")
 
 
+def _script(name: str) -> str:
+    return (resources.files("codila_cli.eval.jailed") / name).read_text(encoding="utf-8")
+
+
+class _Jailed:
+    """One process in a jail of its own: its files copied in (bwrap ``--file`` into a tmpfs, or a fresh
+    host directory without a jail), the given descriptors passed, the limits applied before exec, its
+    stderr read in a thread. :meth:`close` kills everything it started and removes what it left."""
+
+    def __init__(self, jail, files: dict[str, str], args: list[str], limits: SandboxLimits, *,
+                 pass_fds: tuple[int, ...] = (), stdin: str = "", capped: bool = True) -> None:
+        from codila_cli.eval import jail as jails
+
+        self.tmp: Path | None = None
+        self.groups = jails.RunGroups()
+        memfds: list[int] = []
+        try:
+            if jail.kind == "bwrap":
+                for name, text in files.items():
+                    fd = os.memfd_create(name)
+                    memfds.append(fd)
+                    os.write(fd, text.encode("utf-8"))
+                    os.lseek(fd, 0, os.SEEK_SET)
+                cmd = [*jails.command(jail.path, files=tuple(zip(memfds, files)),
+                                      scratch_bytes=limits.scratch_mb * 2**20), "-I", *args]
+                cwd, env = None, {}
+                if capped:
+                    self.groups = jails.run_cgroups(max_procs=limits.max_procs, memory_bytes=limits.memory_mb * 2**20)
+            else:
+                self.tmp = Path(tempfile.mkdtemp(prefix="codila-sandbox-"))
+                for name, text in files.items():
+                    (self.tmp / name).write_text(text, encoding="utf-8")
+                cmd, cwd = [jails.interpreter()[0], "-I", *args], str(self.tmp)
+                env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(self.tmp), "PYTHONDONTWRITEBYTECODE": "1"}
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, pass_fds=(*pass_fds, *memfds), start_new_session=True,
+                                         preexec_fn=_limits(limits, self.groups))  # noqa: PLW1509 - limits pre-exec
+        except BaseException:
+            self._clean()
+            raise
+        finally:
+            for fd in memfds:
+                os.close(fd)
+        self.err = _Capped(self.proc.stderr)
+        try:
+            self.proc.stdin.write(stdin.encode())
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+
+    def close(self) -> None:
+        try:  # the whole run: the jail's init (its PID namespace dies with it), or the process group
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.err.thread.join(timeout=5)
+        self._clean()
+
+    def _clean(self) -> None:
+        from codila_cli.eval import jail as jails
+
+        jails.remove_cgroups(self.groups)
+        if self.tmp is not None:
+            remove_tree(self.tmp)
+
+
+def _wait(proc: subprocess.Popen, timeout: float) -> bool:
+    """True if ``proc`` ran past ``timeout``."""
+    try:
+        proc.wait(timeout=timeout)
+        return False
+    except subprocess.TimeoutExpired:
+        return True
+
+
+def _status(said: str, marker: str, *, timed_out: bool, returncode: int | None) -> str:
+    if timed_out:
+        return "timeout"
+    if said == f"PASS {marker}":
+        return "passed"
+    kind = said.split()[1] if said.startswith("FAIL ") and len(said.split()) > 1 else ""
+    if kind in ("failed", "error"):
+        return kind
+    if kind == "ended":
+        return "killed" if _signalled(returncode) else "error"
+    return "killed" if _signalled(returncode) else "no-verdict"
+
+
+def _signalled(returncode: int | None) -> bool:
+    """Ended by a signal: a negative code, or bwrap's 128 + signal for its child."""
+    return returncode is not None and (returncode < 0 or 128 < returncode < 160)
+
+
 def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits(), *, test: str = "", entry_point: str | None = None,
-                  unsafe: bool = False) -> Outcome:
-    """Run ``program`` (then ``test``, then ``check(entry_point)``); passed = the harness's verdict."""
+                  reference: str = "", isolated: bool = True, unsafe: bool = False) -> Outcome:
+    """Run ``program`` against ``test`` (then ``check(entry_point)``) and return the verdict: isolated
+    (the tests in a jail of their own, ``reference`` the trusted code they run first) when there are
+    tests and ``isolated``, else in-process. Without tests the program passes when it runs to its end."""
     from codila_cli.eval import jail as jails
 
     jail = jails.detect()
@@ -175,63 +236,77 @@ def run_sandboxed(program: str, limits: SandboxLimits = SandboxLimits(), *, test
         raise UsageError(f"no jail to run generated code in: {jail.why}",
                          hint="install bubblewrap (apt install bubblewrap), or pass --unsafe-local-exec to run it "
                               "without one (docs/evaluation.md)")
-    tmp = Path(tempfile.mkdtemp(prefix="codila-sandbox-"))
-    cgroup = None
+    if test and isolated:
+        return _run_isolated(jail, program, test, entry_point, reference, limits)
+    return _run_in_process(jail, program, test, entry_point, limits)
+
+
+def _run_in_process(jail, program: str, test: str, entry_point: str | None, limits: SandboxLimits) -> Outcome:
+    marker = secrets.token_hex(16)
+    read_fd, write_fd = os.pipe()
+    t0 = time.perf_counter()
     try:
-        (tmp / "body.py").write_text(program, encoding="utf-8")
-        (tmp / "test.py").write_text(test, encoding="utf-8")
-        (tmp / "harness.py").write_text(HARNESS, encoding="utf-8")
-        read_fd, write_fd = os.pipe()
-        args = ["-I", "harness.py", str(write_fd), entry_point or ""]
-        if jail.kind == "bwrap":
-            cmd = [*jails.command(jail.path, tmp), *args]
-            cwd, env = str(tmp), {}
-            if os.geteuid() == 0:
-                cgroup = jails.pids_cgroup(limits.max_procs)
-        else:
-            cmd, cwd = [jails.interpreter()[0], *args], str(tmp)
-            env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"}
-        marker = secrets.token_hex(16)
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
-                                preexec_fn=_limits(limits, cgroup))  # noqa: PLW1509 - limits apply pre-exec
-        os.close(write_fd)
-        err = _Capped(proc.stderr)
-        verdict = _Capped(os.fdopen(read_fd, "rb"))
-        try:
-            proc.stdin.write((marker + "\n").encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        try:
-            proc.wait(timeout=limits.timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        try:  # the whole run: the jail's init (its PID namespace dies with it), or the process group
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        for reader in (err, verdict):
-            reader.thread.join(timeout=5)
-        said = verdict.text().strip()
-        if timed_out:
-            status = "timeout"
-        elif said == f"PASS {marker}":
-            status = "passed"
-        elif said.startswith("FAIL "):
-            status = said.split()[1]
-        elif proc.returncode is not None and proc.returncode < 0:
-            status = "killed"
-        else:
-            status = "no-verdict"
-        return Outcome(status == "passed", status, proc.returncode, time.perf_counter() - t0, err.text()[-2000:],
-                       said.removeprefix("FAIL ")[:300] if status not in ("passed",) else "")
+        run = _Jailed(jail, {"body.py": program, "test.py": test, "harness.py": _script("inproc.py")},
+                      ["harness.py", str(write_fd), entry_point or ""], limits, pass_fds=(write_fd,), stdin=marker + "\n")
     finally:
-        jails.remove_cgroup(cgroup)
-        remove_tree(tmp)
+        os.close(write_fd)
+    verdict = _Capped(os.fdopen(read_fd, "rb"))
+    try:
+        timed_out = _wait(run.proc, limits.timeout)
+    finally:
+        run.close()
+    verdict.thread.join(timeout=5)
+    said = verdict.text().strip()
+    status = _status(said, marker, timed_out=timed_out, returncode=run.proc.returncode)
+    return Outcome(status == "passed", status, run.proc.returncode, time.perf_counter() - t0, run.err.text()[-2000:],
+                   said.removeprefix("FAIL ")[:300] if status != "passed" else "", verdict="in-process")
+
+
+def _run_isolated(jail, program: str, test: str, entry_point: str | None, reference: str,
+                  limits: SandboxLimits) -> Outcome:
+    from codila_cli.eval.verdict import program_names
+
+    names = program_names(test, entry_point=entry_point, reference=reference)
+    marker = secrets.token_hex(16)
+    req_r, req_w = os.pipe()  # the tests' requests, read by the program's jail
+    rep_r, rep_w = os.pipe()  # the program's replies, read by the tests' jail
+    ver_r, ver_w = os.pipe()  # the verdict: only the tests' jail holds its write end
+    wire = _script("wire.py")
+    runs: list[_Jailed] = []
+    t0 = time.perf_counter()
+    try:
+        runs.append(_Jailed(jail, {"body.py": program, "program.py": _script("program.py"), "wire.py": wire},
+                            ["program.py", str(req_r), str(rep_w)], limits, pass_fds=(req_r, rep_w)))
+        files = {"test.py": test, "judge.py": _script("judge.py"), "wire.py": wire}
+        if reference:
+            files["reference.py"] = reference
+        runs.append(_Jailed(jail, files, ["judge.py", str(ver_w), str(req_w), str(rep_r), entry_point or "",
+                                          ",".join(names)], limits, pass_fds=(ver_w, req_w, rep_r),
+                            stdin=marker + "\n", capped=False))
+    except BaseException:
+        for run in runs:
+            run.close()
+        raise
+    finally:
+        for fd in (req_r, req_w, rep_r, rep_w, ver_w):
+            os.close(fd)
+    program_run, judge = runs
+    verdict = _Capped(os.fdopen(ver_r, "rb"))
+    try:
+        timed_out = _wait(judge.proc, limits.timeout)
+        verdict.thread.join(timeout=0 if timed_out else 5)
+        said = verdict.text().strip()
+        if said.startswith("FAIL ended"):  # how the program's process ended (a signal: killed)
+            _wait(program_run.proc, 1.0)
+        returncode = program_run.proc.poll()
+    finally:
+        for run in (program_run, judge):
+            run.close()
+    status = _status(said, marker, timed_out=timed_out, returncode=returncode)
+    if status == "no-verdict" and judge.proc.returncode not in (0, 1):
+        status = "error"  # the tests' own process failed (their jail's limits): not the program's pass
+    return Outcome(status == "passed", status, returncode, time.perf_counter() - t0,
+                   program_run.err.text()[-2000:], said.removeprefix("FAIL ")[:300] if status != "passed" else "")
 
 
 def remove_tree(path: Path) -> bool:

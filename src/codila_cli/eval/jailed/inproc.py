@@ -1,0 +1,72 @@
+"""The in-process verdict (``"verdict": "in-process"`` tasks, and programs that carry their own asserts).
+
+``python -I inproc.py VERDICT_FD [ENTRY]``: reads a per-run marker from stdin before any program code
+runs, executes ``body.py`` and then ``test.py`` (and ``check(ENTRY)``) in one namespace, and writes
+``PASS <marker>`` to the verdict descriptor only after they returned. The functions the program defines
+may not return objects of classes it defines. This is weaker than the isolated verdict (verdict.py):
+the tests run in the program's own process, so a program that finds the marker or the descriptor can
+forge a pass. codila labels such rows ``verdict: in-process`` and counts them in the summary.
+"""
+
+import os
+import sys
+import types
+
+
+def _harness():
+    marker = sys.stdin.readline().strip()
+    sys.stdin = open(os.devnull)
+    verdict = os.fdopen(int(sys.argv[1]), "w")
+    entry = sys.argv[2] if len(sys.argv) > 2 else ""
+    with open("body.py", encoding="utf-8") as fh:
+        body = fh.read()
+    with open("test.py", encoding="utf-8") as fh:
+        test = fh.read()
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    mine = set()
+
+    def plain(value, depth=0):
+        t = type(value)
+        if t.__module__ == "__main__" or t in mine:
+            raise AssertionError(f"the completion returned a {t.__name__} it defines itself")
+        if depth < 4 and t in (list, tuple, set, frozenset):
+            for v in value:
+                plain(v, depth + 1)
+        elif depth < 4 and t is dict:
+            for k, v in value.items():
+                plain(k, depth + 1)
+                plain(v, depth + 1)
+
+    def guard(fn):
+        def guarded(*a, **k):
+            out = fn(*a, **k)
+            plain(out)
+            return out
+
+        guarded.__name__, guarded.__doc__, guarded.__wrapped__ = fn.__name__, fn.__doc__, fn
+        return guarded
+
+    def fail(kind, exc):
+        verdict.write(f"FAIL {kind} {type(exc).__name__}: {str(exc)[:200]}\n")
+        verdict.flush()
+        os._exit(1)
+
+    try:
+        exec(compile(body, "program.py", "exec"), ns)
+        mine.update(v for v in ns.values() if isinstance(v, type))
+        for name, v in list(ns.items()):
+            if isinstance(v, types.FunctionType):
+                ns[name] = guard(v)
+        exec(compile(test, "test.py", "exec"), ns)
+        if entry:
+            ns["check"](ns[entry])
+    except AssertionError as exc:
+        fail("failed", exc)
+    except BaseException as exc:  # noqa: BLE001
+        fail("error", exc)
+    verdict.write(f"PASS {marker}\n")
+    verdict.flush()
+    os._exit(0)
+
+
+_harness()

@@ -1,0 +1,126 @@
+"""The tests' side of an isolated verdict (eval/verdict.py), run in a jail of its own.
+
+``python -I judge.py VERDICT_FD REQUESTS_FD REPLIES_FD ENTRY NAMES``: reads a per-run marker from
+stdin, runs ``reference.py`` when there is one (the task's trusted code: a reference solution or the
+prompt, for helpers the tests use such as HumanEval's ``poly``), binds each of NAMES (comma-separated:
+the entry point and the other names the tests take from the program) to the program's value or to a
+stand-in that calls it in the program's jail, runs ``test.py`` and ``check(ENTRY)``, and writes
+``PASS <marker>`` to the verdict descriptor only after they returned; otherwise ``FAIL failed …``
+(an assertion), ``FAIL error …`` (another exception) or ``FAIL ended …`` (the program's process ended
+or broke the protocol). Results arrive as plain data (wire.py), so no object of the program's making
+reaches an ``==`` here.
+"""
+
+import builtins
+import importlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wire
+
+LINE_CAP = 16 * 2**20
+
+
+class Ended(Exception):
+    """The program's process ended, or answered with something that is not the protocol."""
+
+
+def main():
+    marker = sys.stdin.readline().strip()
+    sys.stdin = open(os.devnull)
+    verdict = os.fdopen(int(sys.argv[1]), "w")
+    requests = os.fdopen(int(sys.argv[2]), "wb")
+    replies = os.fdopen(int(sys.argv[3]), "rb")
+    entry = sys.argv[4]
+    names = [n for n in sys.argv[5].split(",") if n]
+
+    def ask(message):
+        try:
+            requests.write(wire.dumps(message))
+            requests.flush()
+        except (BrokenPipeError, OSError):
+            raise Ended("the program's process ended before it answered") from None
+        line = replies.readline(LINE_CAP + 1)
+        if not line:
+            raise Ended("the program's process ended before it answered")
+        if len(line) > LINE_CAP:
+            raise AssertionError(f"the program's answer is over {LINE_CAP} bytes")
+        try:
+            return wire.loads(line)
+        except ValueError:
+            raise Ended("the program's process broke the protocol") from None
+
+    def answer(reply, what):
+        kind = reply[0]
+        if kind == "ok" and len(reply) == 2:
+            try:
+                return wire.decode(reply[1])
+            except (ValueError, TypeError) as exc:
+                raise Ended(f"the program's process sent a malformed value ({exc})") from None
+        if kind == "refused":
+            raise AssertionError(f"{str(reply[1])[:300] if len(reply) > 1 else what} (only plain data reaches the tests)")
+        if kind == "raise" and len(reply) == 3:
+            cls = getattr(builtins, str(reply[1]), None)
+            if isinstance(cls, type) and issubclass(cls, Exception):
+                try:
+                    raised = cls(str(reply[2]))
+                except Exception:  # noqa: BLE001 - an exception type that wants other arguments
+                    raised = RuntimeError(f"the program raised {reply[1]}: {reply[2]}")
+                raise raised
+            raise RuntimeError(f"the program raised {reply[1]}: {reply[2]}")
+        raise Ended("the program's process broke the protocol")
+
+    def stand_in(name):
+        def call(*args, **kwargs):
+            try:
+                message = ["call", name, wire.encode(list(args), opaque=False), wire.encode(kwargs, opaque=False)]
+            except wire.NotPlain as exc:
+                raise TypeError(f"the tests pass {name} an argument that cannot cross to the program: {exc}") from None
+            return answer(ask(message), name)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    def fail(kind, exc):
+        verdict.write(f"FAIL {kind} {type(exc).__name__}: {str(exc)[:300]}\n")
+        verdict.flush()
+        os._exit(1)
+
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        if os.path.exists("reference.py"):
+            with open("reference.py", encoding="utf-8") as fh:
+                exec(compile(fh.read(), "reference.py", "exec"), ns)
+        first = replies.readline(LINE_CAP + 1)
+        if not first:
+            raise Ended("the program's process ended before it loaded")
+        first = wire.loads(first)
+        if first[0] != "loaded":
+            answer(first, "the program")
+        for name in names:
+            reply = ask(["get", name])
+            if reply[0] == "raise" and reply[1:2] == ["NameError"] and name != entry:
+                ns.pop(name, None)  # the tests meet the missing name only if they use it
+                continue
+            if reply[0] == "module" and reply[1:] == [name]:  # `import math` in the program: the tests' own math
+                ns[name] = importlib.import_module(name)
+                continue
+            ns[name] = stand_in(name) if reply[0] == "callable" else answer(
+                ["ok", reply[1]] if reply[0] == "value" and len(reply) == 2 else reply, name)
+        with open("test.py", encoding="utf-8") as fh:
+            exec(compile(fh.read(), "test.py", "exec"), ns)
+        if entry:
+            ns["check"](ns[entry])
+    except Ended as exc:
+        fail("ended", exc)
+    except AssertionError as exc:
+        fail("failed", exc)
+    except BaseException as exc:  # noqa: BLE001
+        fail("error", exc)
+    verdict.write(f"PASS {marker}\n")
+    verdict.flush()
+    os._exit(0)
+
+
+main()

@@ -1,0 +1,140 @@
+"""Plain data across the wall between the program's jail and the tests' jail (eval/verdict.py).
+
+JSON, with a one-key object for each type JSON lacks: ``{"tuple": [...]}``, ``{"set": [...]}``,
+``{"frozenset": [...]}``, ``{"dict": [[k, v], ...]}``, ``{"bytes": "hex"}``, ``{"complex": [re, im]}``,
+``{"float": "nan" | "inf" | "-inf"}``. Only data crosses, never an object: a subclass of a plain type
+crosses as its plain value (a ``Counter`` as its dict, a named tuple as its tuple, an ``int`` subclass
+with an ``__eq__`` that is always true as its integer); any other object (a ``re.Match``, a generator,
+an instance of a class the program defines) crosses as :class:`Opaque`, which equals only itself and
+keeps only the object's type name and truth value. What the tests compare is data the program computed.
+Decoding builds plain types and :class:`Opaque` and nothing else (no pickle, no classes by name).
+
+Runs inside the jails (standard library only) and in codila itself (the tests of this module).
+"""
+
+import json
+import math
+
+MAX_DEPTH = 100
+PLAIN = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
+
+
+class NotPlain(TypeError):
+    """A value that cannot cross: it nests too deep, or (``opaque=False``) it is not plain data."""
+
+
+class Opaque:
+    """An object of the program's that stayed in the program's jail: equal only to itself."""
+
+    __slots__ = ("truth", "type_name")
+
+    def __init__(self, type_name, truth):
+        object.__setattr__(self, "type_name", str(type_name)[:100])
+        object.__setattr__(self, "truth", bool(truth))
+
+    def __bool__(self):
+        return self.truth
+
+    def __repr__(self):
+        return f"<{self.type_name} object, left in the program's jail>"
+
+    def __getattr__(self, name):
+        raise AttributeError(f"the program returned a {self.type_name} object, which stays in the program's jail; "
+                             'tests that use the program\'s own objects need "verdict": "in-process"')
+
+
+def _plain(value):
+    """A subclass of a plain type as its plain value, read through the base type's own slots (the
+    subclass's overrides, e.g. an ``__eq__`` or ``__iter__`` of its own, play no part)."""
+    if isinstance(value, int):  # bool cannot be subclassed, so this is an int subclass
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, complex):
+        return complex(complex.real.__get__(value), complex.imag.__get__(value))
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return bytes.__getitem__(value, slice(None))
+    if isinstance(value, dict):
+        return {k: dict.__getitem__(value, k) for k in dict.__iter__(value)}
+    for base in (list, tuple, set, frozenset):
+        if isinstance(value, base):
+            return base(base.__iter__(value))
+    raise NotPlain(f"a {type(value).__name__} is not plain data")
+
+
+def encode(value, depth=0, opaque=True):
+    """``value`` as JSON-ready data (lists, str, numbers, one-key tag objects); an object that is not
+    plain data as an :class:`Opaque` tag (or, with ``opaque=False``, NotPlain)."""
+    t = type(value)
+    if value is None or t is bool or t is int or t is str:
+        return value
+    if t is float:
+        return value if math.isfinite(value) else {"float": repr(value)}
+    if depth >= MAX_DEPTH:
+        raise NotPlain(f"the value nests deeper than {MAX_DEPTH} levels")
+    if t is list:
+        return [encode(v, depth + 1, opaque) for v in value]
+    if t is tuple or t is set or t is frozenset:
+        return {t.__name__: [encode(v, depth + 1, opaque) for v in value]}
+    if t is dict:
+        return {"dict": [[encode(k, depth + 1, opaque), encode(v, depth + 1, opaque)] for k, v in value.items()]}
+    if t is bytes:
+        return {"bytes": value.hex()}
+    if t is complex:
+        return {"complex": [encode(value.real), encode(value.imag)]}
+    if isinstance(value, PLAIN):
+        return encode(_plain(value), depth + 1, opaque)
+    if not opaque or t is Opaque:
+        raise NotPlain(f"a {t.__name__} is not plain data")
+    try:
+        truth = bool(value)
+    except Exception:  # noqa: BLE001 - a __bool__ that raises: the object is still not data
+        truth = True
+    return {"object": [t.__name__, truth]}
+
+
+def decode(obj, depth=0):
+    """The plain value ``obj`` (from ``json.loads``) stands for; ValueError on anything malformed."""
+    t = type(obj)
+    if obj is None or t in (bool, int, float, str):
+        return obj
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"the value nests deeper than {MAX_DEPTH} levels")
+    if t is list:
+        return [decode(v, depth + 1) for v in obj]
+    if t is not dict or len(obj) != 1:
+        raise ValueError("a malformed value")
+    (tag, body), = obj.items()
+    if tag == "float" and body in ("nan", "inf", "-inf"):
+        return float(body)
+    if tag == "bytes" and type(body) is str:
+        return bytes.fromhex(body)
+    if tag == "object" and type(body) is list and len(body) == 2 and type(body[0]) is str and type(body[1]) is bool:
+        return Opaque(body[0], body[1])
+    if type(body) is not list:
+        raise ValueError(f"a malformed {tag}")
+    items = [decode(v, depth + 1) for v in body]
+    if tag == "tuple":
+        return tuple(items)
+    if tag in ("set", "frozenset"):
+        return set(items) if tag == "set" else frozenset(items)
+    if tag == "dict" and all(type(kv) is list and len(kv) == 2 for kv in items):
+        return {k: v for k, v in items}
+    if tag == "complex" and len(items) == 2 and all(type(x) in (int, float) for x in items):
+        return complex(items[0], items[1])
+    raise ValueError(f"a malformed {tag}")
+
+
+def dumps(message):
+    """One protocol line (bytes): a JSON array whose parts are already encoded."""
+    return (json.dumps(message, ensure_ascii=True, allow_nan=False, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def loads(line):
+    """A protocol line back into its JSON array; ValueError if it is not one."""
+    message = json.loads(line)
+    if type(message) is not list or not message or type(message[0]) is not str:
+        raise ValueError("a malformed message")
+    return message
