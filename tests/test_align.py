@@ -440,3 +440,80 @@ def test_a_recommendation_needs_a_measurement_that_supports_it():
     assert choose([row(2, 0, 5), row(8, 8, 5)], 20) == {}  # every setting the same: nothing to choose
     assert choose([row(2, 0, 0), row(8, 8, 1)], 20) == {}  # 1 of 20 valid: noise
     assert choose([row(2, 0, 0), row(8, 8, 2)], 20) == {"block_size": 8, "ar_context": 8, "candidate_blocks": 1}
+
+
+def test_a_damaged_cache_entry_is_recomputed_never_trained_on(pair, tmp_path):
+    """Issue 40: a tampered --marginals-cache entry was trained on without a word, a truncated one was an
+    internal error (BadZipFile). Now each fails its checksum or its load, is removed and recomputed
+    (counted as cache_damaged), and the run gives the writing run's parameters."""
+    import numpy as np
+
+    cache = tmp_path / "marginals"
+    flags = ("--marginals-cache", str(cache), "--marginals-top-k", "5", "--context", "8")
+    assert _align(pair, tmp_path / "a", *flags, steps=2).exit_code == 0
+    entries = sorted(cache.rglob("*.npz"))
+    with np.load(entries[0]) as z:  # the same checksum, other numbers: an edit
+        arrays = {k: z[k] for k in z.files}
+    arrays["probs"] = (arrays["probs"][::-1] * 0 + 0.2).astype(np.float16)
+    np.savez(entries[0], **arrays)
+    entries[5].write_bytes(entries[5].read_bytes()[:40])  # a truncated write
+    r = _align(pair, tmp_path / "b", *flags, steps=2)
+    assert r.exit_code == 0, r.stderr
+    log = _log(tmp_path / "b")
+    assert [row["dlm_forwards"] for row in log] == [1, 1] and log[-1]["cache_damaged"] == 2
+    a = torch.load(tmp_path / "a" / "training" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(tmp_path / "b" / "training" / "ckpt.pt", weights_only=True)["model"]
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+
+
+@pytest.mark.parametrize("damage", ["truncate", "edit"])
+def test_resume_from_a_damaged_checkpoint_is_a_clear_error_naming_it(pair, tmp_path, damage):
+    out = tmp_path / "run"
+    assert _align(pair, out, "--ckpt-every", "1", steps=2).exit_code == 0
+    ckpt = out / "training" / "ckpt.pt"
+    if damage == "truncate":
+        ckpt.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+        said = f"Error: checkpoint {ckpt} cannot be read"
+    else:
+        state = torch.load(ckpt, weights_only=True)
+        name = next(iter(state["model"]))
+        state["model"][name] = state["model"][name] + 1
+        torch.save(state, ckpt)
+        said = f"Error: checkpoint {ckpt} fails its checksum"
+    r = _align(pair, out, "--ckpt-every", "1", "--resume", steps=4)
+    assert r.exit_code == 2 and r.stderr.startswith(said), r.stderr
+    assert "disk" not in r.stderr and f"delete {ckpt}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_really_interrupted_run_resumes_to_the_uninterrupted_runs_parameters(pair, tmp_path):
+    """A real process, interrupted with SIGINT mid-run (exit 130, a checkpoint of a whole step), then
+    --resume: the same losses and parameters as a run that was never interrupted."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["train", "align", "--dlm", str(pair["dlm"]), "--ar", str(pair["ar"]), "--data", str(pair["data"]),
+            "--glob", "*.txt", "--steps", "30", "--ckpt-every", "1", *FAST]
+    straight, cut = tmp_path / "straight", tmp_path / "cut"
+    assert _align(pair, straight, "--ckpt-every", "1", steps=30).exit_code == 0
+    proc = subprocess.Popen([sys.executable, "-m", "codila_cli", *args, "--output", str(cut)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = cut / "training" / "log.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    done = len(_log(cut))
+    assert 3 <= done < 30, done  # interrupted mid-run, not before it began or after it ended
+    # the checkpoint holds a whole step: the last one logged, or the one whose log line the interrupt cut off
+    assert torch.load(cut / "training" / "ckpt.pt", weights_only=True)["step"] in (done, done + 1)
+    r = _align(pair, cut, "--ckpt-every", "1", "--resume", steps=30)
+    assert r.exit_code == 0, r.stderr
+    losses = {row["step"]: row["loss"] for row in _log(straight)}
+    assert all(losses[row["step"]] == row["loss"] for row in _log(cut)) and len(_log(cut)) >= 29
+    a = torch.load(straight / "training" / "ckpt.pt", weights_only=True)["model"]
+    b = torch.load(cut / "training" / "ckpt.pt", weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,13 +59,6 @@ def lr_at(step: int, cfg: LoopConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-def atomic_save(obj: object, path: Path) -> None:
-    """torch.save through a temporary file and a rename: the old checkpoint or the new one, never half."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
              train_step: Callable[[int, torch.Generator], torch.Tensor],
              valid_loss: Callable[[], float], on_log: Callable[[dict], None] | None = None) -> dict:
@@ -79,18 +71,20 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    from codila_cli.train.checkpoint import deferred_interrupt, load_checkpoint, save_checkpoint
+
     ckpt_path = stage_dir / "ckpt.pt"
     log_path = stage_dir / "log.jsonl"
     step = 0
     if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(ckpt_path)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step = int(state["step"])
     model.train()
 
     def save() -> None:
-        atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
+        save_checkpoint({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
 
     bf16 = cpu_autocast_bf16(cfg)
     t0, last = time.time(), {}
@@ -104,8 +98,9 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
             opt.zero_grad(set_to_none=True)
             loss.backward()
             gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            step += 1
+            with deferred_interrupt():  # the update and its step count together (an interrupt saves a whole step)
+                opt.step()
+                step += 1
             last = {"step": step, "loss": float(loss.detach()), "grad_norm": float(gnorm), "lr": lr_at(step - 1, cfg),
                     "elapsed": round(time.time() - t0, 1), "bf16": bf16}
             if step % cfg.eval_every == 0 or step == cfg.steps:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from codila_cli.train import networks
+from codila_cli.train.checkpoint import load_checkpoint, save_checkpoint
 from codila_cli.train.data import load_tokens, sample_batch, tokenize_split
 from codila_cli.train.export import export_value, stage_export
 from codila_cli.train.loop import LoopConfig, run_loop
@@ -186,7 +187,7 @@ def stage_sft(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, can
         model = networks.bidirectional(networks.qwen2(networks.DLM_SHAPE, ids["vocab"], ids))
         if not (run / "sft" / "ckpt.pt").exists():
             src = run / "dlm" / "ckpt.pt"
-            model.load_state_dict(torch.load(src, map_location="cpu", weights_only=True)["model"])
+            model.load_state_dict(load_checkpoint(src)["model"])
     n_prompted = round(batch * prompted_share)
     stream = _batcher(run, "train", ids, batch=batch - n_prompted, seq_len=seq_len, seed=seed, function_share=0.3)
 
@@ -280,20 +281,20 @@ def stage_ar(run: Path, *, steps: int, batch: int = 16, seq_len: int = 256, seed
 
 def _plan_examples(run: Path, split: str, ids: dict, *, source: Path | None = None):
     """SDDC contract examples of the corpus's files, tokenized with the checkpoint the stage starts from
-    (``source``, else the run's finished DLM); cached in RUN/plan2_SPLIT.pt."""
+    (``source``, else the run's finished DLM); cached in RUN/plan3_SPLIT.pt."""
     from codila_cli.decoding.config import PlanConfig
     from codila_cli.models.dream import load_dlm
     from codila_cli.train.corpus import read_jsonl
-    from codila_cli.train.plan_data import build_examples
+    from codila_cli.train.plan_data import PlanExample, build_examples
 
-    cache = run / f"plan2_{split}.pt"  # 2: prompts name the units (plan_data.plan_prompt)
-    if cache.exists():
-        return torch.load(cache, weights_only=False)
+    cache = run / f"plan3_{split}.pt"  # 3: plain lists with a checksum (2: prompts name the units)
+    if cache.exists():  # plain data only (no pickle of classes); a damaged file is an error naming it
+        return [PlanExample(i, m) for i, m in zip(*load_checkpoint(cache)["examples"])]
     dlm = load_dlm(source or networks.final_dlm_dir(run), name="dlm", device=torch.device("cpu"), dtype=torch.float32)
     texts = (r["text"] for r in read_jsonl(run / "corpus" / f"{split}.jsonl") if r["kind"] == "file")
     ex = build_examples(texts, tokenizer=dlm.tokenizer, specials=dlm.specials, vocab_rows=dlm.vocab_rows,
                         config=PlanConfig())
-    torch.save(ex, cache)
+    save_checkpoint({"examples": ([e.ids for e in ex], [e.maskable for e in ex])}, cache)
     return ex
 
 

@@ -18,6 +18,10 @@ depend on reuse them: the learning rate and its schedule, ``--steps`` (up to tho
 ``--context-share``, ``--weighting``, and the helper itself when its tokenizer is the same (a sweep, or
 Qwen3-0.6B then Qwen3-1.7B against one Dream-Coder-7B). It gives no second epoch: rows never repeat
 within a run (every step draws fresh windows and masks), which keeps the objective the paper's.
+
+Integrity. Each entry carries the SHA-256 of its arrays; one that does not load, fails its checksum or
+has another shape (a truncated write, a disk error, an edit) is removed and recomputed, never trained
+on; the run's log counts them (``cache_damaged``).
 """
 
 from __future__ import annotations
@@ -55,7 +59,16 @@ def cache_key(cfg: Any, pair: Any, *, dtype: str) -> dict:
             "shared_count": len(shared), "bos": pair.dlm_specials.bos, "mask": pair.dlm_specials.mask,
             "seed": cfg.seed, "seq_len": cfg.seq_len, "block_sizes": list(cfg.block_sizes),
             "blocks_per_row": cfg.blocks_per_row, "frontier": cfg.frontier,
-            "top_k": min(cfg.marginals_top_k, len(shared)), "format": 1}
+            "top_k": min(cfg.marginals_top_k, len(shared)), "format": 2}  # 2: entries carry a checksum
+
+
+def _entry_digest(idx: np.ndarray, probs: np.ndarray) -> str:
+    """SHA-256 of one entry's arrays (dtype, shape, bytes): a damaged or edited entry fails it."""
+    h = hashlib.sha256()
+    for a in (idx, probs):
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 class MarginalsCache:
@@ -65,6 +78,7 @@ class MarginalsCache:
         self.k = int(key["top_k"])
         self.dir = root / _digest(key)[:20]
         self.misses = 0  # calls of get that found a row missing (trainer.py logs them as dlm_forwards)
+        self.damaged = 0  # entries that failed to load or their checksum: removed and recomputed
         if main:
             self.dir.mkdir(parents=True, exist_ok=True)
             if not (self.dir / "key.json").is_file():
@@ -77,18 +91,34 @@ class MarginalsCache:
 
     def get(self, step: int, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(idx [m, B, k] long, probs [m, B, k] float32) of the rows' scored blocks in the loss's order
-        (row by row, block by block), or None when any row is missing."""
+        (row by row, block by block), or None when any row is missing or damaged. A damaged entry (it
+        does not load, its checksum fails, or its shape is not this key's) is never used: it is
+        removed, counted in ``damaged``, and the caller recomputes it."""
         parts = []
         for r in rows:
             path = self._path(step, r)
-            if not path.is_file():
+            entry = self._read(path) if path.is_file() else None
+            if entry is None:
                 self.misses += 1
                 return None
-            with np.load(path) as z:
-                parts.append((z["idx"], z["probs"]))
+            parts.append(entry)
         idx = torch.from_numpy(np.concatenate([p[0] for p in parts])).long()
         probs = torch.from_numpy(np.concatenate([p[1] for p in parts]).astype(np.float32))
         return idx, probs
+
+    def _read(self, path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                idx, probs, check = z["idx"], z["probs"], str(z["sha256"])
+            ok = (check == _entry_digest(idx, probs) and idx.ndim == 3 and idx.shape == probs.shape
+                  and idx.shape[2] == self.k and idx.dtype == np.int32 and probs.dtype == np.float16)
+        except Exception:  # noqa: BLE001 - a truncated zip, a missing array, a pickle: all mean damaged
+            ok = False
+        if ok:
+            return idx, probs
+        self.damaged += 1
+        path.unlink(missing_ok=True)
+        return None
 
     def put(self, step: int, rows: list[int], counts: list[int], idx: torch.Tensor, probs: torch.Tensor) -> None:
         """Store each row's slice (``counts``: its scored blocks) of the loss-ordered idx/probs."""
@@ -97,7 +127,8 @@ class MarginalsCache:
             path = self._path(step, r)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-            np.savez(tmp, idx=idx[i : i + c].to(torch.int32).cpu().numpy(),
-                     probs=probs[i : i + c].to(torch.float16).cpu().numpy())
+            part_idx = idx[i : i + c].to(torch.int32).cpu().numpy()
+            part_probs = probs[i : i + c].to(torch.float16).cpu().numpy()
+            np.savez(tmp, idx=part_idx, probs=part_probs, sha256=np.array(_entry_digest(part_idx, part_probs)))
             os.replace(tmp, path)
             i += c

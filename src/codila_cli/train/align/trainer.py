@@ -146,7 +146,8 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
     log record, with ``output`` set on rank 0 once the helper is written."""
     from codila_cli.eval.distributed import device_for
     from codila_cli.models.loading import choose_device
-    from codila_cli.train.loop import atomic_save, plot_log
+    from codila_cli.train.checkpoint import deferred_interrupt, save_checkpoint
+    from codila_cli.train.loop import plot_log
 
     device = choose_device(device_for(shard, cfg.device))
     torch.manual_seed(cfg.seed)
@@ -167,7 +168,9 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
     ckpt_path, log_path = state_dir / "ckpt.pt", state_dir / "log.jsonl"
     step = 0
     if cfg.resume:
-        state = torch.load(ckpt_path, map_location=device, weights_only=True)
+        from codila_cli.train.checkpoint import load_checkpoint
+
+        state = load_checkpoint(ckpt_path, map_location=device)
         models.ar.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step = int(state["step"])
@@ -181,7 +184,7 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
 
     def save() -> None:
         if shard.main:
-            atomic_save({"model": models.ar.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
+            save_checkpoint({"model": models.ar.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
 
     last: dict = {"step": step}
     t_start = time.perf_counter()
@@ -204,14 +207,15 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
                     (loss / cfg.grad_accum).backward()
                 total += loss.detach() / cfg.grad_accum
             gnorm = torch.nn.utils.clip_grad_norm_(models.ar.parameters(), cfg.grad_clip)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            with deferred_interrupt():  # the update and its step count together (an interrupt saves a whole step)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
             if shard.world > 1:
                 import torch.distributed as dist
 
                 dist.all_reduce(total)
                 total /= shard.world
-            step += 1
             dt = time.perf_counter() - t0
             last = {"step": step, "loss": round(float(total), 5), "grad_norm": round(float(gnorm), 4),
                     "lr": lr_at(step - 1, cfg), "block": st.block, "frontier": st.frontier,
@@ -220,6 +224,7 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
                     "elapsed": round(time.perf_counter() - t_start, 1)}
             if cache:  # micro-batches of this rank whose marginals the DLM computed (0: all read from the cache)
                 last["dlm_forwards"] = cache.misses - misses
+                last["cache_damaged"] = cache.damaged  # entries refused and recomputed so far (cache.py)
             if step % cfg.valid_every == 0 or step == cfg.steps:
                 if shard.main:
                     last.update(validate(cfg, models, valid_stream, bos, device))
