@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,7 @@ def load_checkpoint(path: Path, *, map_location: Any = "cpu") -> dict:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise UsageError(f"no checkpoint at {path}", hint="run without --resume to start the stage") from None
-    except (RuntimeError, EOFError, ValueError, OSError, KeyError) as exc:  # zip reader: "failed finding central directory"
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError, pickle.UnpicklingError) as exc:  # a cut zip, junk
         raise UsageError(f"checkpoint {path} cannot be read ({_short(exc)}): truncated or not a checkpoint",
                          hint=hint) from None
     if not isinstance(state, dict):
