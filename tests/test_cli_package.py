@@ -79,7 +79,7 @@ def test_read_prompt_reads_stdin_only_when_asked(monkeypatch, tmp_path):
     with pytest.raises(UsageError, match="--stdin"):
         read_prompt(None, None, with_stdin=True)
     monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"\xff")))
-    with pytest.raises(UsageError, match="not valid UTF-8"):
+    with pytest.raises(UsageError, match="stdin is not UTF-8 text"):
         read_prompt("-", None)
     f = tmp_path / "p.txt"
     f.write_text("from a file")

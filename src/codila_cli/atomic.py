@@ -22,3 +22,19 @@ def write_bytes_atomic(target: Path, data: bytes) -> None:
 
 def write_text_atomic(target: Path, text: str) -> None:
     write_bytes_atomic(target, text.encode("utf-8"))
+
+
+def creatable_dir_problem(path: Path) -> str | None:
+    """Why the directory ``path`` could not be created and written, or None if it can (it exists and is
+    writable, or its nearest existing ancestor is). Nothing is created: a run that is refused later
+    (a missing model, no jail) leaves no empty directory behind."""
+    probe = path
+    while not os.path.lexists(probe) and probe.parent != probe:
+        probe = probe.parent
+    if probe is not path and not probe.is_dir():
+        return f"{probe} is not a directory"
+    if probe is path and not path.is_dir():
+        return "it exists and is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None

@@ -65,21 +65,23 @@ class UserConfig:
 def load_config(path: Path | None = None) -> UserConfig:
     import tomllib
 
+    from codila_cli.user_input import read_text
+
     path = path or config_path()
-    if not path.exists():
-        return UserConfig(path, False)
     try:
-        raw = path.read_bytes().decode("utf-8-sig")  # a byte-order mark (Windows editors) is not an error
+        os.stat(path)
+    except FileNotFoundError:
+        if not os.path.lexists(path):  # absent (not a broken link, not behind a closed directory): defaults
+            return UserConfig(path, False)
+    except OSError:
+        pass  # a loop, a directory that cannot be entered: read_text names it
+    raw = read_text(path, what="config file", kind="config", bom=True)  # a BOM (Windows editors) is no error
+    try:
         data = tomllib.loads(raw)
-    except UnicodeDecodeError:
-        raise UsageError(f"config file {path} is not UTF-8 text", hint="fix or delete it") from None
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         where = f" line {m.group(1)}" if m else ""
         raise UsageError(f"config file {path}{where}: {exc}", hint="fix the TOML syntax (https://toml.io)") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read config file {path}: {exc.strerror or exc}",
-                         hint="check its permissions, or point CODILA_CONFIG elsewhere") from None
     values: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
     for section, table in data.items():

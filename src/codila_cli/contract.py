@@ -110,14 +110,14 @@ def single_unit(budget: int) -> Contract:
 
 def read_contract(path: Path) -> Contract:
     """``codila plan --contract FILE``: the file's contract; errors name the file."""
+    from codila_cli.user_input import read_text
+
+    text = read_text(path, what="--contract", kind="contract")
     try:
-        return parse_contract(path.read_text(encoding="utf-8"))
+        return parse_contract(text)
     except ContractError as exc:
         raise ContractError(f"{path}: {exc.message}", hint="one line per unit, "
                             "`@unit N role=R budget=B def=a,b use=c`, then `@end` (docs/plan.md)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
-        raise UsageError(f"cannot read contract {path}: {why}", hint="check the path and its permissions") from None
 
 
 def parse_commit(commit: str) -> float | None:

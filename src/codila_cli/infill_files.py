@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codila_cli.errors import CodilaError, UsageError
+from codila_cli.user_input import LIMITS
 
 MARKER = re.compile(r"^[ \t]*#\s*codila:\s*fill\b.*$")
-MAX_BYTES = 8 * 2**20  # larger "source files" are data: refused
+MAX_BYTES = LIMITS["source"]  # larger "source files" are data: refused (user_input.py)
 
 
 @dataclass(frozen=True)
@@ -52,28 +53,10 @@ def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
         raw = stdin_bytes if stdin_bytes is not None else sys.stdin.buffer.read(MAX_BYTES + 1)
         path = None
     else:
-        given = Path(name)
-        if not given.exists() and not given.is_symlink():
-            raise UsageError(f"{name}: no such file", hint="check the path")
-        path = given.resolve()  # a symlink is followed: its target is what gets edited
-        if path.is_dir():
-            raise UsageError(f"{name} is a directory", hint="give a Python file")
-        if not path.exists():
-            raise UsageError(f"{name}: broken symlink", hint="point the link at an existing file")
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"{name} is not a regular file (a FIFO, a device or a socket)",
-                             hint="codila infill edits source files")
-        if info.st_size > MAX_BYTES:
-            raise UsageError(f"{name} is {info.st_size / 2**20:.1f} MiB, over the {MAX_BYTES // 2**20} MiB limit",
-                             hint="codila infill edits source files; fill a smaller file")
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_BYTES + 1)
-        except PermissionError:
-            raise UsageError(f"{name}: permission denied", hint="check the file's permissions") from None
-        except OSError as exc:
-            raise UsageError(f"{name}: cannot read ({exc.strerror or exc})", hint="check the path") from None
+        from codila_cli.user_input import read_bytes
+
+        raw = read_bytes(name, what="FILE", kind="source")  # a regular file, capped; loops, FIFOs refused
+        path = Path(name).resolve()  # a symlink is followed: its target is what gets edited
     if len(raw) > MAX_BYTES:
         raise UsageError(f"{name} is over the {MAX_BYTES // 2**20} MiB limit", hint="fill a smaller file")
     if b"\x00" in raw[:8192]:

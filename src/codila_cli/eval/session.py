@@ -69,15 +69,17 @@ def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str 
 
 
 def prepare_output(output: Path) -> None:
-    """Create the output directory before the models load and the run starts, not after it."""
+    """Check, before the models load and the run starts, that the output directory can be written;
+    it is created with the run's first row (a refused run leaves no empty directory)."""
+    from codila_cli.atomic import creatable_dir_problem
+
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output {output} exists and is not a directory",
                          hint="give a directory (it is created if missing)")
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create --output {output}: {exc.strerror or exc}",
-                         hint="give a directory you can write to") from None
+    problem = creatable_dir_problem(output)
+    if problem:
+        raise UsageError(f"cannot write --output {output}: {problem}",
+                         hint="give a directory you can write to (it is created if missing)")
 
 
 def too_long_warning(models: Any, tasks: list, settings: list, *, max_new_tokens: int) -> str | None:
@@ -99,6 +101,11 @@ class PartialRows:
     keeps its work; :meth:`discard` removes it once the results are safely written."""
 
     def __init__(self, output: Path, rank: int) -> None:
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create --output {output}: {exc.strerror or exc}",
+                             hint="give a directory you can write to") from None
         self.path = output / f"rows.rank{rank}.partial.jsonl"
         self._fh = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 -- held open for the run, closed by close()
         self.rows: list[dict] = []

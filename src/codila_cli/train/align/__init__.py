@@ -123,15 +123,13 @@ def world_size() -> int:
 
 
 def _writable_dir(flag: str, path: Path) -> None:
-    """Create ``path`` (a directory) if missing and prove it writable, or raise a UsageError naming ``flag``."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".codila-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"{flag} {path} is not writable ({exc.strerror or exc})",
-                         hint="give a directory you can write to") from None
+    """Raise a UsageError naming ``flag`` unless the directory ``path`` exists writable or can be
+    created; nothing is created here (a run refused later leaves no empty directory)."""
+    from codila_cli.atomic import creatable_dir_problem
+
+    problem = creatable_dir_problem(path)
+    if problem:
+        raise UsageError(f"{flag} {path} is not writable ({problem})", hint="give a directory you can write to")
 
 
 def check(cfg: AlignConfig, *, world: int | None = None) -> None:
