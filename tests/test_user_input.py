@@ -133,6 +133,6 @@ def test_refused_eval_and_align_runs_leave_no_empty_output_directory(tmp_path):
     r = CliRunner().invoke(app, ["train", "align", "--dlm", "no-such-model", "--ar", "no-such-model", "--data",
                                  str(tmp_path), "--output", str(out), "--steps", "1"])
     assert r.exit_code == 2 and not (tmp_path / "deep").exists(), r.stderr
-    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "-o", str(tmp_path / "f" / "x"), "--limit", "1"]) \
-        if (tmp_path / "f").write_text("") is None else None
+    (tmp_path / "f").write_text("")
+    r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "-o", str(tmp_path / "f" / "x"), "--limit", "1"])
     assert r.exit_code == 2 and r.stderr.startswith(f"Error: cannot write --output {tmp_path / 'f' / 'x'}: ")
