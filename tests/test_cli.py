@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -599,3 +600,10 @@ def test_control_characters_from_paths_and_task_ids_never_reach_the_terminal_raw
                              "--max-new-tokens", "8", "-o", str(tmp_path / "out")])
     assert ev.exit_code == 0, ev.stderr
     assert "\x1b" not in ev.stderr and "\\x1b]0;pwned\\x07" in ev.stderr
+    config = tmp_path / "c.toml"  # a config section's name reaches a Warning line; the completion its report
+    config.write_text('["\\u001b[2Jwiped"]\nx = 1\n')
+    g = subprocess.run([sys.executable, "-m", "codila_cli", "gen", "--dlm", str(tiny["dlm"]), "--max-new-tokens", "4",
+                        "def f(x):\n    return 1"], capture_output=True, text=True, timeout=120, check=False,
+                       env={**os.environ, "CODILA_CONFIG": str(config), "CODILA_NOTICE": "0"})
+    assert g.returncode == 0, g.stderr
+    assert "Warning: unknown config section [\\x1b[2Jwiped]" in g.stderr and "\x1b" not in g.stderr

@@ -391,6 +391,19 @@ def test_in_place_keeps_owner_group_mode_bom_and_every_line_ending(tmp_path, tin
     assert out.startswith("\ufeffdef f(x):\r\n    y = x\n".encode()) and out.endswith(b"    return y\n")
 
 
+def test_in_place_keeps_extended_attributes(tmp_path, tiny):
+    """Issue 40: --in-place dropped extended attributes (tags, labels) with the old inode."""
+    f = tmp_path / "a.py"
+    f.write_text("def f(x):\n    # codila: fill\n    return x\n")
+    try:
+        os.setxattr(f, "user.codila-test", b"kept")
+    except OSError:
+        pytest.skip("this file system has no user extended attributes")
+    r = _fill(tiny, str(f), "--in-place")
+    assert r.exit_code == 0, r.stderr
+    assert "codila: fill" not in f.read_text() and os.getxattr(f, "user.codila-test") == b"kept"
+
+
 def test_stdout_keeps_the_bytes_outside_the_region_too(tmp_path, tiny):
     f = tmp_path / "a.py"
     f.write_bytes(b"a = 1\r\nb = 2\n# codila: fill\nc = 3")

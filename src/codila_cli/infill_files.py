@@ -304,6 +304,7 @@ def write_in_place(src: Source, new_text: str | bytes) -> None:
                     raise CodilaError(f"{path}: its group cannot be kept; nothing was written",
                                       hint="run codila as a member of the file's group, or use --diff") from None
                 os.chmod(tmp, stat.S_IMODE(info.st_mode))
+                _copy_xattrs(path, tmp)
                 os.replace(tmp, path)
             except BaseException:
                 if os.path.exists(tmp):
@@ -311,3 +312,18 @@ def write_in_place(src: Source, new_text: str | bytes) -> None:
                 raise
         finally:
             fcntl.flock(locked, fcntl.LOCK_UN)
+
+
+def _copy_xattrs(src: Path, dst: str) -> None:
+    """The file's extended attributes (tags, ACLs, SELinux labels, macOS-style metadata) onto the new
+    version, or an error before anything is written: an edit in place keeps what the file carried."""
+    try:
+        names = os.listxattr(src)
+    except OSError:  # no extended attributes on this file system
+        return
+    for name in names:
+        try:
+            os.setxattr(dst, name, os.getxattr(src, name))
+        except OSError as exc:
+            raise CodilaError(f"{src}: its extended attribute {name} cannot be kept ({exc.strerror}); nothing was "
+                              "written", hint="use --diff and apply the change yourself") from None

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from codila_cli.ui.terminal import say
+
 
 def syntax_line(report: Any) -> str:
     """What the check found, in its own words: ``syntax: parses`` (and nothing more is claimed), with the
@@ -134,4 +136,4 @@ def note_bundled(models: Any, *, quiet: bool, user: Any = None, command: str = "
         user = load_config()
     line = bundled_notice(models, user, quiet=quiet, command=command)
     if line:
-        sys.stderr.write(line + "\n")
+        say(line + "\n")

@@ -27,6 +27,7 @@ from codila_cli.cli.plan import plan
 from codila_cli.cli.serve import serve
 from codila_cli.cli.train import STAGES, align
 from codila_cli.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_RUNTIME, CodilaError, UsageError
+from codila_cli.ui.terminal import say
 
 T = TypeVar("T")
 
@@ -68,7 +69,7 @@ def boundary(fn: Callable[[], T], *, command: str, quiet: bool = False) -> T:
             raise
         _fail(UsageError(str(exc), hint=f"see `codila {command} --help` for the allowed values"), quiet=quiet)
     except KeyboardInterrupt:
-        sys.stderr.write("Interrupted.\n")
+        say("Interrupted.\n")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except BrokenPipeError:  # the reader went away (`codila gen … | head`): stop quietly, as Unix tools do
         _silence_stdout()
@@ -88,9 +89,9 @@ def boundary(fn: Callable[[], T], *, command: str, quiet: bool = False) -> T:
         if "OutOfMemoryError" in name:
             _fail(CodilaError(f"the GPU ran out of memory ({exc})",
                               hint="lower --max-new-tokens, use --dtype bfloat16, or --device cpu"), quiet=quiet)
-        sys.stderr.write(f"Error: internal error: {name}: {exc}\n")
+        say(f"Error: internal error: {name}: {exc}\n")
         if not quiet:
-            sys.stderr.write("Hint: set CODILA_DEBUG=1 for the full traceback, and report it\n")
+            say("Hint: set CODILA_DEBUG=1 for the full traceback, and report it\n")
         raise typer.Exit(EXIT_RUNTIME) from None
 
 
@@ -171,10 +172,10 @@ def _parser_error(exc: Exception) -> int | None:
     ctx = getattr(exc, "ctx", None)
     text = message()
     if ctx is not None and text == ctx.get_help():  # a bare group (`codila`, `codila config`): its help
-        sys.stderr.write(text + "\n")
+        say(text + "\n")
     else:
         where = ctx.command_path if ctx is not None else "codila"
-        sys.stderr.write(f"Error: {text}\nHint: see `{where} --help`\n")
+        say(f"Error: {text}\nHint: see `{where} --help`\n")
     return exit_code
 
 
@@ -185,7 +186,7 @@ def main() -> None:
     try:
         code = app(standalone_mode=False, prog_name="codila")
     except KeyboardInterrupt:
-        sys.stderr.write("Interrupted.\n")
+        say("Interrupted.\n")
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         exit_code = _parser_error(exc)

@@ -11,6 +11,7 @@ import typer
 from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
 from codila_cli.errors import UsageError
 from codila_cli.report import note_bundled
+from codila_cli.ui.terminal import say
 
 
 def eval_cmd(
@@ -71,9 +72,9 @@ def eval_cmd(
     note_bundled(models, quiet=not talk, command="infill" if is_infill(benchmark) else "eval")
     warning = too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens)
     if warning and talk:
-        sys.stderr.write(f"Warning: {warning}\n")
+        say(f"Warning: {warning}\n")
     if batch_size > 1 and not engine_gen.batching_pays(models) and talk:
-        sys.stderr.write(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there "
+        say(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there "
                          "than one task at a time (same completions; docs/decoders.md, \"Batching\")\n")
     total = -(-len(chosen) // shard.world) * len(run.settings)
     partial = PartialRows(output, shard.rank)  # survives an interrupted run
@@ -120,7 +121,7 @@ def _done(summary: list[dict], rows: list[dict], output: Any, *, json_out: bool,
         from codila_cli.provenance import provenance_line
 
         made = json.loads((output / "provenance.json").read_text(encoding="utf-8"))
-        sys.stderr.write(f"rows, summary and plot in {output}\n{provenance_line(made)}\n")
+        say(f"rows, summary and plot in {output}\n{provenance_line(made)}\n")
 
 
 def _timeout(seconds: float) -> float:

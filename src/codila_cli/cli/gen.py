@@ -21,6 +21,7 @@ from codila_cli.cli.options import (
     panel,
 )
 from codila_cli.errors import StrictSyntaxError, UsageError
+from codila_cli.ui.terminal import printable, say
 
 
 class Decoder(str, Enum):
@@ -127,7 +128,7 @@ def gen(
     user = load_config()
     if not quiet:
         for w in user.warnings:
-            sys.stderr.write(f"Warning: {w}\n")
+            say(f"Warning: {w}\n")
     if not 1 <= num_samples <= 64:
         raise UsageError(f"--num-samples must be between 1 and 64, got {num_samples}",
                          hint="ask for fewer samples, or run codila several times")
@@ -143,9 +144,9 @@ def gen(
     live = terminal.stderr_is_tty() and not (json_out or quiet)
     mismatch = helper_mismatch(models) if req.decoder == "codila" else None
     if mismatch and not quiet:
-        sys.stderr.write(f"Warning: {mismatch}\n")
+        say(f"Warning: {mismatch}\n")
     if system and not quiet and not is_chat(models.dlm.tokenizer):
-        sys.stderr.write(f"Warning: {req.dlm} has no chat template, so --system is not a system message: "
+        say(f"Warning: {req.dlm} has no chat template, so --system is not a system message: "
                          "the model reads it as plain text before the prompt (stdout does not repeat it)\n")
     if num_samples > 1:
         _many(models, text, req, seed=seed, system=system, n=num_samples, live=live, json_out=json_out,
@@ -213,12 +214,12 @@ def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, e
 
     if quiet:
         return
-    err.print(syntax_line(result.syntax), style="green" if clean(result.syntax) else "yellow", markup=False, soft_wrap=True)
+    err.print(printable(syntax_line(result.syntax)), style="green" if clean(result.syntax) else "yellow", markup=False, soft_wrap=True)
     if not result.syntax.valid and not result.metrics["ended"]:
         err.print(unfinished_note(req.config.max_new_tokens), style="yellow", markup=False, soft_wrap=True)
     if verbose:
         for line in gen_verbose_lines(result, req.decoder, req.config, models, req.sources):
-            err.print(line, markup=False, soft_wrap=True)
+            err.print(printable(line), markup=False, soft_wrap=True)
 
 
 def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | None, n: int, live: bool,
@@ -230,7 +231,7 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
     from codila_cli.samples import all_greedy, sample_many, sample_seeds, samples_document
 
     if not quiet and all_greedy(req.config):
-        sys.stderr.write("Warning: with these settings every sample is the same (nothing is sampled); set "
+        say("Warning: with these settings every sample is the same (nothing is sampled); set "
                          "--temperature" + (" and --ar-temperature above 0" if req.decoder == "codila" else " above 0")
                          + " to get different samples\n")
     seeds = sample_seeds(seed, n)
@@ -258,10 +259,10 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
     sys.stdout.flush()
     line, all_valid = samples_summary_line(out, n, req.config.max_new_tokens)
     if not quiet:
-        err.print(line, style="green" if all_valid else "yellow", markup=False, soft_wrap=True)
+        err.print(printable(line), style="green" if all_valid else "yellow", markup=False, soft_wrap=True)
     if verbose and not quiet:
         for text_line in samples_verbose_lines(out, seeds, req.decoder, req.config, models):
-            err.print(text_line, markup=False, soft_wrap=True)
+            err.print(printable(text_line), markup=False, soft_wrap=True)
     bad = sum(not clean(r.syntax) for r in out.results)
     if strict and bad:
         raise StrictSyntaxError(f"{bad} of {n} samples do not parse or have static findings (--strict)",

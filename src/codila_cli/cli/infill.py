@@ -22,6 +22,7 @@ from codila_cli.cli.options import (
 )
 from codila_cli.decoding.config import INFILL_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
+from codila_cli.ui.terminal import printable
 
 _i = INFILL_KNOBS.default
 
@@ -151,7 +152,7 @@ def _print_status(lines: list[str], ok: bool, color: Any) -> None:
     err = stderr_console(color.value)
     for line in lines:
         style = ("green" if ok else "yellow") if line.startswith("syntax:") else "yellow" if line.startswith("Warning") else None
-        err.print(line, style=style, markup=False, soft_wrap=True, highlight=False)
+        err.print(printable(line), style=style, markup=False, soft_wrap=True, highlight=False)
 
 
 def _status(src: Any, region: Any, out: Any, *, in_place: bool, verbose: bool) -> list[str]:

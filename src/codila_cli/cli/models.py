@@ -11,6 +11,7 @@ import typer
 
 from codila_cli.cli.options import json_option
 from codila_cli.errors import EXIT_RUNTIME
+from codila_cli.ui.terminal import say
 
 
 def models(
@@ -52,10 +53,10 @@ def doctor(json_out: json_option() = False,
         for c in checks:
             sys.stdout.write(f"{'ok ' if c['ok'] else 'BAD'} {c['name']:<20} {c['value']}\n")
     for p in problems:
-        sys.stderr.write(f"Error: {p}\n")
+        say(f"Error: {p}\n")
     if problems:
         if not quiet:
-            sys.stderr.write("Hint: each Error line above says what is wrong and what to try; "
+            say("Hint: each Error line above says what is wrong and what to try; "
                              "`codila doctor --json` lists every check\n")
         raise typer.Exit(EXIT_RUNTIME)
 
@@ -73,7 +74,7 @@ def config_set(key: Annotated[str, typer.Argument(help="section.key, e.g. gen.bl
     from codila_cli.config import set_value
 
     path, written = set_value(key, value)
-    sys.stderr.write(f"{key} = {written!r} in {path}\n")
+    say(f"{key} = {written!r} in {path}\n")
 
 
 def config_unset(key: Annotated[str, typer.Argument(help="section.key to remove from config.toml.")]) -> None:
@@ -81,7 +82,7 @@ def config_unset(key: Annotated[str, typer.Argument(help="section.key to remove 
     from codila_cli.config import set_value
 
     path, _ = set_value(key, None)
-    sys.stderr.write(f"{key} removed from {path}\n")
+    say(f"{key} removed from {path}\n")
 
 
 def config_show(json_out: json_option() = False) -> None:
@@ -91,7 +92,7 @@ def config_show(json_out: json_option() = False) -> None:
 
     user = load_config()
     for w in user.warnings:
-        sys.stderr.write(f"Warning: {w}\n")
+        say(f"Warning: {w}\n")
     rows = effective_settings(user)
     if json_out:
         sys.stdout.write(json.dumps({"schema_version": 1, "command": "config show", "path": str(user.path),

@@ -10,6 +10,7 @@ import typer
 
 from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, dlm_option, json_option
 from codila_cli.errors import StrictSyntaxError, UsageError
+from codila_cli.ui.terminal import say
 
 
 def plan(
@@ -65,9 +66,9 @@ def plan(
     out = _run(engine, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))
     if not quiet:
         for w in out["warnings"]:
-            sys.stderr.write(f"Warning: {w}\n")
+            say(f"Warning: {w}\n")
     if show_contract and not quiet:
-        sys.stderr.write(out["contract"])
+        say(out["contract"])
     if json_out:
         import json
 
@@ -108,6 +109,6 @@ def _status(out: dict, *, verbose: bool, color: str = "auto") -> None:
                                 markup=False, soft_wrap=True, highlight=False)
     if verbose:
         m = out["metrics"]
-        sys.stderr.write(f"seed: {out['seed']}  iterations: {m['iterations']} (contract {m['contract_iterations']})  "
+        say(f"seed: {out['seed']}  iterations: {m['iterations']} (contract {m['contract_iterations']})  "
                          f"misbound: {m['misbound']:.0%}  overrun: {m['overrun']:.0%}  all defined: {m['all_defined']}  "
                          f"latency: {m['latency_seconds']:.2f}s\n")

@@ -11,6 +11,7 @@ import typer
 
 from codila_cli.cli.options import Quiet, ar_option, dlm_option, knob_option
 from codila_cli.errors import UsageError
+from codila_cli.ui.terminal import say
 
 
 def _loopback(host: str) -> bool:
@@ -81,7 +82,7 @@ def serve(
     if not quiet:
         what = f"{base.dlm} + {base.ar}" if base.ar else base.dlm
         fill = f", infill {infill_name}" if infill_name else ", no infill model"
-        sys.stderr.write(f"codila serve: {what} ({base.decoder}){fill}; loaded in "
+        say(f"codila serve: {what} ({base.decoder}){fill}; loaded in "
                          f"{engine.models.load_seconds:.1f} s; max batch {max_batch}, {engine.lanes} lane(s)\n")
     _announce(server, host, quiet=quiet)
     server.run()
@@ -158,7 +159,7 @@ def _announce(server: object, host: str, *, quiet: bool) -> None:
             time.sleep(0.05)
         port = next((s.getsockname()[1] for srv in getattr(server, "servers", []) for s in srv.sockets), None)
         shown = f"[{host}]" if ":" in host else host
-        sys.stderr.write(f"codila serve: listening on http://{shown}:{port}\n")
+        say(f"codila serve: listening on http://{shown}:{port}\n")
         sys.stderr.flush()
 
     threading.Thread(target=wait, daemon=True).start()  # even with -q: a script needs the port

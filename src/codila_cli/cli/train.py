@@ -12,6 +12,7 @@ import typer
 
 from codila_cli.cli.options import Device, Quiet
 from codila_cli.errors import CodilaError, UsageError
+from codila_cli.ui.terminal import say
 
 STAGE_HELP = {
     "corpus": "Build the decontaminated corpus of the bundled models.",
@@ -98,7 +99,7 @@ def align(
     if "output" in out:
         sys.stdout.write(json.dumps(out) + "\n")
         if not quiet:
-            sys.stderr.write(f"helper written to {out['output']}: codila gen --dlm {dlm} --ar {out['output']} \"…\"\n")
+            say(f"helper written to {out['output']}: codila gen --dlm {dlm} --ar {out['output']} \"…\"\n")
 
 
 def _stage(name: str):

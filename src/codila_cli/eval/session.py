@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from codila_cli.errors import UsageError
+from codila_cli.ui.terminal import say
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,6 @@ class PartialRows:
 
 def need_jail(unsafe: bool, *, quiet: bool = False) -> None:
     """Refuse, before any model loads, to run generated code where no jail exists (unless ``unsafe``)."""
-    import sys
 
     from codila_cli.eval.jail import detect
 
@@ -141,5 +141,5 @@ def need_jail(unsafe: bool, *, quiet: bool = False) -> None:
                          hint="install bubblewrap (apt install bubblewrap), or pass --unsafe-local-exec to run the "
                               "programs without one (docs/evaluation.md)")
     if not quiet:
-        sys.stderr.write(f"Warning: running generated code without a jail ({jail.why}): --unsafe-local-exec\n")
+        say(f"Warning: running generated code without a jail ({jail.why}): --unsafe-local-exec\n")
 

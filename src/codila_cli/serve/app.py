@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codila_cli.serve.errors import APIError, error_body
+from codila_cli.ui.terminal import say
 
 
 @dataclass
@@ -90,7 +91,7 @@ class Gate:
         self.metrics.requests.labels(_endpoint(path), str(status)).inc()
         if not self.config.quiet:
             client = (scope.get("client") or ("-",))[0]
-            sys.stderr.write(f"{client} {scope.get('method')} {path} {status} {(time.perf_counter() - t0) * 1000:.0f}ms\n")
+            say(f"{client} {scope.get('method')} {path} {status} {(time.perf_counter() - t0) * 1000:.0f}ms\n")
             sys.stderr.flush()
 
     @staticmethod

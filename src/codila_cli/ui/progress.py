@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from codila_cli.ui.terminal import say
+
 
 def _info(r: dict) -> str:
     parts = [f"loss {r['loss']:.3f}"] if "loss" in r else []
@@ -34,7 +36,7 @@ def step_progress(name: str, total: int, *, disable: bool = False, console: Any 
             return
         if not stderr_is_tty():
             def line(r: dict) -> None:
-                sys.stderr.write(f"{name} step {r['step']}/{total}  {_info(r)}\n")
+                say(f"{name} step {r['step']}/{total}  {_info(r)}\n")
                 sys.stderr.flush()
 
             yield line
@@ -83,7 +85,7 @@ def item_progress(name: str, total: int, *, quiet: bool = False, console: Any = 
         count += 1
         spent = time.perf_counter() - t0
         left = spent / count * (total - count)
-        sys.stderr.write(f"{name} {count}/{total} {printable(label)}  {spent:.1f} s" + (f", about {left:.0f} s left" if count < total else "")
+        say(f"{name} {count}/{total} {printable(label)}  {spent:.1f} s" + (f", about {left:.0f} s left" if count < total else "")
                          + "\n")
         sys.stderr.flush()
 

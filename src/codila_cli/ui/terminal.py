@@ -39,3 +39,9 @@ def printable(text: str, *, keep: str = "") -> str:
     bells) from task ids, paths or model names are shown escaped (``\\x1b``), never sent raw; ``keep``
     names the ones allowed through (a message's own line breaks)."""
     return "".join(c if c.isprintable() or c == " " or c in keep else repr(c)[1:-1] for c in str(text))
+
+
+def say(text: str) -> None:
+    """Write ``text`` to stderr with its control characters escaped (its own line breaks kept): every
+    line codila writes there may hold a task id, a path, a model name or model output."""
+    sys.stderr.write(printable(text, keep="\n"))
