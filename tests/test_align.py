@@ -517,3 +517,15 @@ def test_a_really_interrupted_run_resumes_to_the_uninterrupted_runs_parameters(p
     a = torch.load(straight / "training" / "ckpt.pt", weights_only=True)["model"]
     b = torch.load(cut / "training" / "ckpt.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_train_prints_one_line_or_with_json_one_object(pair, tmp_path):
+    """Issue 41: `train` had no --json; stdout was always JSON. Now one line of text, or --json."""
+    r = _align(pair, tmp_path / "a", steps=1)
+    assert r.exit_code == 0, r.stderr
+    (line,) = r.stdout.splitlines()
+    assert line.startswith("align: ") and f"output {tmp_path / 'a'}" in line and "{" not in line
+    r = _align(pair, tmp_path / "b", "--json", steps=1)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["output"] == str(tmp_path / "b") and out["step"] == 1

@@ -84,6 +84,14 @@ def test_assembly_removes_markers_and_padding(tiny_models):
     assert "# unit" not in res.program and "<|endoftext|>" not in res.program and "<|mask|>" not in res.program
     assert res.units[0].startswith("def parse(")
     assert res.program.startswith("def parse(")
+    assert res.units[1].startswith('if __name__ == "__main__":\n    ')  # every unit gets a stub (issue 41)
+
+
+def test_the_one_piece_fallback_gets_the_script_stub_too(tiny_models):
+    from codila_cli.contract import single_unit
+
+    res, _ = _plan(tiny_models, single_unit(16))
+    assert res.units[0].startswith('if __name__ == "__main__":\n    ') and res.program == res.units[0]
 
 
 def test_single_commit_one_token_per_active_canvas(tiny_models):

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from codila_cli.cli.options import Device, Quiet
+from codila_cli.cli.options import Device, Quiet, json_option
 from codila_cli.errors import CodilaError, UsageError
 from codila_cli.ui.terminal import say
 
@@ -25,6 +25,17 @@ STAGE_HELP = {
     "export": "Copy the finished bundled models into the package.",
 }
 RunDir = Annotated[Path, typer.Option("--run-dir", help="Where data, checkpoints and logs live.")]
+JsonOut = json_option("Print the result as one JSON object on stdout instead of one line of text.")
+
+
+def _result(name: str, out: dict, *, as_json: bool) -> None:
+    """stdout: one JSON object with --json, else one line (``align: output ./h, step 1000, loss 1.92``)."""
+    if as_json:
+        sys.stdout.write(json.dumps(out, default=str) + "\n")
+        return
+    shown = [f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in out.items()
+             if isinstance(v, (str, int, float, Path)) and not isinstance(v, bool)]
+    sys.stdout.write(f"{name}: {', '.join(shown)}\n")
 Steps = Annotated[int, typer.Option(help="Optimizer steps for model stages (resumes up to this).")]
 
 
@@ -63,6 +74,7 @@ def align(
     nproc: Annotated[int, typer.Option("--nproc", help="Processes on this machine (torchrun; one per GPU).")] = 1,
     device: Device = "auto",
     dtype: Annotated[str, typer.Option(help="The frozen DLM's dtype: auto (bf16 on CUDA, fp32 on a CPU), float32, bfloat16.")] = "auto",
+    json_out: JsonOut = False,
     quiet: Quiet = False,
 ) -> None:
     """Align an AR helper to a DLM's marginals (CoDiLA §3.5); write a helper directory for --ar.
@@ -97,7 +109,7 @@ def align(
     with step_progress("align", steps, quiet=quiet) as log:
         out = run(cfg, on_log=log)
     if "output" in out:
-        sys.stdout.write(json.dumps(out) + "\n")
+        _result("align", out, as_json=json_out)
         if not quiet:
             say(f"helper written to {out['output']}: codila gen --dlm {dlm} --ar {out['output']} \"…\"\n")
 
@@ -117,6 +129,7 @@ def _stage(name: str):
                 batch: Annotated[int | None, typer.Option("--batch", help="model stages: rows per step. [default: the stage's own]")] = None,
                 lr: Annotated[float | None, typer.Option("--lr", help="model stages: peak learning rate. [default: the stage's own]")] = None,
                 seed: Annotated[int | None, typer.Option("--seed", help="model stages: seed of the weights' start and of the batches' order (a second pass over the corpus with another seed sees other windows). [default: the stage's own]")] = None,
+                json_out: JsonOut = False,
                 quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar; errors only.")] = False) -> None:
         from codila_cli.train import stages
         from codila_cli.train.options import (
@@ -154,7 +167,7 @@ def _stage(name: str):
 
                 with step_progress(name, steps, quiet=quiet) as log:
                     out = getattr(stages, f"stage_{name}")(run_dir, steps=steps, on_log=log, **extra)
-        sys.stdout.write(json.dumps(out, default=str) + "\n")
+        _result(name, out, as_json=json_out)
 
     command.__doc__ = STAGE_HELP[name] + "\n\nDocs: docs/training.md lists the exact commands that made the shipped weights."
     command.__name__ = f"train_{name}"

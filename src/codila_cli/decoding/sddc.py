@@ -207,10 +207,17 @@ class PlanResult:
     warnings: list[str] = field(default_factory=list)
 
 
+MAIN_STUB = 'if __name__ == "__main__":\n    '  # an unnamed main unit: the script's entry code
+
+
 def _header(e: Entry) -> tuple[str, str]:
-    """(binding marker removed at assembly, code stub kept as the unit's start)."""
+    """(binding marker removed at assembly, code stub kept as the unit's start). Every unit gets a
+    stub: ``def name(`` (function, helper, a named main), ``class Name``, ``    def name(self``
+    (method), and for a main unit without a name (the one-piece fallback too) the script guard."""
     name = e.defs[0] if e.defs else ""
-    stub = {"class": f"class {name}", "method": f"    def {name}(self"}.get(e.role, f"def {name}(" if name else "")
+    if not name:
+        return f"# unit {e.index}\n", MAIN_STUB
+    stub = {"class": f"class {name}", "method": f"    def {name}(self"}.get(e.role, f"def {name}(")
     return f"# unit {e.index}\n", stub
 
 
@@ -275,7 +282,7 @@ def decode_plan(dlm, prompt_ids: list[int], *, config: PlanConfig, contract: Con
     contract_iters = dlm.forwards - f0
     head = head + enc(contract.text())
     # canvases: marker + stub committed, then length-scaled masks (shrunk to fit the context if needed)
-    fixed_of = [enc(_header(e)[0]) + (enc(_header(e)[1]) if _header(e)[1] else []) for e in contract.entries]
+    fixed_of = [enc(_header(e)[0]) + enc(_header(e)[1]) for e in contract.entries]
     lengths = [max(config.min_canvas, math.ceil(config.pad_scale * e.budget)) for e in contract.entries]
     room = dlm.context_length - len(head) - sum(len(f) for f in fixed_of)
     if room < config.min_canvas * len(lengths):
