@@ -232,3 +232,27 @@ def test_gen_help_reads_in_panels_in_the_tables_order():
     assert heads == sorted(heads, key=PANELS.index) and heads[:4] == ["Input", "Model", "Decoding", "CoDiLA helper"]
     at = lambda flag: text.index(f"\n  {flag} ")
     assert at("--max-new-tokens") < at("--ar-context") < at("--entropy-steps") < at("--json")
+
+
+@pytest.mark.parametrize("name", ["infill", "plan", "eval"])
+def test_infill_plan_and_eval_help_put_every_option_in_a_named_panel(name):
+    """Issue 41: the other commands read like gen's --help: every option in a panel of PANELS (input,
+    model, decoding, sandbox, output, runtime), only --help left under "Options", panels in order; an
+    infill knob's flag in the decoding panel."""
+    import typer.main
+    from typer.testing import CliRunner
+
+    from codila_cli.cli.app import app
+    from codila_cli.decoding.knobs import PANELS
+
+    command = typer.main.get_command(app).commands[name]
+    loose = [p.name for p in command.params if p.param_type_name == "option" and not getattr(p, "rich_help_panel", None)]
+    assert loose == [], loose
+    assert {getattr(p, "rich_help_panel", None) for p in command.params} - {None} <= set(PANELS)
+    if name == "infill":
+        by_name = {p.name: p for p in command.params}
+        assert all(by_name[k].rich_help_panel == "Decoding" for k in INFILL_KNOBS if k in by_name)
+    text = CliRunner().invoke(app, [name, "--help"]).stdout
+    heads = [line[:-1] for line in text.splitlines() if line.endswith(":") and line[:-1] in PANELS]
+    assert heads == sorted(heads, key=PANELS.index) and heads[-1] == "Options"
+    assert text.split("\nOptions:\n")[1].split() == ["-h,", "--help", "Show", "this", "message", "and", "exit."]

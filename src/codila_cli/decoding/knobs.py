@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any
 
-PANELS = ("Input", "Model", "Decoding", "CoDiLA helper", "Decoder internals", "Output", "Runtime", "Options")
+PANELS = ("Input", "Model", "Decoding", "CoDiLA helper", "Decoder internals", "Sandbox", "Output", "Runtime", "Options")
 """`codila gen --help`'s panels, in the order they print: the common settings first, the long tail of
 decoder internals after them."""
 
