@@ -435,6 +435,8 @@ def test_request_settings_layer_on_the_servers(tmp_path):
     own = gen_settings(base, max_tokens=None, temperature=0.5, top_p=None, codila={"block_size": 8})
     assert own.config.block_size == 8 and own.config.max_new_tokens == 40
     assert own.config.sampling.temperature == 0.5 and own.config.ar_temperature == 0.5
+    told = gen_settings(base, max_tokens=None, temperature=0.5, top_p=None, codila={"ar_temperature": 0.0})
+    assert told.config.ar_temperature == 0.0  # the request's own helper temperature wins over following
     assert own.config.cache == base.config.cache  # the helper's recommendation stays
     other = gen_settings(base, max_tokens=12, temperature=None, top_p=None, codila={"decoder": "threshold"})
     assert other.decoder == "threshold" and other.config.block_length == 16  # the server's layer, not 32

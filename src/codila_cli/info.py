@@ -80,7 +80,7 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     """Every configurable key with the value `codila gen` uses when no flag is given and where it comes
     from, resolved as `gen` resolves it (resolve.resolve_gen over the ``CODILA_*`` variables): env > file
     > the configured AR helper's recommendation > the configured DLM's generation_config.json > default;
-    ``gen.ar_temperature`` otherwise follows ``gen.temperature``."""
+    a knob the table marks ``follows`` otherwise takes the value of the knob it follows."""
     from codila_cli.decoding.config import GEN_KNOBS
     from codila_cli.decoding.knobs import flat
     from codila_cli.errors import UsageError
@@ -100,7 +100,8 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
         values.update({k: v for k, v in flat(req.configs[decoder]).items() if k not in values})
     where = {"env": lambda k: f"env {GEN_KNOBS[k].env_var}", "config": lambda k: f"file {user.path}",
              "helper": lambda k: f"recommended by {req.ar}", "model": lambda k: f"generation_config.json of {req.dlm}",
-             "default": lambda k: "follows gen.temperature" if k == "ar_temperature" else "default"}
+             "default": lambda k: "default"}
+    where_of = lambda k, src: f"follows gen.{src.split()[1]}" if src.startswith("follows ") else where[src](k)
     rows = []
     for section, keys in SCHEMA.items():
         for key in keys:
@@ -113,7 +114,7 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
                 value, source = user.get(section, key), f"file {user.path}" if user.get(section, key) is not None else "default"
                 value = True if value is None else value
             else:
-                value, source = values.get(key), where[req.sources.get(key, "default")](key)
+                value, source = values.get(key), where_of(key, req.sources.get(key, "default"))
             rows.append({"key": f"{section}.{key}", "value": value, "source": source})
     return rows
 

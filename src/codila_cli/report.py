@@ -66,11 +66,13 @@ def sources_line(sources: dict[str, str], cfg: Any) -> str | None:
     """``-v``: each setting that no flag gave and that is not codila's default, with its layer
     (env = CODILA_*, config = config.toml, helper = the AR helper's recommendation, model = the DLM's
     generation_config)."""
+    from codila_cli.decoding.config import GEN_KNOBS
     from codila_cli.decoding.knobs import flat
 
     values = flat(cfg)
+    quiet = lambda key, where: where.startswith("follows ") and values[key] == GEN_KNOBS[key].default
     parts = [f"{key}={values[key]} ({where})" for key, where in sources.items()
-             if where not in ("default", "flag") and key in values]
+             if where not in ("default", "flag") and key in values and not quiet(key, where)]
     return "sources: " + "  ".join(parts) if parts else None
 
 

@@ -67,10 +67,19 @@ class Layers:
 
     def __call__(self, key: str) -> Any:
         value = self.given(key)
+        if value is None and self._following(key):
+            return self(GEN_KNOBS[key].follows)
         return GEN_DEFAULTS.get(key) if value is None else value
 
+    def _following(self, key: str) -> bool:
+        """Unset, and the knob it follows (knobs.Knob.follows) was not set by the model: a DLM's own
+        generation_config temperature is the DLM's, so the helper stays at its default."""
+        target = GEN_KNOBS[key].follows if key in GEN_KNOBS else None
+        return target is not None and self.lookup(target)[1] not in ("model",)
+
     def sources(self) -> dict[str, str]:
-        return {k: self.lookup(k)[1] for k in GEN_DEFAULTS}
+        return {k: (f"follows {GEN_KNOBS[k].follows}" if self.given(k) is None and self._following(k)
+                    else self.lookup(k)[1]) for k in GEN_DEFAULTS}
 
 
 def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, ar: str | None) -> GenRequest:
@@ -102,15 +111,11 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     except ValueError as exc:
         raise _where(str(exc), opt) from None
     alg_name = opt("alg")
-    # the helper writes CoDiLA's tokens, so it samples at the user's --temperature unless told otherwise
-    # (a DLM's generation_config temperature is the DLM's: the helper stays greedy)
-    user_temperature = opt("temperature") if opt.lookup("temperature")[1] not in ("model",) else 0.0
-    ar_temperature = user_temperature if opt.given("ar_temperature") is None else opt.given("ar_temperature")
     for key in RUNTIME_KEYS:
         if opt.lookup(key)[1] in ("env", "config") and not GEN_KNOBS[key].in_range(opt(key)):
             raise _where(f"invalid {key} {opt(key)!r}", opt)
     try:
-        configs = _configs(opt, chosen, sampling, alg_name, ar_temperature)
+        configs = _configs(opt, chosen, sampling, alg_name)
     except ValueError as exc:
         raise _where(str(exc), opt) from None
     if chosen != "dream" and opt.lookup("tokens_per_step")[1] in ("flag", "env"):
@@ -134,11 +139,11 @@ def _where(message: str, opt: Layers) -> UsageError:
     return UsageError(message, hint="see `codila gen --help` for the allowed values")
 
 
-def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperature: float) -> dict[str, Any]:
+def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str) -> dict[str, Any]:
     """Every decoder's config, each knob read through the layers (``knobs.build``), so a bad value is an
-    error whichever decoder runs. The few rules between knobs: the sampling config is shared; the helper
-    samples at ``--temperature`` unless told otherwise; CoDiLA has no ``origin`` rule; a cache (which
-    the helper may recommend) applies to CoDiLA only when it runs."""
+    error whichever decoder runs. The few rules between knobs: the sampling config is shared; a knob
+    the table marks ``follows`` takes its target's value (Layers); CoDiLA has no ``origin`` rule; a
+    cache (which the helper may recommend) applies to CoDiLA only when it runs."""
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
     from codila_cli.decoding.knobs import build
 
@@ -146,7 +151,7 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, ar_temperat
     return {
         "dream": build(DreamConfig, opt, alg=alg_name, **shared),
         "threshold": build(ThresholdConfig, opt, **shared),
-        "codila": build(CodilaConfig, opt, ar_temperature=ar_temperature, alg=alg_name if alg_name != "origin" else "entropy",
+        "codila": build(CodilaConfig, opt, alg=alg_name if alg_name != "origin" else "entropy",
                         cache=opt("cache") if chosen == "codila" else "none",
                         cache_blocks=opt("cache_blocks") if chosen == "codila" else None,
                         **shared),

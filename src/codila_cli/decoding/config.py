@@ -67,7 +67,7 @@ GEN_KNOBS = KnobTable(
     Knob("ar_context", int, 0, "committed tokens left of the block the AR also reads.", lo=0, hi=MAX_CANVAS,
          short="ctx", recommend=True, show=True),
     Knob("ar_temperature", float, 0.0, "AR sampling temperature, 0 = greedy.", lo=0, hi=100, short="arT",
-         default_text="--temperature"),
+         default_text="--temperature", follows="temperature"),
     Knob("ar_repetition_penalty", float, 1.0, "penalty (CTRL) on ids already in the text for the AR's choices, "
          "1 = off.", lo=1, hi=10, short="rp", recommend=True, show=True),
     Knob("ar_syntax_guard", bool, False, "the AR may not choose a token Python would reject whatever follows (a "

@@ -27,7 +27,8 @@ class Knob:
     ``codila_decoding`` may set it; ``show``: ``-v`` prints it always (else only when it is not the
     default); ``flag``: the command-line flag ("" = none); ``env``: it has a ``CODILA_*`` variable;
     ``default_text``: the help's ``[default: …]`` where the value is derived; ``section``: config.toml's
-    table."""
+    table; ``follows``: unset, the knob takes the value of the named knob (the helper's temperature is
+    ``--temperature`` unless told otherwise), unless that value is a model's own default."""
 
     name: str
     kind: type
@@ -49,6 +50,7 @@ class Knob:
     default_text: str | None = None
     section: str = "gen"
     panel: str = "Decoder internals"  # the --help panel of its flag (PANELS)
+    follows: str | None = None
 
     @property
     def option(self) -> str:
@@ -232,3 +234,8 @@ def _short_value(v: Any) -> str:
     if isinstance(v, bool):
         return "1" if v else "0"
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def followers(table: KnobTable, name: str) -> list[str]:
+    """The knobs of ``table`` that follow ``name`` when they are not set themselves."""
+    return [k.name for k in table.values() if k.follows == name]

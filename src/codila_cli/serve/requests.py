@@ -57,6 +57,7 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
     strings are not decoder settings (the text is cut after decoding: :func:`cut_at_stop`);
     ``codila.stop_lines`` are codila's line-start stops, which end decoding too."""
     from codila_cli.decoding.config import GEN_KNOBS, CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+    from codila_cli.decoding.knobs import followers
 
     codila = _knob_values(dict(codila or {}), GEN_KNOBS, what="")
     decoder = codila.pop("decoder", None) or base.decoder
@@ -78,8 +79,9 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
     fields = {"max_new_tokens": cfg.max_new_tokens if max_tokens is None else max_tokens, "sampling": samp,
               "early_stop": cfg.early_stop, "stop": cfg.stop if lines is None else stop_strings(lines), **codila}
     new = dataclasses.replace(cfg, **fields)
-    if decoder == "codila" and temperature is not None:  # the helper writes codila's tokens: the same temperature
-        new = dataclasses.replace(new, ar_temperature=samp.temperature)
+    if temperature is not None:  # knobs that follow the temperature (the helper's), unless the request set them
+        new = dataclasses.replace(new, **{k: samp.temperature for k in followers(GEN_KNOBS, "temperature")
+                                          if k in names and k not in codila})
     return GenSettings(decoder=decoder, config=new)
 
 
