@@ -136,3 +136,10 @@ def test_refused_eval_and_align_runs_leave_no_empty_output_directory(tmp_path):
     (tmp_path / "f").write_text("")
     r = CliRunner().invoke(app, ["eval", "-b", "humaneval", "-o", str(tmp_path / "f" / "x"), "--limit", "1"])
     assert r.exit_code == 2 and r.stderr.startswith(f"Error: cannot write --output {tmp_path / 'f' / 'x'}: ")
+
+
+def test_benchmark_data_named_by_the_environment_goes_through_the_same_reader(tmp_path):
+    (tmp_path / "mbpp").mkdir()
+    os.mkfifo(tmp_path / "mbpp" / "sanitized-mbpp.json")
+    r = _codila("eval", "-b", "mbpp", "--limit", "1", "-o", str(tmp_path / "o"), env={"CODILA_DATA": str(tmp_path)})
+    _one_error(r, "benchmark data", "sanitized-mbpp.json is a FIFO")

@@ -34,6 +34,7 @@ LIMITS = {  # the largest input of each kind that is plausibly not a mistake
     "contract": 1 * MiB,
     "task line": 4 * MiB,  # one task of a --benchmark file: no model's context holds more
     "task file": 1024 * MiB,
+    "benchmark data": 256 * MiB,  # MBPP / HumanEval-Infilling files under --data-dir or CODILA_DATA
 }
 
 

@@ -157,11 +157,11 @@ def _load(name: str, data: Path | None) -> list[Task]:
     if name == "mbpp":
         d = data_dir(data)
         path = d / "mbpp" / "sanitized-mbpp.json" if d else None
-        if path is None or not path.is_file():
+        if path is None or not os.path.lexists(path):
             raise UsageError("MBPP needs the data directory (mbpp/sanitized-mbpp.json)",
                              hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
         tasks = []
-        for r in json.loads(path.read_text(encoding="utf-8")):
+        for r in json.loads(_data_file(path)):
             tests = "\n".join(r["test_imports"] + r["test_list"])
             prompt = f'"""{r["prompt"].strip()}\nExample: {r["test_list"][0].strip()}\n"""\n'
             tasks.append(Task(f"mbpp/{r['task_id']}", prompt, "complete", tests, reference=r["code"]))
@@ -169,10 +169,10 @@ def _load(name: str, data: Path | None) -> list[Task]:
     if name in INFILL_FILES:
         d = data_dir(data)
         path = d / "human-eval-infilling" / INFILL_FILES[name] if d else None
-        if path is None or not path.is_file():
+        if path is None or not os.path.lexists(path):
             raise UsageError(f"{name} needs the data directory (human-eval-infilling/{INFILL_FILES[name]})",
                              hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
-        rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()]
+        rows = [json.loads(line) for line in _data_file(path).splitlines()]
         return [Task(r["task_id"], r["prompt"], "infill", r["test"], r["entry_point"], r["suffix"],
                      reference=r["prompt"] + r["canonical_solution"] + r["suffix"]) for r in rows]
     if name in PROMPT_SETS:
@@ -197,6 +197,23 @@ def _load(name: str, data: Path | None) -> list[Task]:
             encoding="utf-8").splitlines() if x.strip()]
         return [Task(r["task_id"], r["prompt"], "complete", r["test"], r["entry_point"]) for r in rows]
     raise UsageError(f"unknown benchmark {name!r}", hint=f"use one of {', '.join(BENCHMARKS)}")
+
+
+def _data_file(path: Path) -> str:
+    """A benchmark data file under --data-dir / CODILA_DATA, through the one reader (user_input.py:
+    a FIFO, a device, a loop or a huge file is an error naming it); ``.gz`` is decompressed."""
+    from codila_cli.user_input import LIMITS, decode, read_bytes
+
+    raw = read_bytes(path, what="benchmark data", kind="benchmark data")
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise UsageError(f"benchmark data {path} is not a gzip file ({exc})", hint="restore the file") from None
+        if len(raw) > LIMITS["benchmark data"]:
+            raise UsageError(f"benchmark data {path} unpacks to over {LIMITS['benchmark data'] // 2**20} MiB",
+                             hint="restore the file")
+    return decode(raw, where=f"benchmark data {path}")
 
 
 def select(tasks: list[Task], *, limit: int | None, ids: list[str] | None) -> list[Task]:
