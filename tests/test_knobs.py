@@ -154,7 +154,7 @@ def test_helper_heuristics_knobs_are_spelled_in_at_most_three_files():
     texts = {p: p.read_text(encoding="utf-8") for p in SRC.rglob("*.py")}
     for name in ("ar_repetition_penalty", "ar_no_repeat_ngram", "ar_syntax_guard", "conditioning",
                  "parallel_blocks", "verify_penalty", "exact_steps", "entropy_steps", "alg_temp", "ar_temperature",
-                 "ar_verify", "initial_masks", "expand_budget", "broadcast_delete"):
+                 "ar_verify", "initial_masks", "expand_budget", "broadcast_delete", "cache_blocks"):
         pat = re.compile(r"(?<![\w-])" + name + r"(?![\w-])")
         hits = sorted(str(p.relative_to(SRC)) for p, t in texts.items() if pat.search(t))
         assert len(hits) <= 3, (name, hits)

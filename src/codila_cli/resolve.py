@@ -17,6 +17,7 @@ from typing import Any
 
 from codila_cli.config import UserConfig
 from codila_cli.decoding.config import GEN_KNOBS
+from codila_cli.decoding.knobs import inert
 from codila_cli.errors import UsageError
 
 GEN_DEFAULTS: dict[str, Any] = GEN_KNOBS.defaults()
@@ -101,8 +102,8 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
     if chosen == "codila":
         opt.recommended.update(recommended_decoding(ar_name, block_size=opt.given("block_size")))  # user's B, if set
-        if opt("cache") == "none":  # a recommended cache window is for when a cache is on
-            opt.recommended.pop("cache_blocks", None)
+        for name in inert(GEN_KNOBS, {"cache": opt("cache")}):  # e.g. a recommended cache window, without a cache
+            opt.recommended.pop(name, None)
     opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None
                                     or opt.given("tokens_per_step") is not None,
                                     user_length=opt.given("max_new_tokens") is not None))
@@ -148,13 +149,12 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str) -> dict[str
     from codila_cli.decoding.knobs import build
 
     shared = {"sampling": sampling, "stop": tuple(opt("stop") or ())}
+    # CoDiLA's config when another decoder runs: no cache, and what means nothing without one unset
+    idle = {} if chosen == "codila" else {"cache": "none", **dict.fromkeys(inert(GEN_KNOBS, {"cache": "none"}))}
     return {
         "dream": build(DreamConfig, opt, alg=alg_name, **shared),
         "threshold": build(ThresholdConfig, opt, **shared),
-        "codila": build(CodilaConfig, opt, alg=alg_name if alg_name != "origin" else "entropy",
-                        cache=opt("cache") if chosen == "codila" else "none",
-                        cache_blocks=opt("cache_blocks") if chosen == "codila" else None,
-                        **shared),
+        "codila": build(CodilaConfig, opt, alg=alg_name if alg_name != "origin" else "entropy", **idle, **shared),
     }
 
 

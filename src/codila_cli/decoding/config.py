@@ -58,7 +58,7 @@ GEN_KNOBS = KnobTable(
     Knob("cache", str, "none", "approximate KV cache none|prefix|dual.", choices=CACHES, short="cache",
          recommend=True, show=True),
     Knob("cache_blocks", int, None, "--cache: the cache window in blocks of B slots.", optional=True, lo=1, hi=4096,
-         short="cb", recommend=True, default_text="the candidate window"),
+         short="cb", recommend=True, default_text="the candidate window", inert_when=("cache", "none")),
     Knob("convention", str, "codila", "codila, or fast-dllm (the reference code's rules, token for token; "
          "docs/decoders.md, Parity).", choices=CONVENTIONS, short="conv", flag="--threshold-convention"),
     Knob("entropy_steps", int, None, "fast-dllm convention with --cache prefix|dual: Fast-dLLM's cached entropy "

@@ -28,7 +28,8 @@ class Knob:
     default); ``flag``: the command-line flag ("" = none); ``env``: it has a ``CODILA_*`` variable;
     ``default_text``: the help's ``[default: …]`` where the value is derived; ``section``: config.toml's
     table; ``follows``: unset, the knob takes the value of the named knob (the helper's temperature is
-    ``--temperature`` unless told otherwise), unless that value is a model's own default."""
+    ``--temperature`` unless told otherwise), unless that value is a model's own default; ``inert_when``:
+    (knob, value) under which this knob means nothing (a cache window without a cache)."""
 
     name: str
     kind: type
@@ -51,6 +52,7 @@ class Knob:
     section: str = "gen"
     panel: str = "Decoder internals"  # the --help panel of its flag (PANELS)
     follows: str | None = None
+    inert_when: tuple[str, Any] | None = None
 
     @property
     def option(self) -> str:
@@ -239,3 +241,10 @@ def _short_value(v: Any) -> str:
 def followers(table: KnobTable, name: str) -> list[str]:
     """The knobs of ``table`` that follow ``name`` when they are not set themselves."""
     return [k.name for k in table.values() if k.follows == name]
+
+
+def inert(table: KnobTable, values: Mapping[str, Any]) -> list[str]:
+    """The knobs of ``table`` that mean nothing under ``values`` (their ``inert_when`` holds; a knob
+    absent from ``values`` has its default)."""
+    return [k.name for k in table.values() if k.inert_when is not None
+            and values.get(k.inert_when[0], table.default(k.inert_when[0])) == k.inert_when[1]]

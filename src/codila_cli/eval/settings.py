@@ -20,7 +20,7 @@ from codila_cli.decoding.config import (
     SamplingConfig,
     ThresholdConfig,
 )
-from codila_cli.decoding.knobs import Knob, KnobTable, build, knob_fields, label_parts
+from codila_cli.decoding.knobs import Knob, KnobTable, build, inert, knob_fields, label_parts
 
 INFILL_GRID = ["dreamon:K=1", "dreamon:K=2", "dreamon:tau=0.2", "dreamon:tau=0.5"]
 PAPER_GRID = ["dream:K=1", "dream:K=2", "dream:K=4", "dream:K=8", "threshold:0.9",
@@ -57,8 +57,8 @@ def recommended_label(recommended: dict) -> str:
     (helper_card.recommended_decoding), spelled out in table order with the knobs' eval keys
     ("codila:B=4,W=1,ctx=96,rp=1.3"); a cache window is left out without a cache (it applies only with one)."""
     values = {"block_size": GEN_KNOBS.default("block_size"), **recommended}
-    if values.get("cache", "none") == "none":
-        values.pop("cache_blocks", None)
+    for name in inert(GEN_KNOBS, values):
+        values.pop(name, None)
     return "codila:" + ",".join(label_parts(GEN_KNOBS, values))
 
 
