@@ -25,7 +25,7 @@ _SAMPLING = (
     Knob("top_k", int, None, "Top-k filter before sampling and confidence.", optional=True, lo=1),
 )
 _ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal.", choices=ALGS, short="alg")
-_BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", recommend=True, show=True)
+_BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", recommend=True, show=True, grid=True)
 _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.", optional=True, lo=0, hi=100,
             short="tau", default_text="static")
 
@@ -45,7 +45,7 @@ GEN_KNOBS = KnobTable(
     *_SAMPLING,
     Knob("threshold", float, 0.9, "commit every slot with p >= this.", lo=0, hi=1, open_lo=True, short="t",
          show=True),
-    Knob("block_length", int, 32, "block length.", lo=1, hi=MAX_CANVAS, short="block", show=True),
+    Knob("block_length", int, 32, "block length.", lo=1, hi=MAX_CANVAS, short="block", show=True, grid=True),
     _BLOCK_SIZE,
     _TAU,
     Knob("candidate_blocks", int, 10, "window of blocks with masks to choose from.", lo=1, hi=MAX_CANVAS,

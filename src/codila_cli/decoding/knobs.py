@@ -29,7 +29,8 @@ class Knob:
     ``default_text``: the help's ``[default: …]`` where the value is derived; ``section``: config.toml's
     table; ``follows``: unset, the knob takes the value of the named knob (the helper's temperature is
     ``--temperature`` unless told otherwise), unless that value is a model's own default; ``inert_when``:
-    (knob, value) under which this knob means nothing (a cache window without a cache)."""
+    (knob, value) under which this knob means nothing (a cache window without a cache); ``grid``: the
+    decoder works in blocks of this many slots (the live view draws them)."""
 
     name: str
     kind: type
@@ -53,6 +54,7 @@ class Knob:
     panel: str = "Decoder internals"  # the --help panel of its flag (PANELS)
     follows: str | None = None
     inert_when: tuple[str, Any] | None = None
+    grid: bool = False
 
     @property
     def option(self) -> str:
@@ -248,3 +250,9 @@ def inert(table: KnobTable, values: Mapping[str, Any]) -> list[str]:
     absent from ``values`` has its default)."""
     return [k.name for k in table.values() if k.inert_when is not None
             and values.get(k.inert_when[0], table.default(k.inert_when[0])) == k.inert_when[1]]
+
+
+def block_width(table: KnobTable, cfg: Any) -> int | None:
+    """The block width ``cfg``'s decoder works in (its ``grid`` knob), or None (no blocks: dream)."""
+    names = set(knob_fields(type(cfg))) if is_dataclass(cfg) else set()
+    return next((getattr(cfg, k.name) for k in table.values() if k.grid and k.name in names), None)

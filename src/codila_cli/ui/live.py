@@ -225,5 +225,9 @@ class PlanView(LiveView):
 
 
 def view_block(decoder: str, cfg: Any) -> int | None:
-    """The block grid the live view draws: B for codila, the block length for threshold, none for dream."""
-    return {"codila": getattr(cfg, "block_size", None), "threshold": getattr(cfg, "block_length", None)}.get(decoder)
+    """The block grid the live view draws: the width of the decoder's blocks (the knob table's ``grid``
+    knob: B for codila, the block length for threshold), none for dream."""
+    from codila_cli.decoding.config import GEN_KNOBS
+    from codila_cli.decoding.knobs import block_width
+
+    return block_width(GEN_KNOBS, cfg) if decoder in ("codila", "threshold") else None
