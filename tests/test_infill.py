@@ -439,3 +439,15 @@ def test_only_regular_files_of_a_sane_size_are_read(tmp_path, tiny, monkeypatch)
     big.write_text("x = 1\n" * 10)
     r = _fill(tiny, str(big), "--line", "1")
     assert r.exit_code == 2 and "limit" in r.stderr
+
+
+def test_a_middle_that_leaves_no_room_for_context_is_refused_in_the_same_words_everywhere():
+    from types import SimpleNamespace
+
+    from codila_cli.decoding.config import InfillConfig
+    from codila_cli.engine.tasks import infill_room_problem
+
+    dlm = SimpleNamespace(context_length=100)
+    assert infill_room_problem(dlm, InfillConfig(max_middle_tokens=82)) is None  # 16 left: enough
+    assert infill_room_problem(dlm, InfillConfig(max_middle_tokens=83)) == (
+        "a middle of up to 83 tokens leaves no room for context (the model's context is 100 tokens)")

@@ -27,6 +27,16 @@ class InfillOutcome:
         return self.syntax_before.valid and not self.syntax_after.valid
 
 
+def infill_room_problem(dlm, config) -> str | None:
+    """Why a fill with ``config`` cannot run on ``dlm`` (its longest middle leaves under 16 tokens of the
+    context for the prefix and suffix), or None; the CLI and the server word their own error around it."""
+    room = dlm.context_length - config.max_middle_tokens - 2
+    if room >= 16:
+        return None
+    return (f"a middle of up to {config.max_middle_tokens} tokens leaves no room for context "
+            f"(the model's context is {dlm.context_length} tokens)")
+
+
 def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
                   on_step: OnStep = no_op, batcher: Any = None, on_row: Any = None) -> tuple[Any, dict, int]:
     """DreamOn (or CoDiLA) decoding of the middle between two texts; returns (InfillResult, context cut, seed).
@@ -41,10 +51,10 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
     dlm = models.dlm
     tok = dlm.tokenizer
     p_ids, s_ids = encode_text(tok, prefix), encode_text(tok, suffix)
+    problem = infill_room_problem(dlm, config)
+    if problem:
+        raise UsageError(problem, hint="lower --max-middle-tokens")
     room = dlm.context_length - config.max_middle_tokens - 2
-    if room < 16:
-        raise UsageError(f"--max-middle-tokens {config.max_middle_tokens} leaves no room for context "
-                         f"(the model's context is {dlm.context_length} tokens)", hint="lower --max-middle-tokens")
     cut = {"prefix_tokens": len(p_ids), "suffix_tokens": len(s_ids), "prefix_kept": len(p_ids), "suffix_kept": len(s_ids)}
     if len(p_ids) + len(s_ids) > room:
         keep_s = min(len(s_ids), max(room // 3, room - len(p_ids)))

@@ -84,6 +84,7 @@ class Job:
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
                top_p: float | None, seed: int | None, codila: dict | None, model: str | None, n: int = 1,
                stop: Any = None) -> Job:
+        from codila_cli.engine.tasks import infill_room_problem
         from codila_cli.serve.requests import infill_settings
 
         st = request.app.state
@@ -96,10 +97,9 @@ class Job:
             raise APIError(400, "this server has no infill model", param="suffix")
         if cfg.tau is not None and models.ar is None:
             raise APIError(400, "codila.tau (CoDiLA infill) needs an AR helper, and this server has none", param="codila")
-        room = models.dlm.context_length - cfg.max_middle_tokens - 2
-        if room < 16:
-            raise APIError(400, f"the longest middle ({cfg.max_middle_tokens} tokens) leaves no room for context in "
-                                f"the model's {models.dlm.context_length}", param="max_tokens")
+        problem = infill_room_problem(models.dlm, cfg)
+        if problem:
+            raise APIError(400, problem, param="max_tokens")
         if not (prefix or suffix).strip():
             raise APIError(400, "the prefix and the suffix are both empty", param="prompt")
         return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=_stop_strings(stop), seed=seed,
