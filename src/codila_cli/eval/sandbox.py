@@ -246,7 +246,8 @@ def _run_in_process(jail, program: str, test: str, entry_point: str | None, limi
     read_fd, write_fd = os.pipe()
     t0 = time.perf_counter()
     try:
-        run = _Jailed(jail, {"body.py": program, "test.py": test, "harness.py": _script("inproc.py")},
+        run = _Jailed(jail, {"body.py": program, "test.py": test, "harness.py": _script("inproc.py"),
+                             "decide.py": _script("decide.py")},
                       ["harness.py", str(write_fd), entry_point or ""], limits, pass_fds=(write_fd,), stdin=marker + "\n")
     finally:
         os.close(write_fd)
@@ -277,7 +278,7 @@ def _run_isolated(jail, program: str, test: str, entry_point: str | None, refere
     try:
         runs.append(_Jailed(jail, {"body.py": program, "program.py": _script("program.py"), "wire.py": wire},
                             ["program.py", str(req_r), str(rep_w)], limits, pass_fds=(req_r, rep_w)))
-        files = {"test.py": test, "judge.py": _script("judge.py"), "wire.py": wire}
+        files = {"test.py": test, "judge.py": _script("judge.py"), "wire.py": wire, "decide.py": _script("decide.py")}
         if reference:
             files["reference.py"] = reference
         runs.append(_Jailed(jail, files, ["judge.py", str(ver_w), str(req_w), str(rep_r), entry_point or "",

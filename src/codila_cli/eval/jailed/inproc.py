@@ -12,6 +12,9 @@ import os
 import sys
 import types
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from decide import decide
+
 
 def _harness():
     marker = sys.stdin.readline().strip()
@@ -46,12 +49,7 @@ def _harness():
         guarded.__name__, guarded.__doc__, guarded.__wrapped__ = fn.__name__, fn.__doc__, fn
         return guarded
 
-    def fail(kind, exc):
-        verdict.write(f"FAIL {kind} {type(exc).__name__}: {str(exc)[:200]}\n")
-        verdict.flush()
-        os._exit(1)
-
-    try:
+    def run():
         exec(compile(body, "program.py", "exec"), ns)
         mine.update(v for v in ns.values() if isinstance(v, type))
         for name, v in list(ns.items()):
@@ -60,13 +58,8 @@ def _harness():
         exec(compile(test, "test.py", "exec"), ns)
         if entry:
             ns["check"](ns[entry])
-    except AssertionError as exc:
-        fail("failed", exc)
-    except BaseException as exc:  # noqa: BLE001
-        fail("error", exc)
-    verdict.write(f"PASS {marker}\n")
-    verdict.flush()
-    os._exit(0)
+
+    decide(verdict, marker, run)
 
 
 _harness()

@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wire
+from decide import decide
 
 LINE_CAP = 16 * 2**20
 
@@ -82,13 +83,9 @@ def main():
         call.__name__ = call.__qualname__ = name
         return call
 
-    def fail(kind, exc):
-        verdict.write(f"FAIL {kind} {type(exc).__name__}: {str(exc)[:300]}\n")
-        verdict.flush()
-        os._exit(1)
-
     ns = {"__name__": "__main__", "__builtins__": builtins}
-    try:
+
+    def run():
         if os.path.exists("reference.py"):
             with open("reference.py", encoding="utf-8") as fh:
                 exec(compile(fh.read(), "reference.py", "exec"), ns)
@@ -112,15 +109,8 @@ def main():
             exec(compile(fh.read(), "test.py", "exec"), ns)
         if entry:
             ns["check"](ns[entry])
-    except Ended as exc:
-        fail("ended", exc)
-    except AssertionError as exc:
-        fail("failed", exc)
-    except BaseException as exc:  # noqa: BLE001
-        fail("error", exc)
-    verdict.write(f"PASS {marker}\n")
-    verdict.flush()
-    os._exit(0)
+
+    decide(verdict, marker, run, ended=Ended)
 
 
 main()
