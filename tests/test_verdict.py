@@ -40,6 +40,18 @@ def test_plain_data_crosses_with_its_types(value):
     assert repr(back) == repr(value)  # tuple stays tuple, 1 stays int, -0.0 keeps its sign
 
 
+def test_generators_and_ranges_cross_as_they_compare_in_one_process():
+    def gen():
+        yield from (1, 2, 3)
+
+    back = wire.decode(json.loads(json.dumps(wire.encode(gen()))))
+    assert back != [1, 2, 3] and list(back) == [1, 2, 3]  # as a generator compares, and as it iterates
+    assert wire.decode(wire.encode(map(str, (1, 2)))) != ["1", "2"]
+    assert wire.decode(wire.encode(range(2, 9, 3))) == range(2, 9, 3)
+    with pytest.raises(wire.NotPlain, match="more than"):
+        wire.encode(iter(int, 1))  # endless
+
+
 def test_nan_crosses_and_objects_arrive_as_opaque_stand_ins():
     assert math.isnan(wire.decode(wire.encode(float("nan"))))
 
@@ -173,6 +185,23 @@ def test_objects_and_tricks_of_the_programs_making_never_pass(program):
 def test_a_callable_object_that_computes_the_answers_passes():
     program = "class Sq:\n    def __call__(self, x):\n        return x * x\nsq = Sq()\n"
     assert run_sandboxed(program, LIMITS, test=CHECK, entry_point="sq").passed
+
+
+@needs_jail
+def test_a_generator_the_tests_iterate_passes_as_in_one_process():
+    program = "def evens(n):\n    return (i for i in range(n) if i % 2 == 0)\n"
+    test = "def check(f):\n    assert list(f(7)) == [0, 2, 4, 6]\n    assert f(3) != [0, 2]\n"
+    isolated, in_process = _both(program, test, "evens")
+    assert isolated.passed and in_process.passed, (isolated, in_process)
+
+
+@needs_jail
+def test_what_the_program_does_to_its_arguments_the_tests_see():
+    program = "def fill(xs, d):\n    xs.sort()\n    d['n'] = len(xs)\n"
+    test = "def check(f):\n    xs, d = [3, 1, 2], {}\n    assert f(xs, d) is None\n    assert xs == [1, 2, 3] and d == {'n': 3}\n"
+    isolated, in_process = _both(program, test, "fill")
+    assert isolated.passed and in_process.passed, (isolated, in_process)
+    assert not run_sandboxed("def fill(xs, d):\n    return None\n", LIMITS, test=test, entry_point="fill").passed
 
 
 @needs_jail

@@ -54,7 +54,7 @@ def main():
 
     def answer(reply, what):
         kind = reply[0]
-        if kind == "ok" and len(reply) == 2:
+        if kind == "ok" and len(reply) in (2, 3):
             try:
                 return wire.decode(reply[1])
             except (ValueError, TypeError) as exc:
@@ -72,13 +72,28 @@ def main():
             raise RuntimeError(f"the program raised {reply[1]}: {reply[2]}")
         raise Ended("the program's process broke the protocol")
 
+    def write_back(given, after):
+        """What the call did to its arguments, done to the tests' own: a list sorted in place, a dict
+        filled (the top-level containers keep their identity; what is inside them is the program's copy)."""
+        args, kwargs = after
+        for old, new in zip(given, [*args, *kwargs.values()]):
+            if type(old) is list and type(new) is list:
+                old[:] = new
+            elif type(old) in (dict, set) and type(new) is type(old):
+                old.clear()
+                old.update(new)
+
     def stand_in(name):
         def call(*args, **kwargs):
             try:
                 message = ["call", name, wire.encode(list(args), opaque=False), wire.encode(kwargs, opaque=False)]
             except wire.NotPlain as exc:
                 raise TypeError(f"the tests pass {name} an argument that cannot cross to the program: {exc}") from None
-            return answer(ask(message), name)
+            reply = ask(message)
+            out = answer(reply, name)
+            if len(reply) == 3 and reply[2] is not None:
+                write_back((*args, *kwargs.values()), answer(["ok", reply[2]], name))
+            return out
 
         call.__name__ = call.__qualname__ = name
         return call

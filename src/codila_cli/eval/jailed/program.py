@@ -3,7 +3,8 @@
 ``python -I program.py REQUESTS_FD REPLIES_FD``: runs ``body.py`` (the model's program, without any
 test), says ``["loaded"]`` (or ``["raise", type, message]`` if it raised), then answers the tests' jail
 line by line: ``["get", name]`` → ``["callable"]`` | ``["value", data]`` | ``["module", name]``; ``["call", name, args, kwargs]``
-→ ``["ok", data]`` | ``["raise", type, message]`` | ``["refused", why]`` (the result is not plain data).
+→ ``["ok", data, arguments after the call]`` | ``["raise", type, message]`` | ``["refused", why]`` (the
+result is not plain data).
 Nothing here is trusted: the program may replace any of it, and can still only send plain data
 (wire.py) to a process it cannot see, signal or write to, which holds the tests and decides.
 """
@@ -66,7 +67,11 @@ def main():
         except BaseException as exc:  # noqa: BLE001
             send(failure(exc))
             continue
-        send(["ok", data])
+        try:  # the arguments as the call left them: the tests see a list sorted in place
+            after = wire.encode([args, kwargs])
+        except BaseException:  # noqa: BLE001 - an argument now holds an object: its change stays here
+            after = None
+        send(["ok", data, after])
     os._exit(0)
 
 

@@ -2,7 +2,9 @@
 
 JSON, with a one-key object for each type JSON lacks: ``{"tuple": [...]}``, ``{"set": [...]}``,
 ``{"frozenset": [...]}``, ``{"dict": [[k, v], ...]}``, ``{"bytes": "hex"}``, ``{"complex": [re, im]}``,
-``{"float": "nan" | "inf" | "-inf"}``. Only data crosses, never an object: a subclass of a plain type
+``{"float": "nan" | "inf" | "-inf"}``, ``{"range": [start, stop, step]}``, ``{"iterator": [...]}`` (a
+generator or another iterator, drained: it arrives as an iterator over the same items, so ``list(f())``
+works and ``f() == [...]`` is false, as in one process). Only data crosses, never an object: a subclass of a plain type
 crosses as its plain value (a ``Counter`` as its dict, a named tuple as its tuple, an ``int`` subclass
 with an ``__eq__`` that is always true as its integer); any other object (a ``re.Match``, a generator,
 an instance of a class the program defines) crosses as :class:`Opaque`, which equals only itself and
@@ -17,6 +19,7 @@ import math
 
 MAX_DEPTH = 100
 PLAIN = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
+MAX_ITEMS = 100_000  # an iterator longer than this is endless for the tests' purposes
 
 
 class NotPlain(TypeError):
@@ -86,6 +89,15 @@ def encode(value, depth=0, opaque=True):
         return {"complex": [encode(value.real), encode(value.imag)]}
     if isinstance(value, PLAIN):
         return encode(_plain(value), depth + 1, opaque)
+    if t is range:
+        return {"range": [value.start, value.stop, value.step]}
+    if opaque and hasattr(t, "__next__") and hasattr(t, "__iter__"):  # a generator, map, zip, …: drained
+        items = []
+        for item in value:
+            if len(items) >= MAX_ITEMS:
+                raise NotPlain(f"the iterator yields more than {MAX_ITEMS} items")
+            items.append(encode(item, depth + 1, opaque))
+        return {"iterator": items}
     if not opaque or t is Opaque:
         raise NotPlain(f"a {t.__name__} is not plain data")
     try:
@@ -111,6 +123,8 @@ def decode(obj, depth=0):
         return float(body)
     if tag == "bytes" and type(body) is str:
         return bytes.fromhex(body)
+    if tag == "range" and type(body) is list and len(body) == 3 and all(type(x) is int for x in body) and body[2]:
+        return range(*body)
     if tag == "object" and type(body) is list and len(body) == 2 and type(body[0]) is str and type(body[1]) is bool:
         return Opaque(body[0], body[1])
     if type(body) is not list:
@@ -118,6 +132,8 @@ def decode(obj, depth=0):
     items = [decode(v, depth + 1) for v in body]
     if tag == "tuple":
         return tuple(items)
+    if tag == "iterator":
+        return iter(items)
     if tag in ("set", "frozenset"):
         return set(items) if tag == "set" else frozenset(items)
     if tag == "dict" and all(type(kv) is list and len(kv) == 2 for kv in items):
