@@ -204,6 +204,40 @@ def test_what_the_program_does_to_its_arguments_the_tests_see():
     assert not run_sandboxed("def fill(xs, d):\n    return None\n", LIMITS, test=test, entry_point="fill").passed
 
 
+STACK = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n"
+         "        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\n"
+         "    def __len__(self):\n        return len(self.items)\n    def __iter__(self):\n"
+         "        return iter(self.items)\n    def __getitem__(self, i):\n        return self.items[i]\n"
+         "def depth(s):\n    return len(s.items)\n")
+STACK_TEST = ("def check(Stack):\n    s = Stack()\n    s.push(1)\n    s.push(2)\n    assert s.pop() == 2\n"
+              "    assert len(s) == 1 and list(s) == [1] and s[0] == 1 and s.items == [1] and s\n"
+              "    assert depth(s) == 1  # the object goes back to the program as itself\n")
+
+
+@needs_jail
+def test_a_class_under_test_is_used_across_the_wall():
+    """The program's objects stay in its jail; the tests use their public methods and attributes, len,
+    iter and [] across it, and can hand them back to the program."""
+    isolated, in_process = _both(STACK, STACK_TEST, "Stack")
+    assert isolated.passed and in_process.passed, (isolated, in_process)
+    wrong = STACK.replace("return self.items.pop()", "return self.items[0]")
+    assert not run_sandboxed(wrong, LIMITS, test=STACK_TEST, entry_point="Stack").passed
+
+
+@needs_jail
+def test_the_programs_objects_never_judge_a_comparison():
+    """An object with an __eq__ that is always true equals only itself on the tests' side: its __eq__
+    is never asked (it would see the expected value)."""
+    program = ("class Yes:\n    def __eq__(self, o):\n        return True\n    def __lt__(self, o):\n        return True\n"
+               "    def __contains__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
+               "def f():\n    return Yes()\n")
+    for test in ("assert f() == 3\n", "assert f() < 3\n", "assert 3 in f()\n", "assert f() != f() or True\nassert f() == [1]\n"):
+        out = run_sandboxed(program, LIMITS, test=test)
+        assert not out.passed, (test, out)
+    setter = run_sandboxed(STACK, LIMITS, test="s = Stack()\ns.items = [9]\n")
+    assert not setter.passed and "in-process" in setter.detail
+
+
 @needs_jail
 def test_exceptions_the_tests_expect_cross_as_builtin_exceptions():
     test = "def check(f):\n    try:\n        f(-1)\n    except ValueError:\n        pass\n    else:\n        assert False\n"

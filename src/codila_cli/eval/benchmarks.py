@@ -96,8 +96,8 @@ def load_user_tasks(path: Path) -> list[Task]:
     be null when the test code asserts by itself), plus ``suffix`` for an infill task (all or none), and
     optionally ``reference`` (trusted code the tests' jail runs first, e.g. a reference solution whose
     helpers the tests use) and ``verdict``: ``"isolated"`` (the default: the tests run in a jail of their
-    own and reach the program only through plain data) or ``"in-process"`` (tests that need the
-    program's own objects, e.g. a class under test; weaker, and labelled so in rows and summary)."""
+    own and reach the program only through data and stand-ins) or ``"in-process"`` (tests that compare
+    the program's objects with ``==`` or set their attributes; weaker, and labelled so in rows and summary)."""
     from codila_cli.user_input import lines
 
     tasks, seen = [], set()

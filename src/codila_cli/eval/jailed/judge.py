@@ -52,15 +52,34 @@ def main():
         except ValueError:
             raise Ended("the program's process broke the protocol") from None
 
+    remotes = {}  # handle -> the one stand-in of that object of the program's
+
+    def resolve(tag, body):
+        if tag != "object":
+            raise ValueError("the program sent a handle of the tests'")
+        type_name, truth, handle = body
+        if handle not in remotes:
+            remotes[handle] = Remote(handle, type_name, truth)
+        return remotes[handle]
+
+    def refer(value):
+        return {"handle": value._handle} if type(value) is Remote else None
+
+    def data(value, what):
+        try:
+            return wire.encode(value, opaque=False, refer=refer)
+        except wire.NotPlain as exc:
+            raise TypeError(f"the tests pass {what} something that cannot cross to the program: {exc}") from None
+
     def answer(reply, what):
         kind = reply[0]
         if kind == "ok" and len(reply) in (2, 3):
             try:
-                return wire.decode(reply[1])
+                return wire.decode(reply[1], resolve=resolve)
             except (ValueError, TypeError) as exc:
                 raise Ended(f"the program's process sent a malformed value ({exc})") from None
         if kind == "refused":
-            raise AssertionError(f"{str(reply[1])[:300] if len(reply) > 1 else what} (only plain data reaches the tests)")
+            raise AssertionError(f"{str(reply[1])[:300] if len(reply) > 1 else what} (only data reaches the tests)")
         if kind == "raise" and len(reply) == 3:
             cls = getattr(builtins, str(reply[1]), None)
             if isinstance(cls, type) and issubclass(cls, Exception):
@@ -83,20 +102,66 @@ def main():
                 old.clear()
                 old.update(new)
 
-    def stand_in(name):
+    def calling(head, what):
+        """A stand-in that sends ``head + [args, kwargs]`` and gives the answer (and the arguments' fate)."""
         def call(*args, **kwargs):
-            try:
-                message = ["call", name, wire.encode(list(args), opaque=False), wire.encode(kwargs, opaque=False)]
-            except wire.NotPlain as exc:
-                raise TypeError(f"the tests pass {name} an argument that cannot cross to the program: {exc}") from None
-            reply = ask(message)
-            out = answer(reply, name)
+            reply = ask([*head, data(list(args), what), data(kwargs, what)])
+            out = answer(reply, what)
             if len(reply) == 3 and reply[2] is not None:
-                write_back((*args, *kwargs.values()), answer(["ok", reply[2]], name))
+                write_back((*args, *kwargs.values()), answer(["ok", reply[2]], what))
             return out
 
+        return call
+
+    def stand_in(name):
+        call = calling(["call", name], name)
         call.__name__ = call.__qualname__ = name
         return call
+
+    class Remote:
+        """An object of the program's, left in the program's jail. Its public attributes and methods
+        and ``len``, ``iter``, ``[]``, ``str``, ``repr``, ``bool`` are asked for across the wall; it equals
+        only itself (a comparison would hand the program the expected value)."""
+
+        __slots__ = ("_handle", "_type_name")  # underscored: the program's own attributes never meet them
+
+        def __init__(self, handle, type_name, truth):
+            object.__setattr__(self, "_handle", handle)
+            object.__setattr__(self, "_type_name", type_name)
+
+        def __getattr__(self, name):
+            if name.startswith("_"):
+                raise AttributeError(name)
+            what = f"{self._type_name}.{name}"
+            reply = ask(["attr", self._handle, name])
+            if reply[0] == "callable":
+                return calling(["method", self._handle, name], what)
+            return answer(["ok", reply[1]] if reply[0] == "value" and len(reply) == 2 else reply, what)
+
+        def __setattr__(self, name, value):
+            raise AttributeError("the tests cannot set attributes of the program's objects across the wall; "
+                                 'such a task needs "verdict": "in-process"')
+
+        def _op(self, op, *args):
+            return answer(ask(["op", self._handle, op, data(list(args), op)]), op)
+
+        def __len__(self):
+            return self._op("len")
+
+        def __iter__(self):
+            return iter(self._op("iter"))
+
+        def __getitem__(self, key):
+            return self._op("getitem", key)
+
+        def __str__(self):
+            return self._op("str")
+
+        def __repr__(self):
+            return self._op("repr")
+
+        def __bool__(self):
+            return self._op("bool")
 
     ns = {"__name__": "__main__", "__builtins__": builtins}
 

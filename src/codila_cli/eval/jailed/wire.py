@@ -6,10 +6,12 @@ JSON, with a one-key object for each type JSON lacks: ``{"tuple": [...]}``, ``{"
 generator or another iterator, drained: it arrives as an iterator over the same items, so ``list(f())``
 works and ``f() == [...]`` is false, as in one process). Only data crosses, never an object: a subclass of a plain type
 crosses as its plain value (a ``Counter`` as its dict, a named tuple as its tuple, an ``int`` subclass
-with an ``__eq__`` that is always true as its integer); any other object (a ``re.Match``, a generator,
-an instance of a class the program defines) crosses as :class:`Opaque`, which equals only itself and
-keeps only the object's type name and truth value. What the tests compare is data the program computed.
-Decoding builds plain types and :class:`Opaque` and nothing else (no pickle, no classes by name).
+with an ``__eq__`` that is always true as its integer); any other object (a ``re.Match``, an instance
+of a class the program defines) crosses as a reference: ``{"object": [type, truth, handle]}``, which
+the tests' side turns into a stand-in that asks the program's jail for the object's public attributes
+and methods (judge.py) and equals only itself; without a handle, into :class:`Opaque`. What the tests
+compare is data the program computed. Decoding builds plain types and those stand-ins and nothing else
+(no pickle, no classes by name).
 
 Runs inside the jails (standard library only) and in codila itself (the tests of this module).
 """
@@ -67,9 +69,10 @@ def _plain(value):
     raise NotPlain(f"a {type(value).__name__} is not plain data")
 
 
-def encode(value, depth=0, opaque=True):
-    """``value`` as JSON-ready data (lists, str, numbers, one-key tag objects); an object that is not
-    plain data as an :class:`Opaque` tag (or, with ``opaque=False``, NotPlain)."""
+def encode(value, depth=0, opaque=True, refer=None):
+    """``value`` as JSON-ready data (lists, str, numbers, one-key tag objects). An object that is not
+    plain data: ``refer(obj)``'s tag where that gives one (a handle the other side can use), else an
+    :class:`Opaque` tag, or with ``opaque=False`` NotPlain."""
     t = type(value)
     if value is None or t is bool or t is int or t is str:
         return value
@@ -77,18 +80,19 @@ def encode(value, depth=0, opaque=True):
         return value if math.isfinite(value) else {"float": repr(value)}
     if depth >= MAX_DEPTH:
         raise NotPlain(f"the value nests deeper than {MAX_DEPTH} levels")
+    again = lambda v: encode(v, depth + 1, opaque, refer)
     if t is list:
-        return [encode(v, depth + 1, opaque) for v in value]
+        return [again(v) for v in value]
     if t is tuple or t is set or t is frozenset:
-        return {t.__name__: [encode(v, depth + 1, opaque) for v in value]}
+        return {t.__name__: [again(v) for v in value]}
     if t is dict:
-        return {"dict": [[encode(k, depth + 1, opaque), encode(v, depth + 1, opaque)] for k, v in value.items()]}
+        return {"dict": [[again(k), again(v)] for k, v in value.items()]}
     if t is bytes:
         return {"bytes": value.hex()}
     if t is complex:
         return {"complex": [encode(value.real), encode(value.imag)]}
     if isinstance(value, PLAIN):
-        return encode(_plain(value), depth + 1, opaque)
+        return again(_plain(value))
     if t is range:
         return {"range": [value.start, value.stop, value.step]}
     if opaque and hasattr(t, "__next__") and hasattr(t, "__iter__"):  # a generator, map, zip, …: drained
@@ -96,26 +100,35 @@ def encode(value, depth=0, opaque=True):
         for item in value:
             if len(items) >= MAX_ITEMS:
                 raise NotPlain(f"the iterator yields more than {MAX_ITEMS} items")
-            items.append(encode(item, depth + 1, opaque))
+            items.append(again(item))
         return {"iterator": items}
+    tag = refer(value) if refer is not None else None
+    if tag is not None:
+        return tag
     if not opaque or t is Opaque:
         raise NotPlain(f"a {t.__name__} is not plain data")
+    return {"object": [t.__name__, truth_of(value)]}
+
+
+def truth_of(value):
     try:
-        truth = bool(value)
+        return bool(value)
     except Exception:  # noqa: BLE001 - a __bool__ that raises: the object is still not data
-        truth = True
-    return {"object": [t.__name__, truth]}
+        return True
 
 
-def decode(obj, depth=0):
-    """The plain value ``obj`` (from ``json.loads``) stands for; ValueError on anything malformed."""
+def decode(obj, depth=0, resolve=None):
+    """The value ``obj`` (from ``json.loads``) stands for; ValueError on anything malformed. ``resolve(tag,
+    body)`` turns an ``object`` tag with a handle, or a ``handle`` tag, into the side's own stand-in or
+    object; without it an object is :class:`Opaque` and a handle is refused."""
     t = type(obj)
     if obj is None or t in (bool, int, float, str):
         return obj
     if depth >= MAX_DEPTH:
         raise ValueError(f"the value nests deeper than {MAX_DEPTH} levels")
+    again = lambda v: decode(v, depth + 1, resolve)
     if t is list:
-        return [decode(v, depth + 1) for v in obj]
+        return [again(v) for v in obj]
     if t is not dict or len(obj) != 1:
         raise ValueError("a malformed value")
     (tag, body), = obj.items()
@@ -125,11 +138,14 @@ def decode(obj, depth=0):
         return bytes.fromhex(body)
     if tag == "range" and type(body) is list and len(body) == 3 and all(type(x) is int for x in body) and body[2]:
         return range(*body)
-    if tag == "object" and type(body) is list and len(body) == 2 and type(body[0]) is str and type(body[1]) is bool:
-        return Opaque(body[0], body[1])
+    if tag == "object" and type(body) is list and len(body) in (2, 3) and type(body[0]) is str \
+            and type(body[1]) is bool and all(type(h) is int for h in body[2:]):
+        return resolve(tag, body) if resolve is not None and len(body) == 3 else Opaque(body[0], body[1])
+    if tag == "handle" and type(body) is int and resolve is not None:
+        return resolve(tag, body)
     if type(body) is not list:
         raise ValueError(f"a malformed {tag}")
-    items = [decode(v, depth + 1) for v in body]
+    items = [again(v) for v in body]
     if tag == "tuple":
         return tuple(items)
     if tag == "iterator":
