@@ -23,7 +23,8 @@ import statistics
 from pathlib import Path
 
 from codila_cli.contract import Contract, Entry, parse_contract
-from codila_cli.decoding.config import DreamConfig, PlanConfig
+from codila_cli.decoding.config import DreamConfig
+from codila_cli.decoding.plan_config import PlanConfig
 from codila_cli.engine.generate import generate
 from codila_cli.engine.models import load_models
 from codila_cli.engine.tasks import plan

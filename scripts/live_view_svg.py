@@ -14,7 +14,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from codila_cli.decoding.config import CodilaConfig, InfillConfig, PlanConfig
+from codila_cli.decoding.config import CodilaConfig, InfillConfig
+from codila_cli.decoding.plan_config import PlanConfig
 from codila_cli.engine.generate import generate
 from codila_cli.engine.models import default_ar, default_dlm, default_infill_dlm, load_models
 from codila_cli.engine.tasks import infill, plan

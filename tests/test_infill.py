@@ -442,12 +442,8 @@ def test_only_regular_files_of_a_sane_size_are_read(tmp_path, tiny, monkeypatch)
 
 
 def test_a_middle_that_leaves_no_room_for_context_is_refused_in_the_same_words_everywhere():
-    from types import SimpleNamespace
-
     from codila_cli.decoding.config import InfillConfig
-    from codila_cli.engine.tasks import infill_room_problem
 
-    dlm = SimpleNamespace(context_length=100)
-    assert infill_room_problem(dlm, InfillConfig(max_middle_tokens=82)) is None  # 16 left: enough
-    assert infill_room_problem(dlm, InfillConfig(max_middle_tokens=83)) == (
+    assert InfillConfig(max_middle_tokens=82).room_problem(100) is None  # 16 left: enough
+    assert InfillConfig(max_middle_tokens=83).room_problem(100) == (
         "a middle of up to 83 tokens leaves no room for context (the model's context is 100 tokens)")

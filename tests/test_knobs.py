@@ -265,3 +265,20 @@ def test_the_live_view_draws_the_grid_knob_of_each_decoder():
     assert view_block("codila", CodilaConfig(block_size=8)) == 8
     assert view_block("threshold", ThresholdConfig(block_length=16)) == 16
     assert view_block("dream", DreamConfig()) is None
+
+
+def test_which_settings_need_the_helper_is_said_by_the_config_and_eval_refuses_them_without_one(tiny):
+    """`needs_helper` is the one rule eval, the server and the infill task ask: codila always, DreamOn only
+    with an entropy threshold; eval refuses such a setting without an AR helper before anything loads."""
+    from codila_cli.errors import UsageError
+    from codila_cli.eval.session import choose_settings
+
+    assert CodilaConfig().needs_helper and not DreamConfig().needs_helper and not ThresholdConfig().needs_helper
+    assert InfillConfig(tau=0.5).needs_helper and not InfillConfig().needs_helper
+    dlm = str(tiny["dlm"])
+    for benchmark, label in (("he-infill-single", "dreamon:tau=0.5"), ("heldout", "codila:B=4")):
+        with pytest.raises(UsageError, match="need an AR helper"):
+            choose_settings(benchmark=benchmark, labels=[label], sweep=False, dlm=dlm, ar=None, max_new_tokens=32)
+    plan = choose_settings(benchmark="he-infill-single", labels=["dreamon:K=1"], sweep=False, dlm=dlm, ar=None,
+                           max_new_tokens=32)
+    assert [p.label for p in plan.settings] == ["dreamon:K=1"] and plan.ar is None

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from codila_cli.cli import app
 from codila_cli.contract import Contract, ContractError, Entry, parse_contract
-from codila_cli.decoding.config import PlanConfig
+from codila_cli.decoding.plan_config import PlanConfig
 from codila_cli.decoding.sddc import ContractTemplate, decode_plan
 from codila_cli.plan_metrics import all_defined, misbound_overrun
 

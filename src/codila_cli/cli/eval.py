@@ -10,6 +10,7 @@ import typer
 
 from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
 from codila_cli.errors import UsageError
+from codila_cli.eval.settings import EXAMPLES
 from codila_cli.report import note_bundled
 from codila_cli.ui.terminal import say
 
@@ -17,7 +18,7 @@ from codila_cli.ui.terminal import say
 def eval_cmd(
     benchmark: Annotated[str, typer.Option("--benchmark", "-b", help="humaneval, mbpp, heldout, dev-ext, heldout-ext, heldout-ext2, heldout-ext3, heldout-ext4, heldout-ext5, dev-ext-bare, heldout-ext-bare, heldout-ext2-bare, heldout-ext3-bare, heldout-ext4-bare, heldout-ext5-bare (the same functions cut to their signature), everyday, he-infill-single, he-infill-multi, or a JSONL file of your own tasks (HumanEval's schema; docs/evaluation.md).", rich_help_panel="Input")] = "heldout",
     output: Annotated[Path, typer.Option("--output", "-o", help="Directory for rows.jsonl, summary.md/json, pareto.png (and paired.json).", rich_help_panel="Output")] = Path("codila-eval"),
-    settings: Annotated[list[str] | None, typer.Option("--setting", help="Decoder setting, repeatable: dream:K=4, threshold:0.9, codila:B=4,tau=0.5. Keys: docs/settings.md. [default: what codila gen runs: the helper's recommendation spelled out, e.g. codila:B=4,W=1,cond=topk:16,cache=prefix,cb=8,ctx=64,rp=1.5,sg=1,ng=8 on the bundled pair]", rich_help_panel="Decoding")] = None,
+    settings: Annotated[list[str] | None, typer.Option("--setting", help=f"Decoder setting, repeatable: {', '.join(EXAMPLES)}. Keys: docs/settings.md. [default: what codila gen runs: the helper's recommendation spelled out in these keys, the label the summary shows]", rich_help_panel="Decoding")] = None,
     sweep: Annotated[bool, typer.Option(help="The paper's grid: dream K=1,2,4,8; threshold; codila B=2,4,8; codila B=4 with τ.", rich_help_panel="Decoding")] = False,
     limit: Annotated[int | None, typer.Option(help="First N tasks only.", rich_help_panel="Input")] = None,
     tasks: Annotated[list[str] | None, typer.Option("--task", help="Task id, repeatable.", rich_help_panel="Input")] = None,

@@ -38,7 +38,8 @@ def plan(
 ) -> None:
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, prompt_defines, read_contract
-    from codila_cli.decoding.config import PlanConfig, SamplingConfig
+    from codila_cli.decoding.config import SamplingConfig
+    from codila_cli.decoding.plan_config import PlanConfig
     from codila_cli.engine import Engine
     from codila_cli.models.generation import task_sampling
     from codila_cli.models.registry import default_plan_dlm

@@ -121,7 +121,7 @@ def _stage(name: str):
                 data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="corpus: benchmark data for decontamination (shared/data).")] = None,
                 site: Annotated[Path | None, typer.Option("--site", help="corpus: read the packages of scripts/corpus-packages.txt from this `pip install --target` directory.")] = None,
                 reuse: Annotated[Path | None, typer.Option("--reuse", help="tokenizer: keep this checkpoint's tokenizer (to continue its weights) instead of training one.")] = None,
-                decoding: Annotated[list[str] | None, typer.Option("--decoding", help="export: KEY=VALUE for the helper's recommended codila_decoding (repeatable), e.g. ar_context=96; B8.KEY=VALUE for block size 8 only.")] = None,
+                decoding: Annotated[list[str] | None, typer.Option("--decoding", help="export: KEY=VALUE for the helper's recommended codila_decoding (repeatable), KEY is a knob a helper may recommend (docs/settings.md); B8.KEY=VALUE for block size 8 only.")] = None,
                 init: Annotated[Path | None, typer.Option("--init", help="sft, tasks: start from this Dream checkpoint directory; ar: continue this helper directory.")] = None,
                 shape: Annotated[str, typer.Option("--shape", help="ar: helper shape, base (4.5M) or small (1.9M, session 1).")] = "base",
                 frontier: Annotated[float | None, typer.Option("--frontier", help="sft: share of left-to-right (frontier) masks, 0..1. [default: 0]")] = None,

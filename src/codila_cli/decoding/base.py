@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from codila_cli.decoding.events import OnStep, Source, StepEvent
 from codila_cli.decoding.marginals import first_stop
 from codila_cli.decoding.stops import ends_line, stop_offset
+
+if TYPE_CHECKING:
+    from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
 
 
 @dataclass
@@ -42,18 +46,21 @@ class Canvas:
     dlm0: int = 0  # forward counters at start, so events and results count this run only
     ar0: int = 0
     stop_lines: tuple[str, ...] = ()  # decoding/stops.py: a generated line starting with one ends the output
+    early_stop: bool = True  # end at a stop token or a stop line (else decode the whole canvas)
     at_line_start: bool = True  # the prompt ends a line (only read with stop_lines)
     _checked: int = 0  # length of the committed prefix last checked for a stop line
 
     @classmethod
-    def start(cls, *, prompt_ids: list[int], length: int, dlm, ar=None, on_step: OnStep, fill_id: int | None = None,
-              stop_lines: tuple[str, ...] = ()) -> Canvas:
-        sp = dlm.specials
+    def start(cls, *, prompt_ids: list[int], config: DreamConfig | ThresholdConfig | CodilaConfig, dlm, ar=None, on_step: OnStep, fill_id: int | None = None) -> Canvas:
+        """The prompt and ``config.max_new_tokens`` masks; ``config``'s stop lines and early stop apply
+        (any of decoding/config.py's generation configs: the one place a decoder's canvas reads them)."""
+        sp, length, stop_lines = dlm.specials, config.max_new_tokens, config.stop
         device = getattr(dlm, "device", torch.device("cpu"))
         x = torch.tensor([list(prompt_ids) + [sp.mask] * length], dtype=torch.long, device=device)
         return cls(x=x, prompt_len=len(prompt_ids), mask_id=sp.mask, stop_ids=sp.stop_ids,
                    fill_id=sp.eos if fill_id is None else fill_id, on_step=on_step, dlm=dlm, ar=ar,
                    dlm0=dlm.forwards, ar0=ar.forwards if ar is not None else 0, stop_lines=tuple(stop_lines),
+                   early_stop=config.early_stop,
                    at_line_start=ends_line(dlm.tokenizer, list(prompt_ids)) if stop_lines else True)
 
     @property
@@ -94,14 +101,14 @@ class Canvas:
             source=source, block=block, dlm_forwards=self.dlm_forwards, ar_forwards=self.ar_forwards,
             elapsed=time.perf_counter() - self.t0, canvas=tuple(self.gen.tolist())))
 
-    def done(self, *, early_stop: bool) -> bool:
+    def done(self) -> bool:
         """True when nothing is masked, or (early stop) a stop token or a stop line (``stop_lines``) is in
         the fully committed prefix; then the remaining masked tail is filled with end-of-text and
         reported as a "fill" event."""
         masked = self.masked()
         if not bool(masked.any()):
             return True
-        if not early_stop:
+        if not self.early_stop:
             return False
         if first_stop(self.gen, mask_id=self.mask_id, stop_ids=self.stop_ids) is None and not self._stop_line(masked):
             return False

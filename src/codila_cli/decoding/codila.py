@@ -106,15 +106,14 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
 
 def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, generator: torch.Generator | None = None,
                   on_step: OnStep = no_op) -> DecodeResult:
-    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, ar=writer.ar, on_step=on_step,
-                     stop_lines=config.stop)
+    c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, ar=writer.ar, on_step=on_step)
     B, W, L, P = config.block_size, config.candidate_blocks, config.max_new_tokens, c.prompt_len
     cache, window = None, None
     if config.cache != "none":
         from codila_cli.models.dream import BlockCache
 
         cache = BlockCache(dlm, config.cache)
-    while not c.done(early_stop=config.early_stop):
+    while not c.done():
         masked_all = c.masked()
         cands = _candidates(masked_all, B, W)
         # the canvas view [lo, hi): the candidate window with a cache, and in static mode (which reads

@@ -9,6 +9,7 @@ and docs/settings.md are derived from it. Each field maps 1:1 to a ``codila gen`
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from codila_cli.decoding.knobs import Knob, KnobTable
 
@@ -160,6 +161,7 @@ class DreamConfig:
     early_stop: bool = _g("early_stop")
     stop: tuple[str, ...] = _g("stop")
     exact_steps: bool = _g("exact_steps")
+    needs_helper: ClassVar[bool] = False  # whether the decoder runs the AR helper (codila; infill with tau)
 
     def draws(self) -> bool:
         """Whether a decode draws at random (so two seeds may give two texts)."""
@@ -193,6 +195,7 @@ class ThresholdConfig:
     cache: str = _g("cache")
     convention: str = _g("convention")  # or "fast-dllm": the reference code's rules (decoding/threshold.py)
     entropy_steps: int | None = _g("entropy_steps")  # fast-dllm with a cache: its cached entropy mode
+    needs_helper: ClassVar[bool] = False
 
     def draws(self) -> bool:
         return self.sampling.temperature > 0
@@ -298,6 +301,8 @@ class CodilaConfig:
             return self.sampling.temperature > 0
         return self.ar_temperature > 0 or (self.tau is not None and self.sampling.temperature > 0)
 
+    needs_helper: ClassVar[bool] = True  # the AR helper writes every block
+
     @property
     def topk(self) -> int | None:
         return None if self.conditioning == "soft" else int(self.conditioning.split(":")[1])
@@ -329,6 +334,23 @@ class InfillConfig:
         """Expansions allowed: ``expand_budget``, or ``max_middle_tokens`` when it is None."""
         return self.max_middle_tokens if self.expand_budget is None else self.expand_budget
 
+    @property
+    def needs_helper(self) -> bool:
+        """CoDiLA on the middle (``tau`` set): the AR helper writes the low-entropy blocks."""
+        return self.tau is not None
+
+    def context_room(self, context_length: int) -> int:
+        """Tokens of a ``context_length`` context left for the prefix and suffix around the longest middle."""
+        return context_length - self.max_middle_tokens - 2
+
+    def room_problem(self, context_length: int) -> str | None:
+        """Why this fill cannot run in a ``context_length`` context (under 16 tokens left for the prefix
+        and suffix), or None; the CLI and the server word their own error around it."""
+        if self.context_room(context_length) >= 16:
+            return None
+        return (f"a middle of up to {self.max_middle_tokens} tokens leaves no room for context "
+                f"(the model's context is {context_length} tokens)")
+
     def __post_init__(self) -> None:
         _check_positive("initial-masks", self.initial_masks, limit=4096)
         _check_positive("max-middle-tokens", self.max_middle_tokens, limit=4096)
@@ -343,57 +365,3 @@ class InfillConfig:
             raise ValueError(f"alg must be one of {', '.join(ALGS[1:])}, got {self.alg!r}")
         if self.tau is not None and not (0.0 <= self.tau <= 100.0):
             raise ValueError(f"tau must be between 0 and 100 nats, got {self.tau}")
-
-
-SCHEDULES = ("default", "end-after-entry", "pad-scan", "left-to-right")
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    """SDDC (docs/plan.md): contract, then every unit canvas denoised together, then assembly.
-
-    ``commit``: None = "single" (one token per active canvas per iteration), else the threshold γ_u
-    (every masked slot with confidence ≥ γ_u, at least one per active canvas).
-    """
-
-    max_units: int = 4
-    def_slots: int = 3
-    use_slots: int = 3
-    contract_schedule: str = "default"
-    pad_scale: float = 1.25
-    min_canvas: int = 8
-    min_unit_tokens: int = 8
-    attention: str = "coupled"
-    commit: float | None = None
-    budget_menu: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 192, 256)
-    max_iterations: int = 2000
-    defines: tuple[str, ...] = ()
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-
-    def __post_init__(self) -> None:
-        _check_positive("max-units", self.max_units, limit=32)
-        import keyword
-
-        for name in self.defines:
-            if not name.isidentifier() or keyword.iskeyword(name):
-                raise ValueError(f"defines: {name!r} is not a Python identifier")
-            if len(name) > 64:
-                raise ValueError(f"defines: {name[:20]!r}… is longer than 64 characters")
-        if len(set(self.defines)) != len(self.defines):
-            raise ValueError("defines: a name is listed twice")
-        if len(self.defines) > self.max_units:
-            raise ValueError(f"defines: {len(self.defines)} names but only {self.max_units} units (raise max-units)")
-        _check_positive("def-slots", self.def_slots, limit=16)
-        _check_positive("use-slots", self.use_slots, limit=16)
-        _check_positive("min-canvas", self.min_canvas, limit=4096)
-        if not (0 <= self.min_unit_tokens <= 4096):
-            raise ValueError(f"min-unit-tokens must be between 0 and 4096, got {self.min_unit_tokens}")
-        _check_positive("max-iterations", self.max_iterations)
-        if self.contract_schedule not in SCHEDULES:
-            raise ValueError(f"contract-schedule must be one of {', '.join(SCHEDULES)}")
-        if not (0.1 <= self.pad_scale <= 20.0):
-            raise ValueError(f"pad-scale must be between 0.1 and 20, got {self.pad_scale}")
-        if self.attention not in ("coupled", "isolated"):
-            raise ValueError("attention must be 'coupled' or 'isolated'")
-        if self.commit is not None and not (0.0 < self.commit <= 1.0):
-            raise ValueError(f"commit threshold must be in (0, 1], got {self.commit}")

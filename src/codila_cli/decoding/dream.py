@@ -39,8 +39,7 @@ def _on_sequence_row(c: Canvas, idx: torch.Tensor, values: torch.Tensor) -> torc
 
 def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: torch.Generator | None = None,
                  on_step: OnStep = no_op) -> DecodeResult:
-    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step,
-                     stop_lines=config.stop)
+    c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
     L, K = config.max_new_tokens, config.tokens_per_step
     steps = config.steps if config.steps is not None else (-(-L // K) if K else L)
     grid = torch.linspace(1, config.eps, steps + 1, dtype=torch.float32)
@@ -81,7 +80,7 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
                 chosen = torch.searchsorted(idx, picked - c.prompt_len)  # sequence position -> masked slot
         stale = len(chosen) > 0
         c.commit(idx[chosen], x0[chosen], source="dlm")
-        if c.done(early_stop=config.early_stop):
+        if c.done():
             break
     if config.exact_steps and K is None and not c.stopped_early:  # the official loop runs every step's forward
         for _ in range(steps - c.dlm_forwards):

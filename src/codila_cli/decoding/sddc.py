@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import torch
 
 from codila_cli.contract import ROLES, Contract, ContractError, Entry, parse_contract, single_unit
-from codila_cli.decoding.config import PlanConfig
 from codila_cli.decoding.events import OnStep, StepEvent, no_op
 from codila_cli.decoding.marginals import confidence, sample
+from codila_cli.decoding.plan_config import PlanConfig
 
 IDENT_PIECE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$|^[0-9]+$|^,$")
 

@@ -19,8 +19,7 @@ def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
                      on_step: OnStep = no_op) -> DecodeResult:
     if config.convention == "fast-dllm":
         return decode_fast_dllm(dlm, prompt_ids, config=config, generator=generator, on_step=on_step)
-    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step,
-                     stop_lines=config.stop)
+    c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
     L, B, P = config.max_new_tokens, config.block_length, c.prompt_len
     cache = None
     if config.cache != "none":
@@ -42,7 +41,7 @@ def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
             _, x0, conf = sample_scored(logits[idx], config.sampling, generator, "maskgit_plus")
             chosen = confident(conf, config.threshold)
             c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
-            if c.done(early_stop=config.early_stop):
+            if c.done():
                 return c.result()
     return c.result()
 
@@ -70,8 +69,7 @@ def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
     block's top slot plus every other block slot at ≥ ``threshold``. The mask ban stays (codila's one
     intended difference).
     """
-    c = Canvas.start(prompt_ids=prompt_ids, length=config.max_new_tokens, dlm=dlm, on_step=on_step,
-                     stop_lines=config.stop)
+    c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
     L, B, P, s = config.max_new_tokens, config.block_length, c.prompt_len, config.sampling
     if config.cache == "none":
         steps, carried, i = L // B, 0, 0
@@ -91,7 +89,7 @@ def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
             slots = torch.searchsorted(idx, where[take] - P)
             c.commit(idx[slots], x0[slots], source="dlm", block=(0, L))
             i += 1
-            if c.done(early_stop=config.early_stop):
+            if c.done():
                 break
         return c.result()
     from codila_cli.models.dream import BlockCache
@@ -104,11 +102,11 @@ def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
         c.commit(torch.tensor([start]), x0[P + start : P + start + 1], source="dlm", block=(start, end))
         if config.entropy_steps is not None:
             _entropy_block(c, cache, config, start, end, generator)
-            if c.done(early_stop=config.early_stop):
+            if c.done():
                 return c.result()
             continue
         while bool(c.masked()[start:end].any()):
-            if c.done(early_stop=config.early_stop):
+            if c.done():
                 return c.result()
             hi = L if config.cache == "prefix" and s.temperature > 0 else end  # draws for the whole slice
             idx = c.masked()[start:hi].nonzero().flatten()
@@ -118,7 +116,7 @@ def decode_fast_dllm(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
             idx, x0, conf = idx[inside], x0[inside], conf[inside]
             chosen = confident(conf, config.threshold)
             c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
-        if c.done(early_stop=config.early_stop):
+        if c.done():
             return c.result()
     return c.result()
 

@@ -27,16 +27,6 @@ class InfillOutcome:
         return self.syntax_before.valid and not self.syntax_after.valid
 
 
-def infill_room_problem(dlm, config) -> str | None:
-    """Why a fill with ``config`` cannot run on ``dlm`` (its longest middle leaves under 16 tokens of the
-    context for the prefix and suffix), or None; the CLI and the server word their own error around it."""
-    room = dlm.context_length - config.max_middle_tokens - 2
-    if room >= 16:
-        return None
-    return (f"a middle of up to {config.max_middle_tokens} tokens leaves no room for context "
-            f"(the model's context is {dlm.context_length} tokens)")
-
-
 def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
                   on_step: OnStep = no_op, batcher: Any = None, on_row: Any = None) -> tuple[Any, dict, int]:
     """DreamOn (or CoDiLA) decoding of the middle between two texts; returns (InfillResult, context cut, seed).
@@ -51,10 +41,10 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
     dlm = models.dlm
     tok = dlm.tokenizer
     p_ids, s_ids = encode_text(tok, prefix), encode_text(tok, suffix)
-    problem = infill_room_problem(dlm, config)
+    problem = config.room_problem(dlm.context_length)
     if problem:
         raise UsageError(problem, hint="lower --max-middle-tokens")
-    room = dlm.context_length - config.max_middle_tokens - 2
+    room = config.context_room(dlm.context_length)
     cut = {"prefix_tokens": len(p_ids), "suffix_tokens": len(s_ids), "prefix_kept": len(p_ids), "suffix_kept": len(s_ids)}
     if len(p_ids) + len(s_ids) > room:
         keep_s = min(len(s_ids), max(room // 3, room - len(p_ids)))
@@ -66,9 +56,9 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
         torch.manual_seed(seed)
     gen = torch.Generator(device=dlm.device).manual_seed(seed)
     writer = None
-    if config.tau is not None:
+    if config.needs_helper:
         if models.ar is None:
-            raise UsageError("--tau (CoDiLA infill) needs an AR helper", hint="pass --ar, or drop --tau")
+            raise UsageError("CoDiLA infill needs an AR helper, and none is loaded", hint="load one with the DLM (--ar)")
         from codila_cli.decoding.soft_ar import SoftBlockWriter
 
         # the helper samples at the same temperature as DreamOn's own steps (greedy at 0)
@@ -89,7 +79,7 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
 
 def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | None = None,
            instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
-    """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when config.tau)."""
+    """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when the config needs the helper)."""
     from codila_cli.infill_files import patch, place_middle, split
     from codila_cli.syntax import check_python
 

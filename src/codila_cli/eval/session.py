@@ -63,8 +63,7 @@ def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str 
         raise UsageError(f"setting {wrong[0]!r} does not fit {benchmark}", hint=(
             "infill benchmarks take dreamon:… settings (e.g. dreamon:K=1, dreamon:tau=0.5)" if infill
             else "dreamon:… settings are for the he-infill-single / he-infill-multi benchmarks"))
-    if any(p.decoder == "codila" or getattr(p.config, "tau", None) is not None and p.decoder == "dreamon"
-           for p in parsed) and not ar_name:
+    if any(p.config.needs_helper for p in parsed) and not ar_name:
         raise UsageError("codila settings need an AR helper", hint="pass --ar")
     return EvalPlan(parsed, dlm or (default_infill_dlm() if infill else default_dlm()), ar_name, infill)
 

@@ -26,6 +26,7 @@ INFILL_GRID = ["dreamon:K=1", "dreamon:K=2", "dreamon:tau=0.2", "dreamon:tau=0.5
 PAPER_GRID = ["dream:K=1", "dream:K=2", "dream:K=4", "dream:K=8", "threshold:0.9",
               "codila:B=2", "codila:B=4", "codila:B=8", "codila:B=4,tau=0.1", "codila:B=4,tau=0.5",
               "codila:B=4,tau=1.0"]
+EXAMPLES = ("dream:K=4", "threshold:0.9", "codila:B=4,tau=0.5")  # what `codila eval --help` shows
 
 
 @dataclass(frozen=True)

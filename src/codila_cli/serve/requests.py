@@ -77,7 +77,7 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
                               top_p=samp.top_p if top_p is None or top_p >= 1.0 else float(top_p), top_k=samp.top_k)
     lines = codila.pop("stop_lines", None)
     fields = {"max_new_tokens": cfg.max_new_tokens if max_tokens is None else max_tokens, "sampling": samp,
-              "early_stop": cfg.early_stop, "stop": cfg.stop if lines is None else stop_strings(lines), **codila}
+              "stop": cfg.stop if lines is None else stop_strings(lines), **codila}
     new = dataclasses.replace(cfg, **fields)
     if temperature is not None:  # knobs that follow the temperature (the helper's), unless the request set them
         new = dataclasses.replace(new, **{k: samp.temperature for k in followers(GEN_KNOBS, "temperature")

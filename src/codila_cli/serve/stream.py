@@ -84,7 +84,6 @@ class Job:
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
                top_p: float | None, seed: int | None, codila: dict | None, model: str | None, n: int = 1,
                stop: Any = None) -> Job:
-        from codila_cli.engine.tasks import infill_room_problem
         from codila_cli.serve.requests import infill_settings
 
         st = request.app.state
@@ -95,9 +94,10 @@ class Job:
         models = st.engine.infill_models
         if models is None:
             raise APIError(400, "this server has no infill model", param="suffix")
-        if cfg.tau is not None and models.ar is None:
-            raise APIError(400, "codila.tau (CoDiLA infill) needs an AR helper, and this server has none", param="codila")
-        problem = infill_room_problem(models.dlm, cfg)
+        if cfg.needs_helper and models.ar is None:
+            raise APIError(400, "CoDiLA infill (a codila object with an entropy threshold) needs an AR helper, and "
+                           "this server has none", param="codila")
+        problem = cfg.room_problem(models.dlm.context_length)
         if problem:
             raise APIError(400, problem, param="max_tokens")
         if not (prefix or suffix).strip():
@@ -132,7 +132,7 @@ class Job:
             text, hit = cut_at_stop(tok.decode(res.middle, skip_special_tokens=True), self.stops)
             from codila_cli.syntax import check_python
 
-            info = {"decoder": "dreamon" if self.settings.tau is None else "codila", "seed": seed,
+            info = {"decoder": "codila" if self.settings.needs_helper else "dreamon", "seed": seed,
                     "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
                     "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
                     "expansions": res.expansions, "deletions": res.deletions, "context": cut,

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from codila_cli.contract import Contract, Entry
-from codila_cli.decoding.config import PlanConfig
+from codila_cli.decoding.plan_config import PlanConfig
 
 
 @dataclass
