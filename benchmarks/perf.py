@@ -181,7 +181,7 @@ def main() -> None:
     con = Console(file=io.StringIO(), force_terminal=True, width=100)
     t_view = 0.0
     for p in prompts:
-        with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=con, block_size=4) as v:
+        with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=con, block_width=4) as v:
             t_view += generate(models, p, decoder="codila", config=st.config, seed=0, on_step=v).metrics["wall_seconds"]
     live = {"without_view_seconds": plain, "with_view_seconds": t_view, "overhead": t_view / plain - 1}
     batching = []

@@ -154,7 +154,8 @@ def test_helper_heuristics_knobs_are_spelled_in_at_most_three_files():
     texts = {p: p.read_text(encoding="utf-8") for p in SRC.rglob("*.py")}
     for name in ("ar_repetition_penalty", "ar_no_repeat_ngram", "ar_syntax_guard", "conditioning",
                  "parallel_blocks", "verify_penalty", "exact_steps", "entropy_steps", "alg_temp", "ar_temperature",
-                 "ar_verify", "initial_masks", "expand_budget", "broadcast_delete", "cache_blocks", "block_length"):
+                 "ar_verify", "initial_masks", "expand_budget", "broadcast_delete", "cache_blocks", "block_length",
+                 "early_stop"):
         pat = re.compile(r"(?<![\w-])" + name + r"(?![\w-])")
         hits = sorted(str(p.relative_to(SRC)) for p, t in texts.items() if pat.search(t))
         assert len(hits) <= 3, (name, hits)
@@ -262,9 +263,9 @@ def test_infill_plan_and_eval_help_put_every_option_in_a_named_panel(name):
 def test_the_live_view_draws_the_grid_knob_of_each_decoder():
     from codila_cli.ui.live import view_block
 
-    assert view_block("codila", CodilaConfig(block_size=8)) == 8
-    assert view_block("threshold", ThresholdConfig(block_length=16)) == 16
-    assert view_block("dream", DreamConfig()) is None
+    assert view_block(CodilaConfig(block_size=8)) == 8
+    assert view_block(ThresholdConfig(block_length=16)) == 16
+    assert view_block(DreamConfig()) is None
 
 
 def test_which_settings_need_the_helper_is_said_by_the_config_and_eval_refuses_them_without_one(tiny):

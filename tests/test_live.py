@@ -22,7 +22,7 @@ def test_live_view_renders_masks_dlm_and_ar_tokens(monkeypatch):
     monkeypatch.delenv("NO_COLOR", raising=False)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, color_system="standard", width=80)
-    view = LiveView(tokenizer=FakeTok(), mask_id=1, console=console, block_size=2, min_interval=0.0)
+    view = LiveView(tokenizer=FakeTok(), mask_id=1, console=console, block_width=2, min_interval=0.0)
     with view:
         view(StepEvent(0, (0,), (5,), "dlm", None, 1, 0, 0.1, (5, 1, 1, 1)))
         view(StepEvent(1, (2, 3), (6, 7), "ar", (2, 4), 2, 2, 0.2, (5, 1, 6, 7)))

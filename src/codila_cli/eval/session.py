@@ -43,7 +43,7 @@ def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str 
     """The settings to run (``--setting``s, the paper's grid with ``--sweep``, else what `codila gen` runs
     by default) and the models; every setting must fit the benchmark (dreamon:… for he-infill-*)."""
     from codila_cli.engine.models import default_ar, default_dlm, default_infill_dlm
-    from codila_cli.eval.settings import INFILL_GRID, PAPER_GRID, parse_setting, recommended_label
+    from codila_cli.eval.settings import EXAMPLES, INFILL_GRID, PAPER_GRID, parse_setting, recommended_label
     from codila_cli.helper_card import recommended_decoding
 
     infill = is_infill(benchmark)
@@ -56,12 +56,12 @@ def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str 
     try:
         parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
     except ValueError as exc:
-        raise UsageError(str(exc), hint="a setting is DECODER:key=value,…, e.g. codila:B=4,tau=0.5 "
+        raise UsageError(str(exc), hint=f"a setting is DECODER:key=value,…, e.g. {EXAMPLES[-1]} "
                          "(docs/evaluation.md, Settings)") from None
     wrong = [p.label for p in parsed if (p.decoder == "dreamon") != infill]
     if wrong:
         raise UsageError(f"setting {wrong[0]!r} does not fit {benchmark}", hint=(
-            "infill benchmarks take dreamon:… settings (e.g. dreamon:K=1, dreamon:tau=0.5)" if infill
+            f"infill benchmarks take dreamon:… settings (e.g. {', '.join(INFILL_GRID[::2])})" if infill
             else "dreamon:… settings are for the he-infill-single / he-infill-multi benchmarks"))
     if any(p.config.needs_helper for p in parsed) and not ar_name:
         raise UsageError("codila settings need an AR helper", hint="pass --ar")

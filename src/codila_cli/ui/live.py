@@ -25,12 +25,12 @@ def safe(text: str) -> str:
 
 
 class LiveView:
-    def __init__(self, *, tokenizer: Any, mask_id: int, console: Any, block_size: int | None = None,
+    def __init__(self, *, tokenizer: Any, mask_id: int, console: Any, block_width: int | None = None,
                  title: str = "codila", min_interval: float = 0.1, max_lines: int = 30) -> None:
         self.tokenizer = tokenizer
         self.mask_id = mask_id
         self.console = console
-        self.block_size = block_size
+        self.block_width = block_width
         self.title = title
         self.min_interval = min_interval
         self.max_lines = max_lines
@@ -96,11 +96,11 @@ class LiveView:
         return Group(self._tail(self.tokens_text(e.canvas, self._owner, e.block)), Text(""), self.status(e), LEGEND())
 
     def tokens_text(self, canvas: tuple[int, ...], owner: dict[int, str], block: tuple[int, int] | None,
-                    *, block_size: int | None = -1) -> Any:
+                    *, block_width: int | None = -1) -> Any:
         """Styled text of a canvas: masks as dim dots, DLM / AR tokens in their colours, the block underlined."""
         from rich.text import Text
 
-        size = self.block_size if block_size == -1 else block_size
+        size = self.block_width if block_width == -1 else block_width
         text = Text()
         for i, tok in enumerate(canvas):
             if size and i and i % size == 0:
@@ -173,7 +173,7 @@ class InfillView(LiveView):
         e = self._last
         if e is None:
             return Text()
-        middle = self._tail(self.tokens_text(e.canvas, self._owner, e.block, block_size=None))
+        middle = self._tail(self.tokens_text(e.canvas, self._owner, e.block, block_width=None))
         ctx = lambda rows: Text("\n".join(rows), style="bright_black")
         return Group(ctx(self.before), middle, ctx(self.after), Text(""),
                      self.status(e).append(f"  middle {len(e.canvas)} slots"), LEGEND())
@@ -209,7 +209,7 @@ class PlanView(LiveView):
         parts: list[Any] = []
         for row in sorted(self._rows):
             canvas, owner = self._rows[row]
-            body = self.tokens_text(canvas, owner, None, block_size=None)
+            body = self.tokens_text(canvas, owner, None, block_width=None)
             lines = body.split("\n")
             limit = self.max_lines if row == 0 else self.unit_lines
             if len(lines) > limit:
@@ -224,10 +224,10 @@ class PlanView(LiveView):
         return Group(*parts)
 
 
-def view_block(decoder: str, cfg: Any) -> int | None:
-    """The block grid the live view draws: the width of the decoder's blocks (the knob table's ``grid``
-    knob: B for codila, the block length for threshold), none for dream."""
+def view_block(cfg: Any) -> int | None:
+    """The block grid the live view draws: the width of the blocks ``cfg``'s decoder works in (the knob
+    table's ``grid`` knob), none for a decoder without blocks (dream)."""
     from codila_cli.decoding.config import GEN_KNOBS
     from codila_cli.decoding.knobs import block_width
 
-    return block_width(GEN_KNOBS, cfg) if decoder in ("codila", "threshold") else None
+    return block_width(GEN_KNOBS, cfg)
