@@ -104,3 +104,20 @@ def test_infill_and_plan_start_from_the_dlms_generation_config(tiny, tmp_path):
     r = CliRunner().invoke(app, ["plan", "--dlm", str(dlm), "--seed", "0", "--json", "def add(a, b):"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["settings"]["temperature"] == 0.4
+
+
+def test_a_generation_config_is_checked_against_the_knob_table(tmp_path):
+    """The keys a DLM's generation_config.json may set are the table's ``model`` knobs, each held to its
+    knob's kind and range: an out-of-range length, a bool for an int and an unknown alg are ignored and
+    named; top_p 1.0 (transformers' "no filter") is a value in range."""
+    from codila_cli.decoding.config import GEN_KNOBS
+    from codila_cli.models.generation import generation_defaults
+
+    assert [k.name for k in GEN_KNOBS.values() if k.model] == [
+        "max_new_tokens", "steps", "temperature", "top_p", "top_k", "alg"]
+    (tmp_path / "generation_config.json").write_text(json.dumps({
+        "max_new_tokens": 10**6, "steps": True, "top_p": 1.0, "temperature": 1, "alg": "greedy", "top_k": 40,
+        "eos_token_id": 2}))
+    out, ignored = generation_defaults(tmp_path)
+    assert out == {"temperature": 1.0, "top_p": 1.0, "top_k": 40} and isinstance(out["temperature"], float)
+    assert sorted(ignored) == ["alg='greedy'", "max_new_tokens=1000000", "steps=True"]

@@ -64,7 +64,8 @@ def infill(
     Where: --line N inserts before line N, --lines A-B replaces them, else a `# codila: fill` line.
     The patched file goes to stdout unless --diff or --in-place.
     """
-    from codila_cli.decoding.config import InfillConfig, SamplingConfig
+    from codila_cli.decoding.config import INFILL_KNOBS, InfillConfig
+    from codila_cli.decoding.knobs import build
     from codila_cli.engine import Engine
     from codila_cli.engine.models import default_ar, default_infill_dlm
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
@@ -85,10 +86,10 @@ def infill(
     region = find_region(src, line=line, lines_range=lines)
     codila = decoder == InfillDecoder.codila
     own_dlm, dlm = dlm is not None, dlm or default_infill_dlm()
-    samp, sources = task_sampling(dlm, temperature=temperature, top_p=top_p)  # flag > generation_config > default
-    cfg = InfillConfig(initial_masks=initial_masks, max_middle_tokens=max_middle_tokens, steps=steps,
-                       expand_budget=expand_budget, alg=samp["alg"], block_size=block_size, tau=tau if codila else None,
-                       sampling=SamplingConfig(temperature=samp["temperature"], top_p=samp["top_p"], top_k=samp["top_k"]))
+    samp, sources = task_sampling(dlm, {"temperature": temperature, "top_p": top_p})  # flag > generation_config > default
+    given = {"initial_masks": initial_masks, "max_middle_tokens": max_middle_tokens, "steps": steps,
+             "expand_budget": expand_budget, "block_size": block_size, "tau": tau if codila else None, **samp}
+    cfg = build(InfillConfig, lambda name: given.get(name, INFILL_KNOBS.default(name)))
     ar_name = (ar or (default_ar() if not own_dlm else None)) if codila else None
     if codila and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
@@ -135,11 +136,12 @@ def _run(engine: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, inst
 
 
 def _document(name: str, region: Any, out: Any, cfg: Any, models: Any, sources: dict[str, str]) -> dict:
+    from codila_cli.decoding.knobs import flat
+
     return {"schema_version": 1, "command": "infill", "file": name,
             "region": {"how": region.how, "start_line": region.start + 1, "end_line": region.end},
             "middle": out.middle, "text": out.new_text, "seed": out.seed, "models": models.describe(),
-            "settings": {**{k: v for k, v in cfg.__dict__.items() if k != "sampling"}, "expand_budget": cfg.budget,
-                         **{k: getattr(cfg.sampling, k) for k in ("temperature", "top_p", "top_k")}},
+            "settings": {**flat(cfg), "expand_budget": cfg.budget},
             "settings_sources": sources,
             "syntax": out.syntax_after.to_dict(), "syntax_before": out.syntax_before.to_dict(),
             "introduced_errors": out.introduced_errors, "context": out.context_cut, "metrics": out.metrics}

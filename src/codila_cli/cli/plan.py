@@ -39,6 +39,7 @@ def plan(
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, prompt_defines, read_contract
     from codila_cli.decoding.config import SamplingConfig
+    from codila_cli.decoding.knobs import build, flat
     from codila_cli.decoding.plan_config import PlanConfig
     from codila_cli.engine import Engine
     from codila_cli.models.generation import task_sampling
@@ -56,10 +57,10 @@ def plan(
     if contract_file is not None and defines:
         raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
     dlm = dlm or default_plan_dlm()
-    samp, _ = task_sampling(dlm, temperature=temperature, top_p=None)  # flag > generation_config.json > default
+    samp, _ = task_sampling(dlm, {"temperature": temperature})  # flag > generation_config.json > default
     cfg = PlanConfig(max_units=max_units, contract_schedule=contract_schedule, pad_scale=pad_scale,
                      min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, defines=names,
-                     sampling=SamplingConfig(temperature=samp["temperature"], top_p=samp["top_p"], top_k=samp["top_k"]))
+                     sampling=build(SamplingConfig, samp.__getitem__))
     user_contract = read_contract(contract_file) if contract_file is not None else None
     engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype)
     models = engine.models
@@ -75,8 +76,7 @@ def plan(
 
         doc = {"schema_version": 1, "command": "plan", **{k: v for k, v in out.items() if k != "syntax"},
                "syntax": out["syntax"].to_dict(), "models": models.describe(),
-               "settings": {**{k: v for k, v in cfg.__dict__.items() if k != "sampling"},
-                            **{k: getattr(cfg.sampling, k) for k in ("temperature", "top_p", "top_k")}}}
+               "settings": flat(cfg)}
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(out["text"])

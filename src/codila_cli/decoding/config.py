@@ -20,12 +20,13 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_CANVAS = 100_000
 
 _SAMPLING = (
-    Knob("temperature", float, 0.0, "Token sampling temperature, 0 = argmax.", lo=0, hi=100),
+    Knob("temperature", float, 0.0, "Token sampling temperature, 0 = argmax.", lo=0, hi=100, model=True),
     Knob("top_p", float, None, "Nucleus filter before sampling and confidence.", optional=True, lo=0, hi=1,
-         open_lo=True),
-    Knob("top_k", int, None, "Top-k filter before sampling and confidence.", optional=True, lo=1),
+         open_lo=True, model=True),
+    Knob("top_k", int, None, "Top-k filter before sampling and confidence.", optional=True, lo=1, model=True),
 )
-_ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal.", choices=ALGS, short="alg")
+_ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal.", choices=ALGS, short="alg",
+            model=True)
 _BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", recommend=True, show=True, grid=True)
 _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.", optional=True, lo=0, hi=100,
             short="tau", default_text="static")
@@ -33,11 +34,11 @@ _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.",
 GEN_KNOBS = KnobTable(
     Knob("decoder", str, "auto", "auto = codila when an AR helper is configured, else dream.",
          choices=("auto", "dream", "threshold", "codila")),
-    Knob("max_new_tokens", int, 128, "Canvas length (generated tokens).", lo=1, hi=MAX_CANVAS),
+    Knob("max_new_tokens", int, 128, "Canvas length (generated tokens).", lo=1, hi=MAX_CANVAS, model=True),
     Knob("tokens_per_step", int, None, "exactly K tokens per DLM forward.", optional=True, lo=1, hi=MAX_CANVAS,
          short="K"),
     Knob("steps", int, None, "Dream's step schedule.", optional=True, lo=1, hi=MAX_CANVAS, short="steps",
-         default_text="max-new-tokens"),
+         default_text="max-new-tokens", model=True),
     Knob("alg_temp", float, None, "sample positions from softmax(conf/alg_temp).", optional=True, lo=0),
     Knob("eps", float, 1e-3, "the end of Dream's time schedule (no flag).", lo=0, hi=1, open_lo=True, open_hi=True,
          flag="", env=False),
@@ -102,7 +103,7 @@ INFILL_KNOBS = KnobTable(
          short="exp", default_text="--max-middle-tokens, as DreamOn's evaluation generator"),
     Knob("broadcast_delete", bool, True, "a delete also removes every masked slot to its right (no flag).",
          flag="", env=False),
-    replace(_ALG, flag="", default_text="the DLM's generation_config.json, else entropy"),
+    replace(_ALG, flag="", default_text="the DLM's generation_config.json, else entropy", choices=ALGS[1:]),
     *(replace(k, default_text="the DLM's generation_config.json, else " + ("0" if k.default == 0 else "none"),
               flag=None if k.name != "top_k" else "") for k in _SAMPLING),
     replace(_BLOCK_SIZE, help="codila: block size.", recommend=False),

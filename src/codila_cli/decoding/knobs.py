@@ -30,7 +30,8 @@ class Knob:
     table; ``follows``: unset, the knob takes the value of the named knob (the helper's temperature is
     ``--temperature`` unless told otherwise), unless that value is a model's own default; ``inert_when``:
     (knob, value) under which this knob means nothing (a cache window without a cache); ``grid``: the
-    decoder works in blocks of this many slots (the live view draws them)."""
+    decoder works in blocks of this many slots (the live view draws them). ``model``: a DLM's
+    ``generation_config.json`` may set it, under the same name (models/generation.py)."""
 
     name: str
     kind: type
@@ -55,6 +56,7 @@ class Knob:
     follows: str | None = None
     inert_when: tuple[str, Any] | None = None
     grid: bool = False
+    model: bool = False
 
     @property
     def option(self) -> str:

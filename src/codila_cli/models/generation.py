@@ -2,37 +2,26 @@
 applies one by default (``generate`` starts from the model's generation config; call arguments win).
 
 In codila the layers are: flag > ``CODILA_*`` > config.toml > the AR helper's recommendation > the
-DLM's generation_config.json > built-in default (codila_cli.resolve). Keys read, with Dream's names:
-``max_new_tokens``, ``steps``, ``alg``, ``temperature``, ``top_p``, ``top_k``; ``do_sample: false``
-means greedy (temperature 0), as in transformers. A value of the wrong type or out of range is ignored
-(and named in :func:`generation_defaults`'s second result). No torch, no transformers: the JSON only.
+DLM's generation_config.json > built-in default (codila_cli.resolve). Keys read: the knobs the table
+marks ``model`` (decoding/config.py; Dream's names: the length, steps, alg and the sampling knobs), each
+checked against its knob's kind and range; ``do_sample: false`` means greedy (temperature 0), as in
+transformers. A value of the wrong type or out of range is ignored (and named in
+:func:`generation_defaults`'s second result). No torch, no transformers: the JSON only.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
-
-
-def _valid(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    if key in ("max_new_tokens", "steps", "top_k"):
-        return isinstance(value, int) and value > 0
-    if key == "alg":
-        return value in ALGS
-    if key == "temperature":
-        return isinstance(value, (int, float)) and value >= 0
-    if key == "top_p":
-        return isinstance(value, (int, float)) and 0 < value < 1  # 1.0 is no filter
-    return False
-
 
 def generation_defaults(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """(the decoding defaults of the checkpoint directory ``path``, the keys ignored as invalid)."""
+    """(the decoding defaults of the checkpoint directory ``path``, the keys ignored as invalid): each knob
+    the table marks ``model`` (decoding/config.py) whose value is of the knob's kind and in its range."""
+    from codila_cli.decoding.config import GEN_KNOBS
+
     file = path / "generation_config.json"
     try:
         raw = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
@@ -42,13 +31,15 @@ def generation_defaults(path: Path) -> tuple[dict[str, Any], list[str]]:
         return {}, ["generation_config.json (not an object)"]
     out: dict[str, Any] = {}
     ignored = []
-    for key in ("max_new_tokens", "steps", "alg", "temperature", "top_p", "top_k"):
-        if key in raw and raw[key] is not None:
-            if _valid(key, raw[key]):
-                out[key] = float(raw[key]) if key in ("temperature", "top_p") else raw[key]
-            else:
-                ignored.append(f"{key}={raw[key]!r}")
-    if raw.get("do_sample") is False:
+    for knob in GEN_KNOBS.values():
+        value = raw.get(knob.name) if knob.model else None
+        if value is None:
+            continue
+        if knob.in_range(value):
+            out[knob.name] = float(value) if knob.kind is float else value
+        else:
+            ignored.append(f"{knob.name}={value!r}")
+    if raw.get("do_sample") is False:  # transformers' switch for greedy decoding
         out["temperature"] = 0.0
     return out, ignored
 
@@ -66,21 +57,23 @@ def dlm_generation_defaults(name: str) -> dict[str, Any]:
         return {}
 
 
-def task_sampling(name: str, *, temperature: float | None, top_p: float | None,
-                  algs: tuple[str, ...] = ("maskgit_plus", "topk_margin", "entropy")) -> tuple[dict[str, Any], dict[str, str]]:
-    """``codila infill`` / ``plan``'s sampling: each of temperature, top_p, top_k and alg from the flag
-    when given, else the DLM's generation_config.json, else the built-in default (greedy, no filter,
-    entropy); returns (values, where each came from: "flag", "generation_config.json" or "default").
-    An alg the task's sampler lacks (``origin`` for infill) is left at the default."""
+def task_sampling(name: str, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``codila infill`` / ``plan``'s sampling: each infill knob the table marks ``model`` (the sampling
+    knobs and alg) from ``given`` (the flags; None = not given), else the DLM's generation_config.json when
+    infill can run its value, else the table's default; returns (values, where each came from: "flag",
+    "generation_config.json" or "default"). ``origin``, an alg infill lacks, stays at the default."""
+    from codila_cli.decoding.config import INFILL_KNOBS
+
     own = dlm_generation_defaults(name)
-    built_in = {"temperature": 0.0, "top_p": None, "top_k": None, "alg": "entropy"}
-    given = {"temperature": temperature, "top_p": top_p}
     values, sources = {}, {}
-    for key, default in built_in.items():
+    for knob in INFILL_KNOBS.values():
+        if not knob.model:
+            continue
+        key = knob.name
         if given.get(key) is not None:
             values[key], sources[key] = given[key], "flag"
-        elif key in own and (key != "alg" or own[key] in algs):
+        elif key in own and knob.in_range(own[key]):
             values[key], sources[key] = own[key], "generation_config.json"
         else:
-            values[key], sources[key] = default, "default"
+            values[key], sources[key] = knob.default, "default"
     return values, sources
