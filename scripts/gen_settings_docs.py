@@ -19,14 +19,15 @@ def _cell(text: str) -> str:
 def _table(table, users, *, layered: bool) -> list[str]:
     """One row per knob; ``layered``: `gen`'s, with its variable, config key and helper column."""
     head = ["knob", "flag", *(["`CODILA_*`", "config.toml"] if layered else []), "eval key", "default", "range",
-            *(["helper may recommend"] if layered else []), "read by", "what it does"]
+            *(["helper may recommend", "model may set"] if layered else []), "read by", "what it does"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in table.values():
         flag = f"`{k.option}`" if k.option else "–"
         env = f"`{k.env_var}`" if k.env_var else "–"
         cells = [f"`{k.name}`", flag, *([env, f"`[{k.section}] {k.name}`"] if layered else []),
                  f"`{k.short}`" if k.short else "–", _cell(k.default_words(helper=False)),
-                 _cell(k.range_text()) or "–", *(["yes" if k.recommend else "–"] if layered else []),
+                 _cell(k.range_text()) or "–",
+                 *(["yes" if k.recommend else "–", "yes" if k.model else "–"] if layered else []),
                  ", ".join(users(k.name)) or "–", _cell(k.help)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -57,7 +58,8 @@ def render() -> str:
         "setting keys (`codila:B=4,W=1`), the `-v` settings line and the flags' help are read from it.",
         "",
         "Precedence in `codila gen`: flag > `CODILA_*` variable > config.toml > the AR helper's recommendation",
-        "(recommendable knobs only) > the DLM's `generation_config.json` > the default below. An eval setting",
+        "(recommendable knobs only) > the DLM's `generation_config.json` (the knobs marked \"model may set\", each",
+        "value held to the knob's range) > the default below. An eval setting",
         "string sets only the keys it names; the rest are the defaults below, never a helper's recommendation",
         "(`codila eval` with no `--setting` runs the label of the helper's recommendation, spelled out).",
         "",
