@@ -46,6 +46,42 @@ def test_resolve_gen_layers_flag_file_recommendation_default(tiny, tmp_path):
     assert plain.decoder == "dream" and plain.ar is None  # no helper: the plain DLM, nothing recommended
 
 
+def test_a_flag_the_running_decoder_does_not_read_is_refused_and_says_who_reads_it(tiny, monkeypatch):
+    """A flag of another decoder would change nothing (-B when dream runs because no helper is set):
+    refused, naming the decoders that read it; a CODILA_* variable is a standing preference and may
+    hold any decoder's settings; a knob every decoder reads is never refused."""
+    from codila_cli.resolve import resolve_gen
+
+    user = UserConfig(Path("none.toml"), False)
+    dlm, ar = str(tiny["dlm"]), str(tiny["ar"])
+    with pytest.raises(UsageError, match="--block-size is a setting of the codila decoder, and dream runs") as e:
+        resolve_gen({"block_size": 8}, user=user, dlm=dlm, ar=None)
+    assert "--ar" in e.value.hint  # codila needs a helper, and none is configured
+    with pytest.raises(UsageError, match="--tokens-per-step is a setting of the dream decoder, and codila runs"):
+        resolve_gen({"decoder": "codila", "tokens_per_step": 2}, user=user, dlm=dlm, ar=ar)
+    with pytest.raises(UsageError, match="--block-length is a setting of the threshold decoder, and codila runs"):
+        resolve_gen({"block_length": 16}, user=user, dlm=dlm, ar=ar)
+    with pytest.raises(UsageError, match="--ar-context is a setting of the codila decoder, and threshold runs"):
+        resolve_gen({"decoder": "threshold", "ar_context": 3}, user=user, dlm=dlm, ar=None)
+    assert resolve_gen({"decoder": "threshold", "cache": "prefix"}, user=user, dlm=dlm, ar=None).decoder == "threshold"
+    assert resolve_gen({"temperature": 0.5, "stop": ("def ",)}, user=user, dlm=dlm, ar=None).decoder == "dream"
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    monkeypatch.setenv("CODILA_BLOCK_SIZE", "8")
+    monkeypatch.setenv("CODILA_TOKENS_PER_STEP", "2")
+    for helper in ([], ["--ar", ar]):
+        r = CliRunner().invoke(app, ["gen", "--json", "--dlm", dlm, *helper, "--max-new-tokens", "8", "--seed", "0",
+                                     "def f("])
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["decoder"] == ("codila" if helper else "dream")
+        assert doc["settings_sources"]["block_size"] == doc["settings_sources"]["tokens_per_step"] == "env"
+    r = CliRunner().invoke(app, ["gen", "--dlm", dlm, "-B", "2", "--max-new-tokens", "8", "def f("])
+    assert r.exit_code == 2 and r.stdout == "" and "Error: --block-size is a setting of the codila decoder" in r.stderr
+
+
 def test_resolve_gen_refuses_what_cannot_run(tiny):
     from codila_cli.resolve import resolve_gen
 

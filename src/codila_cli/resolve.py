@@ -42,8 +42,10 @@ class Layers:
     """Looks one key up through the layers; the helper's recommendation and the DLM's generation
     defaults are filled in once the models are known."""
 
-    def __init__(self, flags: Mapping[str, Any], user: UserConfig) -> None:
-        self.flags, self.user = flags, user
+    def __init__(self, flags: Mapping[str, Any], user: UserConfig, from_env: frozenset[str] | None = None) -> None:
+        """``from_env``: the keys of ``flags`` whose value came from a ``CODILA_*`` variable (None: a key
+        counts as one when its variable is set)."""
+        self.flags, self.user, self.from_env = flags, user, from_env
         self.recommended: dict[str, Any] = {}
         self.model: dict[str, Any] = {}  # the DLM's generation_config.json
 
@@ -53,7 +55,8 @@ class Layers:
         if isinstance(value, Enum):
             value = value.value
         if value is not None:
-            return value, "env" if os.environ.get("CODILA_" + key.upper()) is not None else "flag"
+            env = key in self.from_env if self.from_env is not None else os.environ.get("CODILA_" + key.upper()) is not None
+            return value, "env" if env else "flag"
         value = self.user.get("runtime" if key in RUNTIME_KEYS else "gen", key)
         if value is not None:
             return value, "config"
@@ -83,14 +86,16 @@ class Layers:
                     else self.lookup(k)[1]) for k in GEN_DEFAULTS}
 
 
-def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, ar: str | None) -> GenRequest:
-    """``flags`` holds the options by knob name (decoding/config.py::GEN_KNOBS; None = not given); ``dlm``
-    / ``ar`` the ``--dlm`` / ``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
+def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, ar: str | None,
+                from_env: frozenset[str] | None = None) -> GenRequest:
+    """``flags`` holds the options by knob name (decoding/config.py::GEN_KNOBS; None = not given), and
+    ``from_env`` those of them a ``CODILA_*`` variable gave (Layers); ``dlm`` / ``ar`` the ``--dlm`` /
+    ``--ar`` flags (config ``[models]`` and the bundled pair fill them in)."""
     from codila_cli.decoding.config import SamplingConfig
     from codila_cli.engine.models import default_ar, default_dlm
     from codila_cli.helper_card import recommended_decoding
 
-    opt = Layers(flags, user)
+    opt = Layers(flags, user, from_env)
     dlm_name = dlm or user.get("models", "dlm") or default_dlm()
     ar_name = ar or user.get("models", "ar") or (default_ar() if dlm_name == "bundled-dlm" else None)
     chosen = opt("decoder")
@@ -119,13 +124,31 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         configs = _configs(opt, chosen, sampling, alg_name)
     except ValueError as exc:
         raise _where(str(exc), opt) from None
-    if chosen != "dream" and opt.lookup("tokens_per_step")[1] in ("flag", "env"):
-        raise UsageError(f"-K/--tokens-per-step is an option of the dream decoder, and {chosen} runs",
-                         hint="add --decoder dream" + (", or set the block size with -B" if chosen == "codila" else ""))
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
+    unread = _unread_flag(opt, configs, chosen, has_helper=bool(ar_name))
+    if unread:
+        raise unread
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
                       device=opt("device"), dtype=opt("dtype"), sources=opt.sources(), configs=configs)
+
+
+def _unread_flag(opt: Layers, configs: dict[str, Any], chosen: str, *, has_helper: bool) -> UsageError | None:
+    """A flag for a knob that another decoder reads and the one that runs does not (``-B`` when dream
+    runs because no helper is configured): it would change nothing, so it is an error that says which
+    decoder reads it. A ``CODILA_*`` variable or config.toml value is a standing preference and may
+    hold settings of every decoder."""
+    from codila_cli.decoding.knobs import knob_fields
+
+    reads = {name: set(knob_fields(type(cfg))) for name, cfg in configs.items()}
+    for knob in GEN_KNOBS.values():
+        readers = [d for d in configs if knob.name in reads[d]]
+        if opt.lookup(knob.name)[1] == "flag" and readers and chosen not in readers:
+            helper = "" if has_helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
+            return UsageError(f"{knob.option} is a setting of the {' and '.join(readers)} decoder"
+                              f"{'s' if len(readers) > 1 else ''}, and {chosen} runs",
+                              hint=f"add --decoder {readers[-1]}{helper}, or drop {knob.option}")
+    return None
 
 
 def _where(message: str, opt: Layers) -> UsageError:

@@ -43,6 +43,7 @@ def _env(key: str) -> str:
 
 
 def gen(
+    ctx: typer.Context,
     prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` (or none, with stdin piped) reads stdin. An argument never reads stdin unless --stdin.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.", rich_help_panel=panel("Input"))] = None,
     system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).", rich_help_panel=panel("Input"))] = None,
@@ -135,7 +136,8 @@ def gen(
     text = read_prompt(prompt, prompt_file, with_stdin=with_stdin)
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
-    req = resolve_gen(knobs, user=user, dlm=dlm, ar=ar)
+    from_env = frozenset(n for n in knobs if getattr(ctx.get_parameter_source(n), "name", "") == "ENVIRONMENT")
+    req = resolve_gen(knobs, user=user, dlm=dlm, ar=ar, from_env=from_env)
     engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model,
                          settings=req)
     models = engine.models
