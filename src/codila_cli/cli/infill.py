@@ -20,7 +20,7 @@ from codila_cli.cli.options import (
     infill_help,
     json_option,
 )
-from codila_cli.decoding.config import INFILL_KNOBS
+from codila_cli.decoding.config import CODILA_INFILL_TAU, INFILL_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
 from codila_cli.ui.terminal import printable
 
@@ -42,7 +42,7 @@ def infill(
     dlm: dlm_option("Infill DLM. [default: bundled-infill]", envvar="CODILA_INFILL_MODEL") = None,
     ar: ar_option("AR helper for --decoder codila.") = None,
     decoder: Annotated[InfillDecoder, typer.Option(help="dreamon, or codila (DreamOn marginals + AR blocks).", rich_help_panel="Decoding")] = InfillDecoder.dreamon,
-    tau: Annotated[float, typer.Option(help=infill_help("tau"), show_default=False, rich_help_panel="Decoding")] = 0.5,
+    tau: Annotated[float, typer.Option(help=infill_help("tau"), show_default=False, rich_help_panel="Decoding")] = CODILA_INFILL_TAU,
     block_size: Annotated[int, typer.Option("--block-size", "-B", help=infill_help("block_size"), show_default=False, rich_help_panel="Decoding")] = _i("block_size"),
     initial_masks: Annotated[int, typer.Option(help=infill_help("initial_masks"), show_default=False, rich_help_panel="Decoding")] = _i("initial_masks"),
     max_middle_tokens: Annotated[int, typer.Option(help=infill_help("max_middle_tokens"), show_default=False, rich_help_panel="Decoding")] = _i("max_middle_tokens"),

@@ -18,6 +18,7 @@ CONVENTIONS = ("codila", "fast-dllm")
 CACHES = ("none", "prefix", "dual")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MAX_CANVAS = 100_000
+CODILA_INFILL_TAU = 0.5  # `codila infill --decoder codila`'s threshold when --tau is not given
 
 _SAMPLING = (
     Knob("temperature", float, 0.0, "Token sampling temperature, 0 = argmax.", lo=0, hi=100, model=True),
@@ -107,7 +108,7 @@ INFILL_KNOBS = KnobTable(
     *(replace(k, default_text="the DLM's generation_config.json, else " + ("0" if k.default == 0 else "none"),
               flag=None if k.name != "top_k" else "") for k in _SAMPLING),
     replace(_BLOCK_SIZE, help="codila: block size.", recommend=False),
-    replace(_TAU, help="codila: mean-entropy threshold (nats).", default_text="0.5 with --decoder codila"),
+    replace(_TAU, help="codila: mean-entropy threshold (nats).", default_text=f"{CODILA_INFILL_TAU:g} with --decoder codila"),
 )
 
 _g, _i = GEN_KNOBS.default, INFILL_KNOBS.default  # gen's / infill's knobs (and eval's settings) defaults
