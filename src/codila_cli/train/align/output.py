@@ -86,7 +86,7 @@ def select_decoding(cfg: Any, models: Any, pair: Any, device: Any) -> dict:
     is returned) when the held-out documents hold no such functions, when every setting scores the
     same, or when the best makes fewer than max(2, 10 %) of the prompts valid: a choice the measurement
     cannot support would override the library defaults for nothing."""
-    from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.decoding.config import GEN_KNOBS, CodilaConfig
     from codila_cli.engine.generate import generate
     from codila_cli.engine.models import Models
     from codila_cli.eval.runner import repetitive
@@ -98,9 +98,10 @@ def select_decoding(cfg: Any, models: Any, pair: Any, device: Any) -> dict:
     models.ar.eval()
     runtime = Models(dlm=models.denoiser, ar=models.helper, bridge=pair.bridge)
     grid = [(b, c) for b in cfg.block_sizes for c in sorted({0, cfg.context})]
+    window = GEN_KNOBS.default("candidate_blocks")  # without left context: the library's window
     scores = []
     for b, c in grid:
-        config = CodilaConfig(max_new_tokens=128, block_size=b, candidate_blocks=1 if c else 10, ar_context=c,
+        config = CodilaConfig(max_new_tokens=128, block_size=b, candidate_blocks=1 if c else window, ar_context=c,
                               stop=("def ", "class ", "if __name__", "@"))
         valid = 0
         for p in prompts:
