@@ -447,3 +447,11 @@ def test_a_middle_that_leaves_no_room_for_context_is_refused_in_the_same_words_e
     assert InfillConfig(max_middle_tokens=82).room_problem(100) is None  # 16 left: enough
     assert InfillConfig(max_middle_tokens=83).room_problem(100) == (
         "a middle of up to 83 tokens leaves no room for context (the model's context is 100 tokens)")
+
+
+def test_the_cli_refuses_a_middle_the_context_cannot_hold_before_decoding(tiny, tmp_path):
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    # codila: fill\n    return x\n")
+    r = CliRunner().invoke(app, ["infill", str(src), "--dlm", str(tiny["dlm"]), "--max-middle-tokens", "4096"])
+    assert r.exit_code == 2 and r.stdout == "" and src.read_text().count("codila: fill") == 1
+    assert "leaves no room for context" in r.stderr and "Hint: lower --max-middle-tokens" in r.stderr

@@ -95,6 +95,9 @@ def infill(
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
     engine = Engine.load(dlm=dlm, ar=ar_name, infill_dlm=dlm, device=device, dtype=dtype)
     models = engine.models
+    problem = cfg.room_problem(models.dlm.context_length)
+    if problem:
+        raise UsageError(problem, hint="lower --max-middle-tokens")
     note_bundled(models, quiet=quiet, command="infill")
     out = _run(engine, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))

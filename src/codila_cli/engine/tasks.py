@@ -43,7 +43,7 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
     p_ids, s_ids = encode_text(tok, prefix), encode_text(tok, suffix)
     problem = config.room_problem(dlm.context_length)
     if problem:
-        raise UsageError(problem, hint="lower --max-middle-tokens")
+        raise UsageError(problem, hint="ask for a shorter middle")
     room = config.context_room(dlm.context_length)
     cut = {"prefix_tokens": len(p_ids), "suffix_tokens": len(s_ids), "prefix_kept": len(p_ids), "suffix_kept": len(s_ids)}
     if len(p_ids) + len(s_ids) > room:

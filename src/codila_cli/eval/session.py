@@ -49,10 +49,10 @@ def choose_settings(*, benchmark: str, labels: list[str], sweep: bool, dlm: str 
     infill = is_infill(benchmark)
     labels = list(labels) + ((INFILL_GRID if infill else PAPER_GRID) if sweep else [])
     if infill:
-        labels = labels or ["dreamon:K=1"]
+        labels = labels or INFILL_GRID[:1]
     ar_name = ar or (default_ar() if dlm is None else None)
     if not labels:  # what `codila gen` runs by default: CoDiLA with the helper's recommendation, else dream
-        labels = [recommended_label(recommended_decoding(ar_name)) if ar_name else "dream:K=1"]
+        labels = [recommended_label(recommended_decoding(ar_name)) if ar_name else PAPER_GRID[0]]
     try:
         parsed = [parse_setting(s, max_new_tokens=max_new_tokens) for s in labels]
     except ValueError as exc:
