@@ -50,21 +50,28 @@ def test_a_flag_the_running_decoder_does_not_read_is_refused_and_says_who_reads_
     """A flag of another decoder would change nothing (-B when dream runs because no helper is set):
     refused, naming the decoders that read it; a CODILA_* variable is a standing preference and may
     hold any decoder's settings; a knob every decoder reads is never refused."""
-    from codila_cli.resolve import resolve_gen
+    from codila_cli.resolve import resolve_gen, unread_flag
+
+    def resolve_gen_cli(flags, **kw):  # what `codila gen` does with its flags
+        req = resolve_gen(flags, **kw)
+        if unread_flag(req):
+            raise unread_flag(req)
+        return req
 
     user = UserConfig(Path("none.toml"), False)
     dlm, ar = str(tiny["dlm"]), str(tiny["ar"])
     with pytest.raises(UsageError, match="--block-size is a setting of the codila decoder, and dream runs") as e:
-        resolve_gen({"block_size": 8}, user=user, dlm=dlm, ar=None)
+        resolve_gen_cli({"block_size": 8}, user=user, dlm=dlm, ar=None)
     assert "--ar" in e.value.hint  # codila needs a helper, and none is configured
     with pytest.raises(UsageError, match="--tokens-per-step is a setting of the dream decoder, and codila runs"):
-        resolve_gen({"decoder": "codila", "tokens_per_step": 2}, user=user, dlm=dlm, ar=ar)
+        resolve_gen_cli({"decoder": "codila", "tokens_per_step": 2}, user=user, dlm=dlm, ar=ar)
     with pytest.raises(UsageError, match="--block-length is a setting of the threshold decoder, and codila runs"):
-        resolve_gen({"block_length": 16}, user=user, dlm=dlm, ar=ar)
+        resolve_gen_cli({"block_length": 16}, user=user, dlm=dlm, ar=ar)
     with pytest.raises(UsageError, match="--ar-context is a setting of the codila decoder, and threshold runs"):
-        resolve_gen({"decoder": "threshold", "ar_context": 3}, user=user, dlm=dlm, ar=None)
-    assert resolve_gen({"decoder": "threshold", "cache": "prefix"}, user=user, dlm=dlm, ar=None).decoder == "threshold"
-    assert resolve_gen({"temperature": 0.5, "stop": ("def ",)}, user=user, dlm=dlm, ar=None).decoder == "dream"
+        resolve_gen_cli({"decoder": "threshold", "ar_context": 3}, user=user, dlm=dlm, ar=None)
+    assert resolve_gen_cli({"decoder": "threshold", "cache": "prefix"}, user=user, dlm=dlm, ar=None).decoder == "threshold"
+    assert resolve_gen_cli({"temperature": 0.5, "stop": ("def ",)}, user=user, dlm=dlm, ar=None).decoder == "dream"
+    assert resolve_gen({"block_length": 16}, user=user, dlm=dlm, ar=ar).decoder == "codila"  # a server's layer
     from typer.testing import CliRunner
 
     from codila_cli.cli import app

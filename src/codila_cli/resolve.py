@@ -36,6 +36,7 @@ class GenRequest:
     dtype: str
     sources: dict[str, str] = field(default_factory=dict)  # key -> flag | env | config | helper | model | default
     configs: dict[str, Any] = field(default_factory=dict)  # every decoder's config from the same layers
+    helper: str | None = None  # the AR helper configured (flag, config, bundled pair), run or not
 
 
 class Layers:
@@ -126,27 +127,25 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         raise _where(str(exc), opt) from None
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
-    unread = _unread_flag(opt, configs, chosen, has_helper=bool(ar_name))
-    if unread:
-        raise unread
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
-                      device=opt("device"), dtype=opt("dtype"), sources=opt.sources(), configs=configs)
+                      device=opt("device"), dtype=opt("dtype"), sources=opt.sources(), configs=configs,
+                      helper=ar_name)
 
 
-def _unread_flag(opt: Layers, configs: dict[str, Any], chosen: str, *, has_helper: bool) -> UsageError | None:
+def unread_flag(req: GenRequest) -> UsageError | None:
     """A flag for a knob that another decoder reads and the one that runs does not (``-B`` when dream
-    runs because no helper is configured): it would change nothing, so it is an error that says which
-    decoder reads it. A ``CODILA_*`` variable or config.toml value is a standing preference and may
-    hold settings of every decoder."""
+    runs because no helper is configured): for ``codila gen`` it would change nothing, so it is an error
+    that says which decoder reads it. A ``CODILA_*`` variable or config.toml value is a standing
+    preference and may hold settings of every decoder (a server runs another decoder per request)."""
     from codila_cli.decoding.knobs import knob_fields
 
-    reads = {name: set(knob_fields(type(cfg))) for name, cfg in configs.items()}
+    reads = {name: set(knob_fields(type(cfg))) for name, cfg in req.configs.items()}
     for knob in GEN_KNOBS.values():
-        readers = [d for d in configs if knob.name in reads[d]]
-        if opt.lookup(knob.name)[1] == "flag" and readers and chosen not in readers:
-            helper = "" if has_helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
+        readers = [d for d in req.configs if knob.name in reads[d]]
+        if req.sources.get(knob.name) == "flag" and readers and req.decoder not in readers:
+            helper = "" if req.helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
             return UsageError(f"{knob.option} is a setting of the {' and '.join(readers)} decoder"
-                              f"{'s' if len(readers) > 1 else ''}, and {chosen} runs",
+                              f"{'s' if len(readers) > 1 else ''}, and {req.decoder} runs",
                               hint=f"add --decoder {readers[-1]}{helper}, or drop {knob.option}")
     return None
 

@@ -113,7 +113,6 @@ def gen(
     from codila_cli.helper_card import helper_mismatch
     from codila_cli.prompts import read_prompt
     from codila_cli.report import clean, note_bundled
-    from codila_cli.resolve import resolve_gen
     from codila_cli.ui import terminal
 
     knobs = _knobs(decoder=decoder, max_new_tokens=max_new_tokens, steps=steps, tokens_per_step=tokens_per_step,
@@ -136,8 +135,7 @@ def gen(
     text = read_prompt(prompt, prompt_file, with_stdin=with_stdin)
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
-    from_env = frozenset(n for n in knobs if getattr(ctx.get_parameter_source(n), "name", "") == "ENVIRONMENT")
-    req = resolve_gen(knobs, user=user, dlm=dlm, ar=ar, from_env=from_env)
+    req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar)
     engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model,
                          settings=req)
     models = engine.models
@@ -167,6 +165,19 @@ def gen(
         what = "does not parse" if not result.syntax.valid else f"has {len(result.syntax.warnings)} static finding(s)"
         raise StrictSyntaxError(f"the generated code {what} (--strict)",
                                 hint="try another --seed, a smaller --block-size or --tokens-per-step")
+
+
+def _resolve(ctx: typer.Context, knobs: dict[str, Any], *, user: Any, dlm: str | None, ar: str | None) -> Any:
+    """The request the flags make (resolve.resolve_gen), told which values a ``CODILA_*`` variable gave
+    (Typer knows); a flag only another decoder reads is an error (resolve.unread_flag)."""
+    from codila_cli.resolve import resolve_gen, unread_flag
+
+    from_env = frozenset(n for n in knobs if getattr(ctx.get_parameter_source(n), "name", "") == "ENVIRONMENT")
+    req = resolve_gen(knobs, user=user, dlm=dlm, ar=ar, from_env=from_env)
+    unread = unread_flag(req)
+    if unread:
+        raise unread
+    return req
 
 
 def _knobs(**given: Any) -> dict[str, Any]:
