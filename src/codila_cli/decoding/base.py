@@ -51,7 +51,8 @@ class Canvas:
     _checked: int = 0  # length of the committed prefix last checked for a stop line
 
     @classmethod
-    def start(cls, *, prompt_ids: list[int], config: DreamConfig | ThresholdConfig | CodilaConfig, dlm, ar=None, on_step: OnStep, fill_id: int | None = None) -> Canvas:
+    def start(cls, *, prompt_ids: list[int], config: DreamConfig | ThresholdConfig | CodilaConfig, dlm, ar=None,
+              on_step: OnStep, fill_id: int | None = None) -> Canvas:
         """The prompt and ``config.max_new_tokens`` masks; ``config``'s stop lines and early stop apply
         (any of decoding/config.py's generation configs: the one place a decoder's canvas reads them)."""
         sp, length, stop_lines = dlm.specials, config.max_new_tokens, config.stop

@@ -261,6 +261,7 @@ class CodilaConfig:
     stop: tuple[str, ...] = _g("stop")
     cache: str = _g("cache")
     cache_blocks: int | None = _g("cache_blocks")
+    needs_helper: ClassVar[bool] = True  # the AR helper writes every block
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -302,8 +303,6 @@ class CodilaConfig:
         if self.ar_verify:
             return self.sampling.temperature > 0
         return self.ar_temperature > 0 or (self.tau is not None and self.sampling.temperature > 0)
-
-    needs_helper: ClassVar[bool] = True  # the AR helper writes every block
 
     @property
     def topk(self) -> int | None:
