@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -360,6 +361,26 @@ def test_auth_and_the_non_loopback_rule():
     r = subprocess.run([sys.executable, "-m", "codila_cli", "serve", "--host", "0.0.0.0", "--port", "0"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2 and "--api-key" in r.stderr and r.stderr.startswith("Error:")
+
+
+def test_a_server_without_a_helper_refuses_codila_requests_naming_the_field():
+    """A DLM given by directory has no helper: a request for CoDiLA (``codila.decoder`` for a completion,
+    ``codila.tau`` for a fill) is a 400 that names the field the client sent; plain DreamOn still fills."""
+    import codila_cli
+
+    bundled = Path(codila_cli.__file__).parent / "bundled"
+    s = Server("--dlm", str(bundled / "dlm"), "--infill-dlm", str(bundled / "tasks"), "-q")
+    try:
+        fill = {"prompt": "def add(a, b):\n", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 8, "seed": 1}
+        r = httpx.post(s.url + "/v1/completions", json={**fill, "codila": {"tau": 0.5}}, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "codila"
+        assert "codila.tau (CoDiLA infill) needs an AR helper" in r.json()["error"]["message"]
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "def f(", "max_tokens": 8,
+                                                        "codila": {"decoder": "codila"}}, timeout=60)
+        assert r.status_code == 400 and "needs an AR helper" in r.json()["error"]["message"]
+        assert httpx.post(s.url + "/v1/completions", json=fill, timeout=60).status_code == 200
+    finally:
+        s.stop()
 
 
 def test_sigterm_stops_the_server_within_seconds_while_a_request_runs():

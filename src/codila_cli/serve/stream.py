@@ -95,8 +95,8 @@ class Job:
         if models is None:
             raise APIError(400, "this server has no infill model", param="suffix")
         if cfg.needs_helper and models.ar is None:
-            raise APIError(400, "CoDiLA infill (a codila object with an entropy threshold) needs an AR helper, and "
-                           "this server has none", param="codila")
+            raise APIError(400, "codila.tau (CoDiLA infill) needs an AR helper, and this server has none",
+                           param="codila")
         problem = cfg.room_problem(models.dlm.context_length)
         if problem:
             raise APIError(400, problem, param="max_tokens")
