@@ -173,8 +173,7 @@ SHARED = {
                           "cli/eval.py", "eval/settings.py",  # eval's own length flag sets it
                           "serve/requests.py"},  # OpenAI's max_tokens sets it
     "tau": {"decoding/config.py", "cli/gen.py", "cli/infill.py", "decoding/codila.py", "decoding/dreamon.py",
-            "eval/settings.py",  # the paper's grids in eval's notation
-            "serve/stream.py"},  # the server's 400 names the request field, codila.tau
+            "eval/settings.py"},  # the paper's grids in eval's notation
     "alg": {"decoding/config.py", "cli/gen.py", "decoding/dream.py", "decoding/codila.py", "decoding/dreamon.py",
             "decoding/marginals.py",  # the confidence rules themselves
             "resolve.py"},  # CoDiLA has no origin rule: the one cross-knob rule between decoders
