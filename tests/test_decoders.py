@@ -166,6 +166,23 @@ def test_codila_dynamic_forces_committed_slots(scripted):
         assert all(f is None or f in dlm.target for f in call)
 
 
+def test_dynamic_span_is_the_longest_prefix_under_tau_ties_to_the_lower_mean():
+    """CoDiLA's dynamic choice, shared by gen and CoDiLA-on-DreamOn infill: the longest prefix of masked
+    slots with mean entropy <= tau; ties go to the lower mean, then the first block; k = 1 is no span."""
+    from codila_cli.decoding.codila import dynamic_span
+
+    H = torch.tensor([0.1, 0.1, 5.0, 0.1, 0.2, 0.2, 0.0, 9.0, 0.3, 0.3, 0.3, 0.3])
+    cfg = CodilaConfig(tau=0.5)
+    blocks = [(0, [0, 1, 2, 3]), (4, [4, 5, 6, 7]), (8, [8, 9, 10, 11])]
+    assert dynamic_span(H, blocks, cfg) == (8, 12)  # k = 4 beats k = 3 ([4, 5, 6]) and k = 2 ([0, 1])
+    assert dynamic_span(H, blocks[:2], cfg) == (4, 7)
+    assert dynamic_span(H, [(4, [4, 5]), (0, [0, 1])], cfg) == (0, 2)  # k = 2 each: the lower mean (0.1 < 0.2)
+    assert dynamic_span(torch.full((4,), 0.1), [(0, [0, 1]), (2, [2, 3])], cfg) == (0, 2)  # equal: the first
+    assert dynamic_span(H, [(4, [4, 6])], cfg) == (4, 7)  # the span runs to its last slot (5 is committed)
+    assert dynamic_span(H, [(0, [0, 2]), (4, [7])], cfg) is None  # k = 1 at most: the DLM's own step
+    assert dynamic_span(H, [(0, torch.tensor([2, 3])), (4, [])], cfg) is None
+
+
 def test_codila_parallel_blocks_two_blocks_per_forward(scripted):
     dlm = scripted([3 + (j % 10) for j in range(16)])
     res, events = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT,

@@ -172,7 +172,7 @@ SHARED = {
     "max_middle_tokens": {"decoding/config.py", "cli/infill.py", "decoding/dreamon.py",
                           "cli/eval.py", "eval/settings.py",  # eval's own length flag sets it
                           "serve/requests.py"},  # OpenAI's max_tokens sets it
-    "tau": {"decoding/config.py", "cli/gen.py", "cli/infill.py", "decoding/codila.py", "decoding/dreamon.py",
+    "tau": {"decoding/config.py", "cli/gen.py", "cli/infill.py", "decoding/codila.py",
             "eval/settings.py"},  # the paper's grids in eval's notation
     "alg": {"decoding/config.py", "cli/gen.py", "decoding/dream.py", "decoding/codila.py", "decoding/dreamon.py",
             "decoding/marginals.py",  # the confidence rules themselves

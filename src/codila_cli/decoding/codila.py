@@ -29,12 +29,13 @@ candidates' rows are projected onto the vocabulary (the window's other slots are
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from functools import cached_property
 
 import torch
 
 from codila_cli.decoding.base import Canvas, DecodeResult
-from codila_cli.decoding.config import CodilaConfig
+from codila_cli.decoding.config import CodilaConfig, InfillConfig
 from codila_cli.decoding.events import OnStep, no_op
 from codila_cli.decoding.marginals import entropy, sample_scored
 
@@ -150,16 +151,8 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
             for i in sorted(order):
                 _write(view, writer, probs, rel[i], config, generator)
         else:
-            best, best_k, best_mean = None, 0, float("inf")
-            for (s, e) in rel:
-                slots = s + masked[s:e].nonzero().flatten()
-                prefix = torch.cumsum(H[slots], 0) / torch.arange(1, len(slots) + 1, device=H.device)
-                ok = (prefix <= config.tau).nonzero().flatten()
-                k = int(ok[-1]) + 1 if len(ok) else 0
-                mean = float(prefix[k - 1]) if k else float("inf")
-                if k > best_k or (k == best_k and k > 0 and mean < best_mean):
-                    best, best_k, best_mean = (s, int(slots[k - 1]) + 1), k, mean
-            if best_k >= 2:
+            best = dynamic_span(H, ((s, s + masked[s:e].nonzero().flatten()) for s, e in rel), config)
+            if best is not None:
                 _write(view, writer, probs, best, config, generator)
             else:  # k <= 1: the DLM's own one-token confidence step over the masked slots in view
                 idx = masked.nonzero().flatten()
@@ -167,6 +160,24 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
                 j = int(conf.argmax())
                 c.commit(lo + idx[j : j + 1], x0[j : j + 1], source="dlm")
     return c.result()
+
+
+def dynamic_span(H: torch.Tensor, blocks: Iterable[tuple[int, Sequence[int] | torch.Tensor]],
+                 config: CodilaConfig | InfillConfig) -> tuple[int, int] | None:
+    """CoDiLA's dynamic choice (τ = ``config.tau``; CoDiLA-on-DreamOn uses it too): for each block
+    (start, its masked slots ascending), the longest prefix of the masked slots whose mean entropy H
+    [slots] (nats) is ≤ τ. The block with the longest prefix wins (ties: the lower mean, then the first);
+    returns (its start, its last chosen slot + 1), or None when no block admits k ≥ 2."""
+    best, best_k, best_mean = None, 1, float("inf")
+    for start, slots in blocks:
+        if len(slots) == 0:
+            continue
+        prefix = torch.cumsum(H[slots], 0) / torch.arange(1, len(slots) + 1, device=H.device)
+        ok = (prefix <= config.tau).nonzero().flatten()
+        k = int(ok[-1]) + 1 if len(ok) else 0
+        if k > best_k or (k == best_k and k >= 2 and float(prefix[k - 1]) < best_mean):
+            best, best_k, best_mean = (start, int(slots[k - 1]) + 1), k, float(prefix[k - 1])
+    return best
 
 
 class _View:

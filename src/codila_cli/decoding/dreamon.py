@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from codila_cli.decoding.codila import dynamic_span
 from codila_cli.decoding.config import InfillConfig
 from codila_cli.decoding.events import OnStep, StepEvent, no_op
 from codila_cli.decoding.marginals import entropy, sample_scored
@@ -59,7 +60,7 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
         was_masked = [t == mask for t in middle]
         slots = [i for i, m in enumerate(was_masked) if m]
         source, span = "dlm", None
-        if writer is not None and config.tau is not None:
+        if writer is not None and config.needs_helper:
             span = _ar_span(logits, was_masked, config)
         if span is not None:
             start, end = span
@@ -106,16 +107,8 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
 
 
 def _ar_span(logits: torch.Tensor, was_masked: list[bool], config: InfillConfig) -> tuple[int, int] | None:
-    """The CoDiLA dynamic choice over a block grid of the middle: (start, end) with k >= 2, else None."""
-    H = entropy(torch.softmax(logits, -1), logits)
-    B, best, best_k, best_mean = config.block_size, None, 1, float("inf")
-    for s in range(0, len(was_masked), B):
-        slots = [i for i in range(s, min(s + B, len(was_masked))) if was_masked[i]]
-        if not slots:
-            continue
-        prefix = torch.cumsum(H[slots], 0) / torch.arange(1, len(slots) + 1, device=H.device)
-        ok = (prefix <= config.tau).nonzero().flatten()
-        k = int(ok[-1]) + 1 if len(ok) else 0
-        if k > best_k or (k == best_k and k >= 2 and float(prefix[k - 1]) < best_mean):
-            best, best_k, best_mean = (s, slots[k - 1] + 1), k, float(prefix[k - 1])
-    return best if best_k >= 2 else None
+    """CoDiLA's dynamic choice (decoding/codila.py::dynamic_span) over a block grid of the middle."""
+    B = config.block_size
+    grid = ((s, [i for i in range(s, min(s + B, len(was_masked))) if was_masked[i]])
+            for s in range(0, len(was_masked), B))
+    return dynamic_span(entropy(torch.softmax(logits, -1), logits), grid, config)
