@@ -22,7 +22,7 @@ def _table(table, users, *, layered: bool) -> list[str]:
             *(["helper may recommend", "model may set"] if layered else []), "read by", "what it does"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in table.values():
-        flag = f"`{k.option}`" if k.option else "–"
+        flag = (f"`{k.option}`" + (f", `{k.letter}`" if k.letter else "")) if k.option else "–"
         env = f"`{k.env_var}`" if k.env_var else "–"
         cells = [f"`{k.name}`", flag, *([env, f"`[{k.section}] {k.name}`"] if layered else []),
                  f"`{k.short}`" if k.short else "–", _cell(k.default_words(helper=False)),
@@ -55,7 +55,9 @@ def render() -> str:
         "`src/codila_cli/decoding/config.py` (`GEN_KNOBS`, `INFILL_KNOBS`); `tests/test_docs.py` fails when it is",
         "not current. Each knob is declared there once, and the config dataclasses' defaults, config.toml's",
         "schema, the keys a helper may recommend (`codila_decoding`, `src/codila_cli/helper_card.py`), eval's",
-        "setting keys (`codila:B=4,W=1`), the `-v` settings line and the flags' help are read from it.",
+        "setting keys (`codila:B=4,W=1`) and the `-v` settings line are read from it, and the flags of",
+        "`codila gen` and `codila infill` are made from it (`src/codila_cli/cli/options.py::with_knob_flags`):",
+        "a knob's flag, short flag, variable, help and --help panel.",
         "",
         "Precedence in `codila gen`: flag > `CODILA_*` variable > config.toml > the AR helper's recommendation",
         "(recommendable knobs only) > the DLM's `generation_config.json` (the knobs marked \"model may set\", each",

@@ -253,6 +253,26 @@ def test_codila_infill_runs(pyfile, tiny):
     assert json.loads(r.stdout)["metrics"]["ar_forwards"] > 0
 
 
+@pytest.mark.parametrize("flag", [["--tau", "0.3"], ["-B", "8"], ["--block-size", "8"]])
+def test_a_codila_flag_without_the_codila_decoder_is_refused(pyfile, tiny, flag):
+    """--tau and -B mean nothing to DreamOn alone: refused (exit 2) with the flag named, nothing decoded."""
+    r = runner.invoke(app, ["infill", str(pyfile), "--dlm", str(tiny["dlm"]), *flag, "--seed", "0"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"Error: {'--block-size' if flag[0] == '-B' else flag[0]} is a setting of --decoder codila")
+    assert "Hint: add --decoder codila" in r.stderr
+
+
+def test_codila_infill_defaults_tau_and_takes_the_flags(pyfile, tiny):
+    """--decoder codila without --tau runs τ = CODILA_INFILL_TAU; -B and --tau reach the config (--json)."""
+    from codila_cli.decoding.config import CODILA_INFILL_TAU
+
+    base = ["infill", str(pyfile), "--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila",
+            "--json", "--seed", "0"]
+    plain = json.loads(runner.invoke(app, base).stdout)["settings"]
+    given = json.loads(runner.invoke(app, [*base, "-B", "2", "--tau", "7"]).stdout)["settings"]
+    assert (plain["tau"], plain["block_size"]) == (CODILA_INFILL_TAU, 4) and (given["tau"], given["block_size"]) == (7.0, 2)
+
+
 def test_codila_infill_helper_samples_at_the_temperature(pyfile, tiny):
     """With τ this large the helper writes the spans; at --temperature > 0 it samples (it stayed greedy,
     so every seed gave the same middle), at 0 it is greedy."""

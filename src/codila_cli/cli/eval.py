@@ -9,13 +9,10 @@ from typing import Annotated, Any
 import typer
 
 from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
-from codila_cli.decoding.config import GEN_KNOBS, INFILL_KNOBS
 from codila_cli.errors import UsageError
-from codila_cli.eval.settings import EXAMPLES
+from codila_cli.eval.settings import EXAMPLES, LENGTH
 from codila_cli.report import note_bundled
 from codila_cli.ui.terminal import say
-
-_LENGTH = {False: GEN_KNOBS.default("max_new_tokens"), True: INFILL_KNOBS.default("max_middle_tokens")}  # by infill
 
 
 def eval_cmd(
@@ -28,7 +25,7 @@ def eval_cmd(
     data_dir: Annotated[Path | None, typer.Option(envvar="CODILA_DATA", help="Benchmark data directory (mbpp/, human-eval-infilling/).", rich_help_panel="Input")] = None,
     dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm; bundled-infill for he-infill-*]") = None,
     ar: ar_option("AR helper for codila settings. [default: bundled-ar with the bundled DLM]") = None,
-    max_new_tokens: Annotated[int | None, typer.Option(help=f"Canvas length per task; for he-infill-* the longest middle. [default: {_LENGTH[False]}; {_LENGTH[True]} for he-infill-*, DreamOn's setting]", rich_help_panel="Decoding")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help=f"Canvas length per task; for he-infill-* the longest middle. [default: {LENGTH[False]}; {LENGTH[True]} for he-infill-*, DreamOn's setting]", rich_help_panel="Decoding")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per test program in the sandbox.", rich_help_panel="Sandbox")] = 10.0,
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards.", rich_help_panel="Runtime")] = False,
     seed: Annotated[int, typer.Option(help="Random seed for every task (decoding is greedy unless a setting samples).", min=0, max=2**63 - 1, rich_help_panel="Decoding")] = 0,
@@ -61,7 +58,7 @@ def eval_cmd(
         raise UsageError(f"--batch-size must be between 1 and 64, got {batch_size}", hint="use e.g. --batch-size 8")
     need_extras()
     if max_new_tokens is None:
-        max_new_tokens = _LENGTH[is_infill(benchmark)]
+        max_new_tokens = LENGTH[is_infill(benchmark)]
     run = choose_settings(benchmark=benchmark, labels=settings or [], sweep=sweep, dlm=dlm, ar=ar,
                           max_new_tokens=max_new_tokens)
     chosen = select(load_tasks(benchmark, data=data_dir, stop=not no_stop), limit=limit, ids=tasks)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,32 +16,18 @@ from codila_cli.cli.options import (
     ar_option,
     dlm_option,
     json_option,
-    knob_option,
+    knob_help,
     panel,
+    with_knob_flags,
 )
+from codila_cli.decoding.config import GEN_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
 from codila_cli.ui.terminal import printable, say
 
 
-class Decoder(str, Enum):
-    auto = "auto"
-    dream = "dream"
-    threshold = "threshold"
-    codila = "codila"
-
-
-class Alg(str, Enum):
-    origin = "origin"
-    maskgit_plus = "maskgit_plus"
-    topk_margin = "topk_margin"
-    entropy = "entropy"
-
-
-def _env(key: str) -> str:
-    return "CODILA_" + key.upper()
-
-
+@with_knob_flags(GEN_KNOBS, help=knob_help)
 def gen(
+    *,
     ctx: typer.Context,
     prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` (or none, with stdin piped) reads stdin. An argument never reads stdin unless --stdin.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.", rich_help_panel=panel("Input"))] = None,
@@ -50,41 +35,10 @@ def gen(
     with_stdin: Annotated[bool, typer.Option("--stdin", help="Read stdin too and put it before the prompt argument, e.g. a spec: `codila gen --stdin \"implement this\" < spec.md`.", rich_help_panel=panel("Input"))] = False,
     dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm]") = None,
     ar: ar_option("AR helper for CoDiLA: alias, repo id or directory. [default: bundled-ar with the bundled DLM]") = None,
-    decoder: Annotated[Decoder | None, knob_option("decoder")] = None,
-    max_new_tokens: Annotated[int | None, knob_option("max_new_tokens")] = None,
-    steps: Annotated[int | None, knob_option("steps")] = None,
-    tokens_per_step: Annotated[int | None, knob_option("tokens_per_step", "-K")] = None,
-    alg: Annotated[Alg | None, knob_option("alg")] = None,
-    alg_temp: Annotated[float | None, knob_option("alg_temp")] = None,
-    exact_steps: Annotated[bool | None, knob_option("exact_steps")] = None,
-    temperature: Annotated[float | None, knob_option("temperature")] = None,
-    top_p: Annotated[float | None, knob_option("top_p")] = None,
-    top_k: Annotated[int | None, knob_option("top_k")] = None,
-    threshold: Annotated[float | None, knob_option("threshold")] = None,
-    block_length: Annotated[int | None, knob_option("block_length")] = None,
-    block_size: Annotated[int | None, knob_option("block_size", "-B")] = None,
-    tau: Annotated[float | None, knob_option("tau")] = None,
-    candidate_blocks: Annotated[int | None, knob_option("candidate_blocks")] = None,
-    parallel_blocks: Annotated[int | None, knob_option("parallel_blocks")] = None,
-    conditioning: Annotated[str | None, knob_option("conditioning")] = None,
-    ar_verify: Annotated[bool | None, knob_option("ar_verify")] = None,
-    verify_penalty: Annotated[float | None, knob_option("verify_penalty")] = None,
-    cache: Annotated[str | None, knob_option("cache")] = None,
-    cache_blocks: Annotated[int | None, knob_option("cache_blocks")] = None,
-    convention: Annotated[str | None, knob_option("convention")] = None,
-    entropy_steps: Annotated[int | None, knob_option("entropy_steps")] = None,
-    ar_context: Annotated[int | None, knob_option("ar_context")] = None,
-    ar_temperature: Annotated[float | None, knob_option("ar_temperature")] = None,
-    ar_repetition_penalty: Annotated[float | None, knob_option("ar_repetition_penalty")] = None,
-    ar_syntax_guard: Annotated[bool | None, knob_option("ar_syntax_guard")] = None,
-    ar_no_repeat_ngram: Annotated[int | None, knob_option("ar_no_repeat_ngram")] = None,
-    early_stop: Annotated[bool | None, knob_option("early_stop")] = None,
-    stop: Annotated[list[str] | None, knob_option("stop")] = None,
+    knobs: dict[str, Any],  # one flag per knob of GEN_KNOBS (cli/options.py::with_knob_flags)
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).", rich_help_panel=panel("Runtime"))] = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", rich_help_panel=panel("Decoding"), min=0, max=2**63 - 1)] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.", rich_help_panel=panel("Decoding"))] = 1,
-    device: Annotated[str | None, knob_option("device")] = None,
-    dtype: Annotated[str | None, knob_option("dtype")] = None,
     json_out: json_option("Print one JSON object instead of the code.") = False,
     completion_only: Annotated[bool, typer.Option("--completion-only", help="stdout gets only what the model wrote, not the prompt before it (a raw completion otherwise repeats the prompt).", rich_help_panel=panel("Output"))] = False,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).", rich_help_panel=panel("Output"))] = True,
@@ -115,15 +69,6 @@ def gen(
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
-    knobs = _knobs(decoder=decoder, max_new_tokens=max_new_tokens, steps=steps, tokens_per_step=tokens_per_step,
-                   alg=alg, alg_temp=alg_temp, exact_steps=exact_steps, temperature=temperature, top_p=top_p,
-                   top_k=top_k, threshold=threshold, block_length=block_length, block_size=block_size, tau=tau,
-                   candidate_blocks=candidate_blocks, parallel_blocks=parallel_blocks, conditioning=conditioning,
-                   ar_verify=ar_verify, verify_penalty=verify_penalty, cache=cache, cache_blocks=cache_blocks,
-                   convention=convention, entropy_steps=entropy_steps, ar_context=ar_context,
-                   ar_temperature=ar_temperature, ar_repetition_penalty=ar_repetition_penalty,
-                   ar_syntax_guard=ar_syntax_guard, ar_no_repeat_ngram=ar_no_repeat_ngram, early_stop=early_stop,
-                   stop=stop, device=device, dtype=dtype)
     terminal.quiet_libraries(verbose)
     user = load_config()
     if not quiet:
@@ -178,13 +123,6 @@ def _resolve(ctx: typer.Context, knobs: dict[str, Any], *, user: Any, dlm: str |
     if unread:
         raise unread
     return req
-
-
-def _knobs(**given: Any) -> dict[str, Any]:
-    """The flags by knob name (decoding/config.py::GEN_KNOBS), None where not given."""
-    out = {k: v.value if isinstance(v, Enum) else v for k, v in given.items()}
-    out["stop"] = tuple(out["stop"]) if out["stop"] else None
-    return out
 
 
 def _shown(result: Any, prompt: str, echo: bool) -> str:

@@ -19,12 +19,11 @@ from codila_cli.cli.options import (
     dlm_option,
     infill_help,
     json_option,
+    with_knob_flags,
 )
-from codila_cli.decoding.config import CODILA_INFILL_TAU, INFILL_KNOBS
+from codila_cli.decoding.config import INFILL_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
 from codila_cli.ui.terminal import printable
-
-_i = INFILL_KNOBS.default
 
 
 class InfillDecoder(str, Enum):
@@ -32,7 +31,9 @@ class InfillDecoder(str, Enum):
     codila = "codila"
 
 
+@with_knob_flags(INFILL_KNOBS, help=infill_help, panel="Decoding", env=False)
 def infill(
+    *,
     file: Annotated[str, typer.Argument(help="Python file to fill, or `-` for stdin.")],
     line: Annotated[int | None, typer.Option("--line", "-l", help="Insert new code before line N (last+1 appends).", rich_help_panel="Input")] = None,
     lines: Annotated[str | None, typer.Option("--lines", help="Replace lines A-B (1-based, inclusive).", rich_help_panel="Input")] = None,
@@ -42,14 +43,7 @@ def infill(
     dlm: dlm_option("Infill DLM. [default: bundled-infill]", envvar="CODILA_INFILL_MODEL") = None,
     ar: ar_option("AR helper for --decoder codila.") = None,
     decoder: Annotated[InfillDecoder, typer.Option(help="dreamon, or codila (DreamOn marginals + AR blocks).", rich_help_panel="Decoding")] = InfillDecoder.dreamon,
-    tau: Annotated[float, typer.Option(help=infill_help("tau"), show_default=False, rich_help_panel="Decoding")] = CODILA_INFILL_TAU,
-    block_size: Annotated[int, typer.Option("--block-size", "-B", help=infill_help("block_size"), show_default=False, rich_help_panel="Decoding")] = _i("block_size"),
-    initial_masks: Annotated[int, typer.Option(help=infill_help("initial_masks"), show_default=False, rich_help_panel="Decoding")] = _i("initial_masks"),
-    max_middle_tokens: Annotated[int, typer.Option(help=infill_help("max_middle_tokens"), show_default=False, rich_help_panel="Decoding")] = _i("max_middle_tokens"),
-    expand_budget: Annotated[int | None, typer.Option("--expand-budget", help=infill_help("expand_budget"), show_default=False, rich_help_panel="Decoding")] = None,
-    steps: Annotated[int | None, typer.Option(help=infill_help("steps"), rich_help_panel="Decoding")] = None,
-    temperature: Annotated[float | None, typer.Option(help=infill_help("temperature"), show_default=False, rich_help_panel="Decoding")] = None,
-    top_p: Annotated[float | None, typer.Option(help=infill_help("top_p"), show_default=False, rich_help_panel="Decoding")] = None,
+    knobs: dict[str, Any],  # one flag per knob of INFILL_KNOBS (cli/options.py::with_knob_flags)
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", min=0, max=2**63 - 1, rich_help_panel="Decoding")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -64,8 +58,7 @@ def infill(
     Where: --line N inserts before line N, --lines A-B replaces them, else a `# codila: fill` line.
     The patched file goes to stdout unless --diff or --in-place.
     """
-    from codila_cli.decoding.config import INFILL_KNOBS, InfillConfig
-    from codila_cli.decoding.knobs import build
+    from codila_cli.decoding.config import InfillConfig
     from codila_cli.engine import Engine
     from codila_cli.engine.models import default_ar, default_infill_dlm
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
@@ -86,10 +79,11 @@ def infill(
     region = find_region(src, line=line, lines_range=lines)
     codila = decoder == InfillDecoder.codila
     own_dlm, dlm = dlm is not None, dlm or default_infill_dlm()
-    samp, sources = task_sampling(dlm, {"temperature": temperature, "top_p": top_p})  # flag > generation_config > default
-    given = {"initial_masks": initial_masks, "max_middle_tokens": max_middle_tokens, "steps": steps,
-             "expand_budget": expand_budget, "block_size": block_size, "tau": tau if codila else None, **samp}
-    cfg = build(InfillConfig, lambda name: given.get(name, INFILL_KNOBS.default(name)))
+    unread = [INFILL_KNOBS[n].option for n in InfillConfig.HELPER_ONLY if knobs[n] is not None and not codila]
+    if unread:
+        raise UsageError(f"{unread[0]} is a setting of --decoder codila", hint=f"add --decoder codila, or drop {unread[0]}")
+    samp, sources = task_sampling(dlm, knobs)  # flag > generation_config > default
+    cfg = InfillConfig.from_given({**knobs, **samp}, helper=codila)
     ar_name = (ar or (default_ar() if not own_dlm else None)) if codila else None
     if codila and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")

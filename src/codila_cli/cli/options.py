@@ -1,9 +1,12 @@
 """Option types every command shares, defined once: ``--dlm``, ``--ar``, ``--device``, ``--dtype``,
 ``--json``, ``-q``, ``-v``, ``--color``. Each is an ``Annotated`` alias (a factory where the help text
-names what the command does with it)."""
+names what the command does with it). The decoding flags are made from the knob table
+(:func:`with_knob_flags`), so no command spells a knob."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any
 
@@ -38,15 +41,69 @@ Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings a
 ColorOption = Annotated[Color, typer.Option(help="Colour on stderr.", rich_help_panel="Output")]
 
 
-def knob_option(name: str, *short: str) -> Any:
-    """A ``codila gen`` option from the knob table: its flag (a bool's with its ``--no-`` form), the short
-    flags given, its ``CODILA_*`` variable, its help with ``[default: …]`` and its --help panel."""
+def knob_option(name: str) -> Any:
+    """A ``codila gen`` knob's option type from the table (decoding/config.py::GEN_KNOBS), for a command
+    that takes a few of them by hand (``serve``'s --device, --dtype)."""
     from codila_cli.decoding.config import GEN_KNOBS
 
     k = GEN_KNOBS[name]
-    flag = f"{k.option}/--no-{k.option[2:]}" if k.kind is bool else k.option
-    return typer.Option(flag, *short, envvar=k.env_var, show_default=False, help=knob_help(name),
-                        rich_help_panel=k.panel)
+    return Annotated[knob_type(k), _knob_flag(k, help=knob_help(name), panel=k.panel, env=True)]
+
+
+def with_knob_flags(table: Any, *, help: Callable[[str], str], panel: str | None = None, env: bool = True) -> Any:
+    """Decorator: the command's ``knobs`` parameter becomes one option per knob of ``table`` that has a
+    flag, in the table's order: the long flag (a bool's with its ``--no-`` form) and ``Knob.letter``, the
+    ``CODILA_*`` variable (when ``env``), ``help(name)``, the knob's --help panel (or ``panel``). The
+    command is called with them as ``knobs``: {name: value, None where not given}, a choice as its string
+    and a repeated flag as a tuple. So a knob is declared once, in the table, and every command's flags
+    follow it."""
+    import inspect
+
+    def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(command, eval_str=True)
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values()]
+        at = [p.name for p in params].index("knobs")
+        flagged = [k for k in table.values() if k.option]
+        flags = [inspect.Parameter(k.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            knob_type(k), _knob_flag(k, help=help(k.name), panel=panel or k.panel, env=env)]) for k in flagged]
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            knobs = {k.name: knob_value(kwargs.pop(k.name, None)) for k in flagged}
+            return command(knobs=knobs, **kwargs)
+
+        run.__signature__ = sig.replace(parameters=[*params[:at], *flags, *params[at + 1 :]])  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}  # type: ignore[attr-defined]
+        return run
+
+    return wrap
+
+
+def knob_type(k: Any) -> Any:
+    """What Typer parses a knob's flag into (None: not given): an Enum of its choices (so --help lists
+    them and Typer refuses others), a list of strings for a tuple knob, else its kind."""
+    base = _choices(k.name, k.choices) if k.choices else list[str] if k.kind is tuple else k.kind
+    return base | None
+
+
+@functools.cache
+def _choices(name: str, choices: tuple[str, ...]) -> type[Enum]:
+    return Enum(name.title().replace("_", ""), [(c, c) for c in choices], type=str)  # type: ignore[return-value]
+
+
+def _knob_flag(k: Any, *, help: str, panel: str, env: bool) -> Any:
+    long = f"{k.option}/--no-{k.option[2:]}" if k.kind is bool else k.option
+    return typer.Option(long, *([k.letter] if k.letter else []), envvar=k.env_var if env else None,
+                        show_default=False, help=help, rich_help_panel=panel)
+
+
+def knob_value(value: Any) -> Any:
+    """A flag's value as the table holds it: a choice as its string, a repeated flag as a tuple (None if empty)."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list):
+        return tuple(value) or None
+    return value
 
 
 def panel(name: str) -> str:

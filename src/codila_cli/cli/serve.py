@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Quiet, ar_option, dlm_option, knob_option
+from codila_cli.cli.options import Quiet, ar_option, dlm_option, knob_option, knob_value
 from codila_cli.errors import UsageError
 from codila_cli.ui.terminal import say
 
@@ -36,8 +36,8 @@ def serve(
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request deadline in seconds; past it the request is cancelled (504).")] = 300.0,
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")] = 1 << 20,
     lanes: Annotated[int, typer.Option("--lanes", help="Batched steps that run at once, each on its own cohort of requests with cores/lanes torch threads; 0 = auto: 2 on a CPU with 2 or more cores (a cohort samples while the other's forward runs), 1 on a GPU; 1–8.")] = 0,
-    device: Annotated[str | None, knob_option("device")] = None,
-    dtype: Annotated[str | None, knob_option("dtype")] = None,
+    device: knob_option("device") = None,
+    dtype: knob_option("dtype") = None,
     quiet: Quiet = False,
 ) -> None:
     """Serve the models over HTTP: OpenAI /v1/completions and /v1/chat/completions, llama.cpp /infill,
@@ -64,7 +64,7 @@ def serve(
     # the stacked KV-cached and helper forwards need the native engine: a server uses it for every
     # checkpoint it runs exactly (Dream-Coder-7B, Qwen3-0.6B), not only the bundled ones; CODILA_ENGINE wins
     os.environ.setdefault("CODILA_ENGINE", "native")
-    flags = {"device": device, "dtype": dtype}
+    flags = {"device": device, "dtype": knob_value(dtype)}
     base = resolve_gen(flags, user=user, dlm=dlm, ar=ar)
     infill_name = infill_dlm or _default_infill(base.dlm)
     from codila_cli.engine import Engine

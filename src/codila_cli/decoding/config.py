@@ -8,10 +8,11 @@ and docs/settings.md are derived from it. Each field maps 1:1 to a ``codila gen`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from codila_cli.decoding.knobs import Knob, KnobTable
+from codila_cli.decoding.knobs import Knob, KnobTable, build
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 CONVENTIONS = ("codila", "fast-dllm")
@@ -28,7 +29,8 @@ _SAMPLING = (
 )
 _ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal.", choices=ALGS, short="alg",
             model=True)
-_BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", recommend=True, show=True, grid=True)
+_BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", letter="-B", recommend=True, show=True,
+                   grid=True)
 _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.", optional=True, lo=0, hi=100,
             short="tau", default_text="static")
 
@@ -37,7 +39,7 @@ GEN_KNOBS = KnobTable(
          choices=("auto", "dream", "threshold", "codila")),
     Knob("max_new_tokens", int, 128, "Canvas length (generated tokens).", lo=1, hi=MAX_CANVAS, model=True),
     Knob("tokens_per_step", int, None, "exactly K tokens per DLM forward.", optional=True, lo=1, hi=MAX_CANVAS,
-         short="K"),
+         short="K", letter="-K"),
     Knob("steps", int, None, "Dream's step schedule.", optional=True, lo=1, hi=MAX_CANVAS, short="steps",
          default_text="max-new-tokens", model=True),
     Knob("alg_temp", float, None, "sample positions from softmax(conf/alg_temp).", optional=True, lo=0),
@@ -329,6 +331,16 @@ class InfillConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     block_size: int = _i("block_size")
     tau: float | None = _i("tau")  # set (with an AR helper) = CoDiLA dynamic mode on the middle
+
+    HELPER_ONLY: ClassVar[tuple[str, ...]] = ("block_size", "tau")  # what only CoDiLA on the middle reads
+
+    @classmethod
+    def from_given(cls, given: Mapping[str, Any], *, helper: bool) -> InfillConfig:
+        """The config of the values ``given`` by knob name (None or absent: the table's default). With the
+        AR helper τ defaults to CODILA_INFILL_TAU; without it τ is off (DreamOn alone)."""
+        values = {**INFILL_KNOBS.defaults(), **{k: v for k, v in given.items() if v is not None}}
+        values["tau"] = (values["tau"] if values["tau"] is not None else CODILA_INFILL_TAU) if helper else None
+        return build(cls, values.__getitem__)
 
     @property
     def budget(self) -> int:

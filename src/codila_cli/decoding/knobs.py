@@ -2,7 +2,7 @@
 decoding/config.py (``GEN_KNOBS``, ``INFILL_KNOBS``), and everything derived from it: the config
 dataclasses' defaults, the config-file schema (config.py), the keys a helper may recommend
 (helper_card.py), the eval setting keys and labels (eval/settings.py), the ``-v`` / ``--json`` settings
-report (report.py), the help texts of the flags (cli/gen.py) and docs/settings.md
+report (report.py), the flags of `gen` and `infill` (cli/options.py::with_knob_flags) and docs/settings.md
 (scripts/gen_settings_docs.py). No knob is named here.
 """
 
@@ -25,7 +25,8 @@ class Knob:
     ``open_hi`` make an end open) and ``off`` a value outside it that turns the knob off; ``choices``
     for a str. ``short``: the key in eval setting strings (``codila:B=4``); ``recommend``: a helper's
     ``codila_decoding`` may set it; ``show``: ``-v`` prints it always (else only when it is not the
-    default); ``flag``: the command-line flag ("" = none); ``env``: it has a ``CODILA_*`` variable;
+    default); ``flag``: the command-line flag ("" = none), ``letter`` a one-letter flag beside it (``-B``);
+    ``env``: it has a ``CODILA_*`` variable;
     ``default_text``: the help's ``[default: …]`` where the value is derived; ``section``: config.toml's
     table; ``follows``: unset, the knob takes the value of the named knob (the helper's temperature is
     ``--temperature`` unless told otherwise), unless that value is a model's own default; ``inert_when``:
@@ -49,6 +50,7 @@ class Knob:
     recommend: bool = False
     show: bool = False
     flag: str | None = None
+    letter: str | None = None
     env: bool = True
     default_text: str | None = None
     section: str = "gen"

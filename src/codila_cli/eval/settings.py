@@ -27,6 +27,7 @@ PAPER_GRID = ["dream:K=1", "dream:K=2", "dream:K=4", "dream:K=8", "threshold:0.9
               "codila:B=2", "codila:B=4", "codila:B=8", "codila:B=4,tau=0.1", "codila:B=4,tau=0.5",
               "codila:B=4,tau=1.0"]
 EXAMPLES = ("dream:K=4", "threshold:0.9", "codila:B=4,tau=0.5")  # what `codila eval --help` shows
+LENGTH = {False: GEN_KNOBS.default("max_new_tokens"), True: INFILL_KNOBS.default("max_middle_tokens")}  # eval's length by infill
 
 
 @dataclass(frozen=True)
