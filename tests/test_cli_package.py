@@ -69,6 +69,10 @@ def test_a_flag_the_running_decoder_does_not_read_is_refused_and_says_who_reads_
         resolve_gen_cli({"block_length": 16}, user=user, dlm=dlm, ar=ar)
     with pytest.raises(UsageError, match="--ar-context is a setting of the codila decoder, and threshold runs"):
         resolve_gen_cli({"decoder": "threshold", "ar_context": 3}, user=user, dlm=dlm, ar=None)
+    with pytest.raises(UsageError, match="--alg origin is a rule of the dream decoder, and codila runs"):
+        resolve_gen_cli({"alg": "origin"}, user=user, dlm=dlm, ar=ar)
+    assert resolve_gen_cli({"alg": "origin"}, user=user, dlm=dlm, ar=None).configs["dream"].alg == "origin"
+    assert resolve_gen_cli({"alg": "maskgit_plus"}, user=user, dlm=dlm, ar=ar).config.alg == "maskgit_plus"
     assert resolve_gen_cli({"decoder": "threshold", "cache": "prefix"}, user=user, dlm=dlm, ar=None).decoder == "threshold"
     assert resolve_gen_cli({"temperature": 0.5, "stop": ("def ",)}, user=user, dlm=dlm, ar=None).decoder == "dream"
     assert resolve_gen({"block_length": 16}, user=user, dlm=dlm, ar=ar).decoder == "codila"  # a server's layer

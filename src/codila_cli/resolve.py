@@ -135,10 +135,14 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
 def unread_flag(req: GenRequest) -> UsageError | None:
     """A flag for a knob that another decoder reads and the one that runs does not (``-B`` when dream
     runs because no helper is configured): for ``codila gen`` it would change nothing, so it is an error
-    that says which decoder reads it. A ``CODILA_*`` variable or config.toml value is a standing
-    preference and may hold settings of every decoder (a server runs another decoder per request)."""
+    that says which decoder reads it; so is ``--alg origin`` when codila runs (codila has only the
+    confidence rules). A ``CODILA_*`` variable or config.toml value is a standing preference and may hold
+    settings of every decoder (a server runs another decoder per request)."""
     from codila_cli.decoding.knobs import knob_fields
 
+    if req.decoder == "codila" and req.sources.get("alg") == "flag" and req.configs["dream"].alg == "origin":
+        return UsageError("--alg origin is a rule of the dream decoder, and codila runs (it reveals by confidence)",
+                          hint="add --decoder dream, or use --alg entropy, maskgit_plus or topk_margin")
     reads = {name: set(knob_fields(type(cfg))) for name, cfg in req.configs.items()}
     for knob in GEN_KNOBS.values():
         readers = [d for d in req.configs if knob.name in reads[d]]

@@ -27,8 +27,8 @@ _SAMPLING = (
          open_lo=True, model=True),
     Knob("top_k", int, None, "Top-k filter before sampling and confidence.", optional=True, lo=1, model=True),
 )
-_ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal.", choices=ALGS, short="alg",
-            model=True)
+_ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal (origin: dream only).", choices=ALGS,
+            short="alg", model=True)
 _BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", letter="-B", recommend=True, show=True,
                    grid=True)
 _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.", optional=True, lo=0, hi=100,
@@ -106,7 +106,8 @@ INFILL_KNOBS = KnobTable(
          short="exp", default_text="--max-middle-tokens, as DreamOn's evaluation generator"),
     Knob("broadcast_delete", bool, True, "a delete also removes every masked slot to its right (no flag).",
          flag="", env=False),
-    replace(_ALG, flag="", default_text="the DLM's generation_config.json, else entropy", choices=ALGS[1:]),
+    replace(_ALG, help="confidence rule for which slots to reveal.", flag="",
+            default_text="the DLM's generation_config.json, else entropy", choices=ALGS[1:]),
     *(replace(k, default_text="the DLM's generation_config.json, else " + ("0" if k.default == 0 else "none"),
               flag=None if k.name != "top_k" else "") for k in _SAMPLING),
     replace(_BLOCK_SIZE, help="codila: block size.", recommend=False),
