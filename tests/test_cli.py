@@ -93,6 +93,9 @@ def test_helper_recommended_decoding_sits_below_flags_and_config(tiny, tmp_path,
     assert (settings("--cache", "none")["cache"], settings("--cache", "none")["cache_blocks"]) == ("none", None)
     assert settings("--cache", "dual")["cache"] == "dual"
     assert settings("--decoder", "threshold")["cache"] == "none"  # the recommendation is CoDiLA's
+    s = settings("--ar-verify")  # verification cannot run with a cache: the recommended one and its window drop
+    assert (s["ar_verify"], s["cache"], s["cache_blocks"]) == (True, "none", None)
+    assert gen("--ar-verify", "--cache", "prefix", *base).exit_code == 2  # asked for together: still an error
     monkeypatch.setenv("CODILA_CACHE", "none")
     assert settings()["cache"] == "none"
     monkeypatch.delenv("CODILA_CACHE")

@@ -108,8 +108,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
     if chosen == "codila":
         opt.recommended.update(recommended_decoding(ar_name, block_size=opt.given("block_size")))  # user's B, if set
-        for name in inert(GEN_KNOBS, {"cache": opt("cache")}):  # e.g. a recommended cache window, without a cache
-            opt.recommended.pop(name, None)
+        _drop_inert(opt)
     opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None
                                     or opt.given("tokens_per_step") is not None,
                                     user_length=opt.given("max_new_tokens") is not None))
@@ -130,6 +129,16 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
                       device=opt("device"), dtype=opt("dtype"), sources=opt.sources(), configs=configs,
                       helper=ar_name)
+
+
+def _drop_inert(opt: Layers) -> None:
+    """Drop what the helper recommends that means nothing or cannot run under the other settings (a
+    cache window without a cache, a cache under --ar-verify), until nothing more drops: a cache dropped
+    takes its window with it."""
+    conditions = {k.inert_when[0] for k in GEN_KNOBS.values() if k.inert_when}
+    while gone := [n for n in inert(GEN_KNOBS, {c: opt(c) for c in conditions}) if n in opt.recommended]:
+        for name in gone:
+            opt.recommended.pop(name)
 
 
 def unread_flag(req: GenRequest) -> UsageError | None:

@@ -61,7 +61,7 @@ GEN_KNOBS = KnobTable(
     Knob("ar_verify", bool, False, "verification mode (DLM order, AR disagreement penalised).", short="verify"),
     Knob("verify_penalty", float, 0.5, "--ar-verify: confidence factor on disagreement.", lo=0, hi=1),
     Knob("cache", str, "none", "approximate KV cache none|prefix|dual.", choices=CACHES, short="cache",
-         recommend=True, show=True),
+         recommend=True, show=True, inert_when=("ar_verify", True)),
     Knob("cache_blocks", int, None, "--cache: the cache window in blocks of B slots.", optional=True, lo=1, hi=4096,
          short="cb", recommend=True, default_text="the candidate window", inert_when=("cache", "none")),
     Knob("convention", str, "codila", "codila, or fast-dllm (the reference code's rules, token for token; "

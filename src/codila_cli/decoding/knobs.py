@@ -30,7 +30,8 @@ class Knob:
     ``default_text``: the help's ``[default: …]`` where the value is derived; ``section``: config.toml's
     table; ``follows``: unset, the knob takes the value of the named knob (the helper's temperature is
     ``--temperature`` unless told otherwise), unless that value is a model's own default; ``inert_when``:
-    (knob, value) under which this knob means nothing (a cache window without a cache); ``grid``: the
+    (knob, value) under which this knob means nothing or cannot run (a cache window without a cache, a
+    cache under verification), so a helper's recommendation of it is dropped there; ``grid``: the
     decoder works in blocks of this many slots (the live view draws them). ``model``: a DLM's
     ``generation_config.json`` may set it, under the same name (models/generation.py)."""
 
@@ -250,8 +251,8 @@ def followers(table: KnobTable, name: str) -> list[str]:
 
 
 def inert(table: KnobTable, values: Mapping[str, Any]) -> list[str]:
-    """The knobs of ``table`` that mean nothing under ``values`` (their ``inert_when`` holds; a knob
-    absent from ``values`` has its default)."""
+    """The knobs of ``table`` that mean nothing or cannot run under ``values`` (their ``inert_when``
+    holds; a knob absent from ``values`` has its default)."""
     return [k.name for k in table.values() if k.inert_when is not None
             and values.get(k.inert_when[0], table.default(k.inert_when[0])) == k.inert_when[1]]
 
