@@ -459,6 +459,11 @@ def test_request_settings_layer_on_the_servers(tmp_path):
     told = gen_settings(base, max_tokens=None, temperature=0.5, top_p=None, codila={"ar_temperature": 0.0})
     assert told.config.ar_temperature == 0.0  # the request's own helper temperature wins over following
     assert own.config.cache == base.config.cache  # the helper's recommendation stays
+    assert (base.config.cache, base.sources["cache"]) == ("prefix", "helper")  # the bundled helper's card
+    verify = gen_settings(base, max_tokens=None, temperature=None, top_p=None, codila={"ar_verify": True})
+    assert (verify.config.ar_verify, verify.config.cache, verify.config.cache_blocks) == (True, "none", None)
+    with pytest.raises(ValueError, match="ar-verify"):  # asked for together: refused (a 400)
+        gen_settings(base, max_tokens=None, temperature=None, top_p=None, codila={"ar_verify": True, "cache": "dual"})
     other = gen_settings(base, max_tokens=12, temperature=None, top_p=None, codila={"decoder": "threshold"})
     assert other.decoder == "threshold" and other.config.block_length == 16  # the server's layer, not 32
     assert other.config.max_new_tokens == 12

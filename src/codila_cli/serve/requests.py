@@ -78,11 +78,27 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
     lines = codila.pop("stop_lines", None)
     fields = {"max_new_tokens": cfg.max_new_tokens if max_tokens is None else max_tokens, "sampling": samp,
               "stop": cfg.stop if lines is None else stop_strings(lines), **codila}
+    fields.update(_unrecommended(base, cfg, codila))
     new = dataclasses.replace(cfg, **fields)
     if temperature is not None:  # knobs that follow the temperature (the helper's), unless the request set them
         new = dataclasses.replace(new, **{k: samp.temperature for k in followers(GEN_KNOBS, "temperature")
                                           if k in names and k not in codila})
     return GenSettings(decoder=decoder, config=new)
+
+
+def _unrecommended(base: Any, cfg: Any, codila: dict) -> dict:
+    """The helper's recommendations that mean nothing or cannot run under the request's settings (the
+    table's ``inert_when``: a cache when the request asks for ``ar_verify``, then its window), back at
+    their defaults; what the request or the server's own settings chose stays."""
+    from codila_cli.decoding.config import GEN_KNOBS
+    from codila_cli.decoding.knobs import flat, inert
+
+    values, out = {**flat(cfg), **codila}, {}
+    while gone := [n for n in inert(GEN_KNOBS, values) if base.sources.get(n) == "helper" and n not in codila
+                   and n not in out and n in values]:
+        for name in gone:
+            out[name] = values[name] = GEN_KNOBS.default(name)
+    return out
 
 
 def infill_settings(*, max_middle: int | None, temperature: float | None, top_p: float | None,
