@@ -69,6 +69,11 @@ def test_a_flag_the_running_decoder_does_not_read_is_refused_and_says_who_reads_
         resolve_gen_cli({"block_length": 16}, user=user, dlm=dlm, ar=ar)
     with pytest.raises(UsageError, match="--ar-context is a setting of the codila decoder, and threshold runs"):
         resolve_gen_cli({"decoder": "threshold", "ar_context": 3}, user=user, dlm=dlm, ar=None)
+    # the threshold config this flag makes cannot run (16 slots, blocks of 32): the flag is named, not that
+    with pytest.raises(UsageError, match="--threshold-convention is a setting of the threshold decoder, and dream runs"):
+        resolve_gen_cli({"decoder": "dream", "convention": "fast-dllm", "max_new_tokens": 16}, user=user, dlm=dlm, ar=ar)
+    with pytest.raises(UsageError, match="multiple of --block-length"):  # when threshold runs, the rule is the error
+        resolve_gen_cli({"decoder": "threshold", "convention": "fast-dllm", "max_new_tokens": 16}, user=user, dlm=dlm, ar=ar)
     with pytest.raises(UsageError, match="--alg origin is a rule of the dream decoder, and codila runs"):
         resolve_gen_cli({"alg": "origin"}, user=user, dlm=dlm, ar=ar)
     assert resolve_gen_cli({"alg": "origin"}, user=user, dlm=dlm, ar=None).configs["dream"].alg == "origin"

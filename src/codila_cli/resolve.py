@@ -122,8 +122,8 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
             raise _where(f"invalid {key} {opt(key)!r}", opt)
     try:
         configs = _configs(opt, chosen, sampling, alg_name)
-    except ValueError as exc:
-        raise _where(str(exc), opt) from None
+    except ValueError as exc:  # a flag only another decoder reads may be the cause: say that first
+        raise _flag_of_another_decoder(chosen, opt.sources(), helper=ar_name) or _where(str(exc), opt) from None
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
@@ -147,19 +147,26 @@ def unread_flag(req: GenRequest) -> UsageError | None:
     that says which decoder reads it; so is ``--alg origin`` when codila runs (codila has only the
     confidence rules). A ``CODILA_*`` variable or config.toml value is a standing preference and may hold
     settings of every decoder (a server runs another decoder per request)."""
-    from codila_cli.decoding.knobs import knob_fields
-
     if req.decoder == "codila" and req.sources.get("alg") == "flag" and req.configs["dream"].alg == "origin":
         return UsageError("--alg origin is a rule of the dream decoder, and codila runs (it reveals by confidence)",
                           hint="add --decoder dream, or use --alg entropy, maskgit_plus or topk_margin")
-    reads = {name: set(knob_fields(type(cfg))) for name, cfg in req.configs.items()}
+    return _flag_of_another_decoder(req.decoder, req.sources, helper=req.helper)
+
+
+def _flag_of_another_decoder(decoder: str, sources: Mapping[str, str], *, helper: str | None) -> UsageError | None:
+    """The first flag (by ``sources``) that only decoders other than ``decoder`` read, as an error."""
+    from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
+    from codila_cli.decoding.knobs import knob_fields
+
+    reads = {name: set(knob_fields(cls)) for name, cls in
+             (("dream", DreamConfig), ("threshold", ThresholdConfig), ("codila", CodilaConfig))}
     for knob in GEN_KNOBS.values():
-        readers = [d for d in req.configs if knob.name in reads[d]]
-        if req.sources.get(knob.name) == "flag" and readers and req.decoder not in readers:
-            helper = "" if req.helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
+        readers = [d for d in reads if knob.name in reads[d]]
+        if sources.get(knob.name) == "flag" and readers and decoder not in readers:
+            need = "" if helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
             return UsageError(f"{knob.option} is a setting of the {' and '.join(readers)} decoder"
-                              f"{'s' if len(readers) > 1 else ''}, and {req.decoder} runs",
-                              hint=f"add --decoder {readers[-1]}{helper}, or drop {knob.option}")
+                              f"{'s' if len(readers) > 1 else ''}, and {decoder} runs",
+                              hint=f"add --decoder {readers[-1]}{need}, or drop {knob.option}")
     return None
 
 
