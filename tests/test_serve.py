@@ -272,12 +272,24 @@ def test_codila_request_object_and_unknown_fields(client):
     ('{"prompt": "def f():", "model": "gpt-9"}', 404, "not served"),
     ('{"prompt": "def f():", "n": 99}', 400, "n"),
     ('{"prompt": "def f():", "temperature": -1}', 400, "temperature"),
+    # the config's own rule, in the request's words (codila.*), not the command line's (--cache)
+    ('{"prompt": "def f():", "codila": {"ar_verify": true, "cache": "dual"}}', 400,
+     "codila.cache works with the static and dynamic CoDiLA schedules, not codila.ar_verify"),
 ])
 def test_bad_requests_get_openai_style_errors(server, body, status, needle):
     r = httpx.post(server.url + "/v1/completions", content=body, headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert needle in err["message"] and err["type"]
+
+
+def test_verification_runs_on_a_server_whose_helper_recommends_a_cache(server):
+    """The bundled helper recommends a prefix cache, which verification cannot run with: a request for
+    ar_verify runs without it (it was a 400)."""
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 8,
+                                                          "codila": {"ar_verify": True}}, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["codila"]["choices"][0]["decoder"] == "codila"
 
 
 def test_a_body_over_the_limit_is_413(server):

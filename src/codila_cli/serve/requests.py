@@ -17,6 +17,7 @@ from codila_cli.decoding.events import StepEvent
 # the `codila` request object: codila's own decoding choices, any knob of the table (decoding/config.py)
 # except those the ecosystems' own fields carry (length, sampling) and the server's (models, device)
 _OWN = ("max_new_tokens", "max_middle_tokens", "temperature", "top_p", "top_k", "stop", "device", "dtype")
+_OWN_FIELD = {"max_new_tokens": "max_tokens", "max_middle_tokens": "max_tokens"}  # OpenAI's name for the length
 
 
 def _knob_values(codila: dict, table: Any, *, what: str) -> dict:
@@ -30,6 +31,19 @@ def _knob_values(codila: dict, table: Any, *, what: str) -> dict:
         if key != "stop_lines" and not table[key].in_range(value):
             raise ValueError(f"codila.{key} must be {table[key].range_text() or table[key].kind.__name__}, got {value!r}")
     return codila
+
+
+def request_terms(message: str) -> str:
+    """A settings error in the request's words: a knob's command-line flag (``--cache``, from the config's
+    own checks) becomes its field in the ``codila`` object (``codila.cache``), or the request's own field
+    for what the request carries itself (``--max-new-tokens``: ``max_tokens``)."""
+    import re
+
+    from codila_cli.decoding.config import GEN_KNOBS, INFILL_KNOBS
+
+    fields = {k.option: _OWN_FIELD.get(k.name, k.name) if k.name in _OWN else f"codila.{k.name}"
+              for t in (GEN_KNOBS, INFILL_KNOBS) for k in t.values() if k.option}
+    return re.sub(r"(?<![\w-])--[a-z][a-z-]*", lambda m: fields.get(m[0], m[0]), message)
 
 
 @dataclass(frozen=True)

@@ -84,13 +84,13 @@ class Job:
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
                top_p: float | None, seed: int | None, codila: dict | None, model: str | None, n: int = 1,
                stop: Any = None) -> Job:
-        from codila_cli.serve.requests import infill_settings
+        from codila_cli.serve.requests import infill_settings, request_terms
 
         st = request.app.state
         try:
             cfg = infill_settings(max_middle=max_middle or None, temperature=temperature, top_p=top_p, codila=codila)
         except (ValueError, TypeError) as exc:
-            raise APIError(400, str(exc), param="codila") from None
+            raise APIError(400, request_terms(str(exc)), param="codila") from None
         models = st.engine.infill_models
         if models is None:
             raise APIError(400, "this server has no infill model", param="suffix")
@@ -157,12 +157,12 @@ class Job:
 
 
 def _settings(base: Any, **kw: Any) -> Any:
-    from codila_cli.serve.requests import gen_settings
+    from codila_cli.serve.requests import gen_settings, request_terms
 
     try:
         return gen_settings(base, **kw)
     except (ValueError, TypeError) as exc:
-        raise APIError(400, str(exc), param="codila") from None
+        raise APIError(400, request_terms(str(exc)), param="codila") from None
 
 
 def _stop_strings(stop: Any) -> tuple[str, ...]:
