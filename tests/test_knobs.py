@@ -323,11 +323,21 @@ def test_gen_help_reads_in_panels_in_the_tables_order():
             assert by_name[k.name].rich_help_panel == k.panel, k.name
     from typer.testing import CliRunner
 
-    text = CliRunner().invoke(app, ["gen", "--help"]).stdout
+    full = CliRunner().invoke(app, ["gen", "--help-all"])
+    assert full.exit_code == 0
+    text = full.stdout
     heads = [line[:-1] for line in text.splitlines() if line.endswith(":") and line[:-1] in PANELS]
     assert heads == sorted(heads, key=PANELS.index) and heads[:4] == ["Input", "Model", "Decoding", "CoDiLA helper"]
     at = lambda flag: text.index(f"\n  {flag} ")
     assert at("--max-new-tokens") < at("--ar-context") < at("--entropy-steps") < at("--json")
+    # --help folds "Decoder internals" to its flags (each whole on its line), the other panels stay in full
+    short = CliRunner().invoke(app, ["gen", "--help"]).stdout
+    internals = [k for k in GEN_KNOBS.values() if k.option and k.panel == "Decoder internals"]
+    folded = short.split("\nDecoder internals:\n")[1].split("\n\n")[0]
+    assert [w.strip(",.") for w in folded.split() if w.startswith("--") and w != "--help-all."] == [k.option for k in internals]
+    words = lambda t: " ".join(t.split())
+    assert all(words(k.help)[:24] not in words(short) and words(k.help)[:24] in words(text) for k in internals)
+    assert "\n  --ar-context " in short and len(short.splitlines()) < len(text.splitlines()) - 25
 
 
 @pytest.mark.parametrize("name", ["infill", "plan", "eval"])

@@ -11,6 +11,7 @@ import typer
 from codila_cli.cli.options import (
     Color,
     ColorOption,
+    HelpAll,
     Quiet,
     Verbose,
     ar_option,
@@ -46,6 +47,7 @@ def gen(
     quiet: Quiet = False,
     verbose: Verbose = False,
     color: ColorOption = Color.auto,
+    help_all: HelpAll = False,
 ) -> None:
     """Generate code from a prompt with a diffusion LM (plain, threshold, or CoDiLA decoding).
 

@@ -6,6 +6,7 @@ names what the command does with it). The decoding flags are made from the knob 
 from __future__ import annotations
 
 import functools
+import textwrap
 from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any
@@ -115,27 +116,50 @@ def panel(name: str) -> str:
     return name
 
 
+FOLDED = ("Decoder internals",)  # panels that --help lists by flag only, and --help-all in full
+
+
+def _help_all(ctx: typer.Context, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        ctx.meta["codila.help_all"] = True
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
+
+
+HelpAll = Annotated[bool, typer.Option("--help-all", is_eager=True, expose_value=False, callback=_help_all,
+                                       help="Show this message with every panel in full, and exit.")]
+
+
 class PanelCommand(typer.core.TyperCommand):
     """Plain (not Rich) --help with the options in panels, in PANELS order: Typer draws panels only with
-    Rich markup, which this app leaves off so that ``codila --help`` stays fast."""
+    Rich markup, which this app leaves off so that ``codila --help`` stays fast. A command with
+    ``--help-all`` (:data:`HelpAll`) lists the FOLDED panels by flag only under --help."""
 
     def format_options(self, ctx: Any, formatter: Any) -> None:
         from codila_cli.decoding.knobs import PANELS
 
         groups: dict[str, list[tuple[str, str]]] = {}
+        flags: dict[str, list[str]] = {}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is not None:
                 name = "Arguments" if param.param_type_name == "argument" else (
                     getattr(param, "rich_help_panel", None) or "Options")
                 groups.setdefault(name, []).append(record)
-        # a command's own options without a panel come first, unless only --help is left there
-        own_first = len(groups.get("Options", [])) > 1
+                flags.setdefault(name, []).append(max(param.opts, key=len))
+        fold = any(p.name == "help_all" for p in self.params) and not ctx.meta.get("codila.help_all")
+        # a command's own options without a panel come first, unless only --help (and --help-all) is there
+        own_first = any(not r[0].startswith(("-h, --help", "--help")) for r in groups.get("Options", []))
         order = [g for g in PANELS if g != "Options"]
         order = ["Arguments", *(["Options"] if own_first else []), *order, *([] if own_first else ["Options"])]
         for name in sorted(groups, key=lambda g: order.index(g) if g in order else len(order)):
             with formatter.section(name):
-                formatter.write_dl(groups[name])
+                if fold and name in FOLDED:  # flags whole: no line break inside one
+                    text = f"{', '.join(flags[name])}. What each does: --help-all."
+                    for line in textwrap.wrap(text, formatter.width - formatter.current_indent, break_on_hyphens=False):
+                        formatter.write(" " * formatter.current_indent + line + "\n")
+                else:
+                    formatter.write_dl(groups[name])
 
 
 def knob_help(name: str, *, extra: str = "") -> str:
