@@ -436,7 +436,7 @@ def test_console_parse_errors_get_one_error_line_and_a_hint():
 
     run = lambda *a: subprocess.run([sys.executable, "-m", "codila_cli", *a], capture_output=True, text=True, timeout=60)
     for args, words in ((["gen", "--max-new-tokens", "abc", "x"], "--max-new-tokens"), (["gen", "--bogus"], "--bogus"),
-                        (["nope"], "nope")):
+                        (["nope"], "nope"), (["plan", "--attention", "x", "p"], "--attention")):
         r = run(*args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and r.stdout == "", r.stderr

@@ -46,10 +46,11 @@ def test_defaults_the_docs_state_are_the_codes():
     import re
 
     from codila_cli.decoding.config import GEN_KNOBS, INFILL_KNOBS
+    from codila_cli.decoding.plan_config import PLAN_KNOBS
     from codila_cli.eval.settings import recommended_label
     from codila_cli.helper_card import recommended_decoding
 
-    by_flag = {k.option: k for t in (INFILL_KNOBS, GEN_KNOBS) for k in t.values() if k.option}
+    by_flag = {k.option: k for t in (PLAN_KNOBS, INFILL_KNOBS, GEN_KNOBS) for k in t.values() if k.option}
     card = recommended_decoding("bundled-ar")
     checked = 0
     for page in CURRENT:

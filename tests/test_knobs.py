@@ -24,9 +24,14 @@ from codila_cli.decoding.config import (
     ThresholdConfig,
 )
 from codila_cli.decoding.knobs import build, flat, knob_fields
+from codila_cli.decoding.plan_config import PLAN_KNOBS, PlanConfig
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "codila_cli"
-CONFIGS = [(DreamConfig, GEN_KNOBS), (ThresholdConfig, GEN_KNOBS), (CodilaConfig, GEN_KNOBS), (InfillConfig, INFILL_KNOBS)]
+CONFIGS = [(DreamConfig, GEN_KNOBS), (ThresholdConfig, GEN_KNOBS), (CodilaConfig, GEN_KNOBS), (InfillConfig, INFILL_KNOBS),
+           (PlanConfig, PLAN_KNOBS)]
+# fields that are no knob: plan's --commit takes "single" or γ (contract.py::parse_commit), --defines names,
+# and the budget menu is the contract's vocabulary of budgets
+NOT_KNOBS = {"commit", "budget_menu", "defines"}
 # knobs whose range holds only together with another knob: the values that let each end be tried
 CONTEXT = {
     "entropy_steps": {"convention": "fast-dllm", "cache": "prefix", "max_new_tokens": 100_000, "block_length": 100_000},
@@ -39,7 +44,7 @@ CONTEXT = {
 
 @pytest.mark.parametrize("cls, table", CONFIGS, ids=lambda c: getattr(c, "__name__", ""))
 def test_every_config_field_is_a_knob_with_the_tables_default(cls, table):
-    names = knob_fields(cls)
+    names = [n for n in knob_fields(cls) if not (cls is PlanConfig and n in NOT_KNOBS)]
     assert set(names) <= set(table), set(names) - set(table)
     defaults = flat(cls())
     assert {n: defaults[n] for n in names} == {n: table.default(n) for n in names}
@@ -47,7 +52,8 @@ def test_every_config_field_is_a_knob_with_the_tables_default(cls, table):
 
 def _config(cls, table, name, value):
     ctx = {k: v for k, v in CONTEXT.get(name, {}).items() if k in knob_fields(cls)}
-    return build(cls, lambda n: value if n == name else ctx.get(n, table.default(n)))
+    fixed = {n: getattr(cls(), n) for n in NOT_KNOBS if n in knob_fields(cls)}
+    return build(cls, lambda n: value if n == name else ctx.get(n, table.default(n)), **fixed)
 
 
 @pytest.mark.parametrize("cls, table", CONFIGS, ids=lambda c: getattr(c, "__name__", ""))
@@ -56,6 +62,8 @@ def test_each_knobs_declared_range_is_what_the_config_accepts(cls, table):
     choice is accepted and another refused: the table says what validation does."""
     checked = 0
     for name in knob_fields(cls):
+        if cls is PlanConfig and name in NOT_KNOBS:
+            continue
         k = table[name]
         if k.choices:
             allowed = [c for c in k.choices if not (cls in (CodilaConfig, InfillConfig) and c == "origin")]
@@ -78,10 +86,10 @@ def test_each_knobs_declared_range_is_what_the_config_accepts(cls, table):
     assert checked >= 3
 
 
-@pytest.mark.parametrize("command, table", [("gen", GEN_KNOBS), ("infill", INFILL_KNOBS)])
+@pytest.mark.parametrize("command, table", [("gen", GEN_KNOBS), ("infill", INFILL_KNOBS), ("plan", PLAN_KNOBS)])
 def test_the_commands_flags_are_the_tables(command, table):
     """Every knob with a flag is an option of that name (and its short flag), reading its CODILA_* variable
-    (gen; infill has none), offering exactly its choices, in its panel (infill: "Decoding"), with the
+    (gen; infill and plan have none), offering exactly its choices, in its panel (infill: "Decoding"), with the
     table's default in its help; no knob without a flag has one."""
     import typer.main
 
@@ -96,14 +104,14 @@ def test_the_commands_flags_are_the_tables(command, table):
         p = params[k.name]
         assert k.option in p.opts and (not k.letter or k.letter in p.opts), (k.name, p.opts)
         assert p.envvar == (k.env_var if command == "gen" else None), k.name
-        assert p.default is None and p.rich_help_panel == (k.panel if command == "gen" else "Decoding")
+        assert p.default is None and p.rich_help_panel == (k.panel if command != "infill" else "Decoding")
         assert f"[default: {k.default_words(helper=command == 'gen')}]" in p.help, k.name
         if k.choices:
             assert list(getattr(p.type, "choices", ())) == list(k.choices), k.name
         if k.kind is bool:
             assert p.secondary_opts == ["--no-" + k.option[2:]], k.name
         flagged += 1
-    assert flagged >= (30 if command == "gen" else 8)
+    assert flagged >= {"gen": 30, "infill": 8, "plan": 6}[command]
 
 
 def test_config_schema_and_eval_keys_come_from_the_table():
@@ -219,13 +227,13 @@ def _code_spellings(knob, tree) -> bool:
 
 
 def knob_files() -> dict[str, set[str]]:
-    """For each knob of either table, the package files whose code names it (``_code_spellings``)."""
+    """For each knob of the three tables, the package files whose code names it (``_code_spellings``)."""
     import ast
 
     trees = {str(p.relative_to(SRC)): ast.parse(p.read_text(encoding="utf-8")) for p in SRC.rglob("*.py")}
     out = {}
-    for name in dict.fromkeys([*GEN_KNOBS, *INFILL_KNOBS]):
-        knobs = [t[name] for t in (GEN_KNOBS, INFILL_KNOBS) if name in t]
+    for name in dict.fromkeys([*GEN_KNOBS, *INFILL_KNOBS, *PLAN_KNOBS]):
+        knobs = [t[name] for t in (GEN_KNOBS, INFILL_KNOBS, PLAN_KNOBS) if name in t]
         out[name] = {f for f, tree in trees.items() if any(_code_spellings(k, tree) for k in knobs)}
     return out
 
@@ -233,9 +241,10 @@ def knob_files() -> dict[str, set[str]]:
 def test_each_knob_is_named_in_at_most_three_files_or_where_the_table_says_why():
     files = knob_files()
     measured = [n for n in files if n not in WORDS]
-    assert len(measured) >= 24 and set(SHARED) <= set(measured)
+    assert len(measured) >= 30 and set(SHARED) <= set(measured)
     for name in measured:
-        assert "decoding/config.py" in files[name], name  # declared in the table
+        table = "decoding/plan_config.py" if name in PLAN_KNOBS and name not in INFILL_KNOBS else "decoding/config.py"
+        assert table in files[name], name  # declared in its table
         if name in SHARED:
             assert files[name] <= SHARED[name], (name, sorted(files[name] - SHARED[name]))
             assert files[name] == SHARED[name], (name, "no longer named in", sorted(SHARED[name] - files[name]))

@@ -17,8 +17,8 @@ from codila_cli.cli.options import (
     Verbose,
     ar_option,
     dlm_option,
-    infill_help,
     json_option,
+    table_help,
     with_knob_flags,
 )
 from codila_cli.decoding.config import INFILL_KNOBS
@@ -31,7 +31,7 @@ class InfillDecoder(str, Enum):
     codila = "codila"
 
 
-@with_knob_flags(INFILL_KNOBS, help=infill_help, panel="Decoding", env=False)
+@with_knob_flags(INFILL_KNOBS, help=table_help(INFILL_KNOBS), panel="Decoding", env=False)
 def infill(
     *,
     file: Annotated[str, typer.Argument(help="Python file to fill, or `-` for stdin.")],

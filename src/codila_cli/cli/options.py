@@ -175,9 +175,7 @@ def knob_help(name: str, *, extra: str = "") -> str:
     return f"{prefix}{k.help}{extra} [default: {k.default_words()}]"
 
 
-def infill_help(name: str) -> str:
-    """A ``codila infill`` flag's help from the knob table (INFILL_KNOBS), with ``[default: …]``."""
-    from codila_cli.decoding.config import INFILL_KNOBS
-
-    k = INFILL_KNOBS[name]
-    return f"{k.help} [default: {k.default_words(helper=False)}]"
+def table_help(table: Any) -> Callable[[str], str]:
+    """A flag's help from a knob table without helper recommendations (``infill``, ``plan``): the knob's
+    help and ``[default: …]``."""
+    return lambda name: f"{table[name].help} [default: {table[name].default_words(helper=False)}]"

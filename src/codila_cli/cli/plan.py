@@ -8,25 +8,34 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, dlm_option, json_option
+from codila_cli.cli.options import (
+    Color,
+    ColorOption,
+    Device,
+    Dtype,
+    Quiet,
+    Verbose,
+    dlm_option,
+    json_option,
+    table_help,
+    with_knob_flags,
+)
+from codila_cli.decoding.plan_config import PLAN_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
 from codila_cli.ui.terminal import say
 
 
+@with_knob_flags(PLAN_KNOBS, help=table_help(PLAN_KNOBS), env=False)
 def plan(
+    *,
     prompt: Annotated[str | None, typer.Argument(help="What the program should do; `-` reads stdin.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.", rich_help_panel="Input")] = None,
     contract_file: Annotated[Path | None, typer.Option("--contract", help="Use this contract instead of writing one.", rich_help_panel="Input")] = None,
     show_contract: Annotated[bool, typer.Option("--show-contract", help="Print the contract on stderr.", rich_help_panel="Output")] = False,
     defines: Annotated[str | None, typer.Option("--defines", help="Comma-separated names, one unit each, in order: the model writes the rest of the contract.", rich_help_panel="Input")] = None,
-    contract_schedule: Annotated[str, typer.Option(help="default, end-after-entry, pad-scan or left-to-right.", rich_help_panel="Decoder internals")] = "default",
-    attention: Annotated[str, typer.Option(help="coupled (canvases see each other) or isolated.", rich_help_panel="Decoder internals")] = "coupled",
+    knobs: dict[str, Any],  # one flag per knob of PLAN_KNOBS (cli/options.py::with_knob_flags)
     commit: Annotated[str, typer.Option(help="'single' (one token per canvas per iteration) or a threshold γ_u in (0, 1].", rich_help_panel="Decoding")] = "single",
-    pad_scale: Annotated[float, typer.Option(help="Canvas length = ceil(pad_scale x budget).", rich_help_panel="Decoding")] = 1.25,
-    min_unit_tokens: Annotated[int, typer.Option(help="No unit may end (end-of-text) before this many tokens.", rich_help_panel="Decoder internals")] = 8,
-    max_units: Annotated[int, typer.Option(help="Entry slots in the contract template.", rich_help_panel="Decoding")] = 4,
     dlm: dlm_option("[default: bundled-plan, else bundled-dlm]", envvar="CODILA_PLAN_MODEL") = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (0 = argmax). [default: the DLM's generation_config.json, else 0]", show_default=False, rich_help_panel="Decoding")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", min=0, max=2**63 - 1, rich_help_panel="Decoding")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
@@ -38,7 +47,6 @@ def plan(
 ) -> None:
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, prompt_defines, read_contract
-    from codila_cli.decoding.config import SamplingConfig
     from codila_cli.decoding.knobs import build, flat
     from codila_cli.decoding.plan_config import PlanConfig
     from codila_cli.engine import Engine
@@ -57,10 +65,9 @@ def plan(
     if contract_file is not None and defines:
         raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
     dlm = dlm or default_plan_dlm()
-    samp, _ = task_sampling(dlm, {"temperature": temperature})  # flag > generation_config.json > default
-    cfg = PlanConfig(max_units=max_units, contract_schedule=contract_schedule, pad_scale=pad_scale,
-                     min_unit_tokens=min_unit_tokens, attention=attention, commit=gamma, defines=names,
-                     sampling=build(SamplingConfig, samp.__getitem__))
+    samp, _ = task_sampling(dlm, knobs)  # flag > generation_config.json > default
+    values = {**PLAN_KNOBS.defaults(), **samp, **{k: v for k, v in knobs.items() if v is not None}}
+    cfg = build(PlanConfig, values.__getitem__, commit=gamma, defines=names, budget_menu=PlanConfig.budget_menu)
     user_contract = read_contract(contract_file) if contract_file is not None else None
     engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype)
     models = engine.models

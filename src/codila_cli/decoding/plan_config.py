@@ -1,13 +1,36 @@
 """SDDC's settings (``codila plan``; docs/plan.md): frozen and validated like the decoders' configs in
-decoding/config.py, but not knobs of `gen`'s table (plan has its own flags, cli/plan.py)."""
+decoding/config.py, with their own knob table (``PLAN_KNOBS``): the defaults, ranges, flags and help
+of plan's settings are declared there once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from codila_cli.decoding.config import SamplingConfig, _check_positive
+from codila_cli.decoding.config import INFILL_KNOBS, MAX_CANVAS, SamplingConfig, _check_positive
+from codila_cli.decoding.knobs import Knob, KnobTable
 
 SCHEDULES = ("default", "end-after-entry", "pad-scan", "left-to-right")
+ATTENTION = ("coupled", "isolated")
+
+PLAN_KNOBS = KnobTable(
+    Knob("max_units", int, 4, "Entry slots in the contract template.", lo=1, hi=32, env=False),
+    Knob("def_slots", int, 3, "identifier slots for what a unit defines (no flag).", lo=1, hi=16, flag="", env=False),
+    Knob("use_slots", int, 3, "identifier slots for what a unit uses (no flag).", lo=1, hi=16, flag="", env=False),
+    Knob("contract_schedule", str, "default", "the order the contract canvas is unmasked in.", choices=SCHEDULES,
+         env=False),
+    Knob("pad_scale", float, 1.25, "Canvas length = ceil(pad_scale x budget).", lo=0.1, hi=20, env=False),
+    Knob("min_canvas", int, 8, "the shortest unit canvas (no flag).", lo=1, hi=4096, flag="", env=False),
+    Knob("min_unit_tokens", int, 8, "No unit may end (end-of-text) before this many tokens.", lo=0, hi=4096,
+         env=False),
+    Knob("attention", str, "coupled", "coupled (canvases see each other) or isolated.", choices=ATTENTION, env=False),
+    Knob("max_iterations", int, 2000, "cap on denoising iterations (no flag).", lo=1, hi=MAX_CANVAS, flag="",
+         env=False),
+    *(replace(INFILL_KNOBS[n], flag="" if n != "temperature" else None, env=False)
+      for n in ("temperature", "top_p", "top_k")),
+    panels={"Decoding": ("max_units", "pad_scale", "temperature"),
+            "Decoder internals": ("contract_schedule", "min_unit_tokens", "attention")},
+)
+_p = PLAN_KNOBS.default
 
 
 @dataclass(frozen=True)
@@ -18,17 +41,17 @@ class PlanConfig:
     (every masked slot with confidence ≥ γ_u, at least one per active canvas).
     """
 
-    max_units: int = 4
-    def_slots: int = 3
-    use_slots: int = 3
-    contract_schedule: str = "default"
-    pad_scale: float = 1.25
-    min_canvas: int = 8
-    min_unit_tokens: int = 8
-    attention: str = "coupled"
-    commit: float | None = None
+    max_units: int = _p("max_units")
+    def_slots: int = _p("def_slots")
+    use_slots: int = _p("use_slots")
+    contract_schedule: str = _p("contract_schedule")
+    pad_scale: float = _p("pad_scale")
+    min_canvas: int = _p("min_canvas")
+    min_unit_tokens: int = _p("min_unit_tokens")
+    attention: str = _p("attention")
+    commit: float | None = None  # --commit: "single" (None) or γ_u (contract.py::parse_commit)
     budget_menu: tuple[int, ...] = (16, 32, 48, 64, 96, 128, 192, 256)
-    max_iterations: int = 2000
+    max_iterations: int = _p("max_iterations")
     defines: tuple[str, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
@@ -55,7 +78,7 @@ class PlanConfig:
             raise ValueError(f"contract-schedule must be one of {', '.join(SCHEDULES)}")
         if not (0.1 <= self.pad_scale <= 20.0):
             raise ValueError(f"pad-scale must be between 0.1 and 20, got {self.pad_scale}")
-        if self.attention not in ("coupled", "isolated"):
+        if self.attention not in ATTENTION:
             raise ValueError("attention must be 'coupled' or 'isolated'")
         if self.commit is not None and not (0.0 < self.commit <= 1.0):
             raise ValueError(f"commit threshold must be in (0, 1], got {self.commit}")
