@@ -47,7 +47,7 @@ def plan(
 ) -> None:
     """Write a multi-unit program the SDDC way: contract first, then all units denoised together."""
     from codila_cli.contract import parse_commit, parse_defines, prompt_defines, read_contract
-    from codila_cli.decoding.knobs import build, flat
+    from codila_cli.decoding.knobs import flat, from_given
     from codila_cli.decoding.plan_config import PlanConfig
     from codila_cli.engine import Engine
     from codila_cli.models.generation import task_sampling
@@ -66,8 +66,8 @@ def plan(
         raise UsageError("--defines and --contract both set the units", hint="name the units in the contract file")
     dlm = dlm or default_plan_dlm()
     samp, _ = task_sampling(dlm, knobs)  # flag > generation_config.json > default
-    values = {**PLAN_KNOBS.defaults(), **samp, **{k: v for k, v in knobs.items() if v is not None}}
-    cfg = build(PlanConfig, values.__getitem__, commit=gamma, defines=names, budget_menu=PlanConfig.budget_menu)
+    cfg = from_given(PLAN_KNOBS, PlanConfig, {**knobs, **samp}, commit=gamma, defines=names,
+                     budget_menu=PlanConfig.budget_menu)
     user_contract = read_contract(contract_file) if contract_file is not None else None
     engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype)
     models = engine.models

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from codila_cli.decoding.knobs import Knob, KnobTable, build
+from codila_cli.decoding.knobs import Knob, KnobTable, from_given
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 CONVENTIONS = ("codila", "fast-dllm")
@@ -339,9 +339,8 @@ class InfillConfig:
     def from_given(cls, given: Mapping[str, Any], *, helper: bool) -> InfillConfig:
         """The config of the values ``given`` by knob name (None or absent: the table's default). With the
         AR helper τ defaults to CODILA_INFILL_TAU; without it τ is off (DreamOn alone)."""
-        values = {**INFILL_KNOBS.defaults(), **{k: v for k, v in given.items() if v is not None}}
-        values["tau"] = (values["tau"] if values["tau"] is not None else CODILA_INFILL_TAU) if helper else None
-        return build(cls, values.__getitem__)
+        tau = given.get("tau")
+        return from_given(INFILL_KNOBS, cls, given, tau=(CODILA_INFILL_TAU if tau is None else tau) if helper else None)
 
     @property
     def budget(self) -> int:

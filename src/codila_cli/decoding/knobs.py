@@ -214,6 +214,13 @@ def build(cls: type, value: Any, **fixed: Any) -> Any:
     return cls(**kw)
 
 
+def from_given(table: KnobTable, cls: type, given: Mapping[str, Any], **fixed: Any) -> Any:
+    """``cls`` built from the values ``given`` by knob name (None or absent: ``table``'s default), the
+    fields in ``fixed`` aside: a command's flags made into its config."""
+    values = {**table.defaults(), **{k: v for k, v in given.items() if v is not None}}
+    return build(cls, values.__getitem__, **fixed)
+
+
 def flat(config: Any) -> dict[str, Any]:
     """A config dataclass's knob values by name, nested configs flattened (``temperature`` from ``sampling``)."""
     out: dict[str, Any] = {}
