@@ -22,6 +22,16 @@ def _isolate(tmp_path, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """An in-process command sets torch's thread count (engine/threads.py); the next test starts with
+    the process's own again (a training test compares bits with a subprocess's run)."""
+    n = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     from codila_cli.train.tiny import build_tiny

@@ -19,8 +19,7 @@ from functools import cache
 from pathlib import Path
 
 import torch
-
-PARITY = Path(__file__).resolve().parents[2] / "shared" / "parity"
+from shared_data import PARITY  # ../shared/parity, absent from a fresh clone
 
 
 def _cases(name: str) -> list[dict]:

@@ -24,6 +24,23 @@ AR = Shape(hidden=32, intermediate=64, layers=2, heads=4, kv_heads=2, head_dim=8
 FAST = ["--seq-len", "48", "--blocks-per-row", "3", "--batch", "4", "--lr", "3e-3", "--warmup", "2",
         "--select-decoding", "0", "--valid-rows", "4"]
 
+LR = float(FAST[FAST.index("--lr") + 1])
+
+
+def _trained_alike(a: dict, b: dict, *, lr: float = LR) -> bool:
+    """Two runs that compute the same update in another order of floating-point sums (micro-batches,
+    ranks, thread counts, a kernel chosen by batch size, AMX) end within 1% of one step's size, lr.
+
+    Why that bound, from the arithmetic rather than from one machine: a reordered fp32 sum changes a
+    gradient coordinate by a few units in the last place of the sum of its terms' magnitudes; where the
+    terms nearly cancel, that is a large part of the coordinate itself, and Adam, which scales every
+    coordinate's step to about lr whatever its gradient's size, turns it into a change of the step of
+    that fraction of lr (seen: 1.1e-5 = 0.4% of lr on an Intel Xeon with AMX, 2 ranks vs 1). A real
+    fault (a rank's half missing from the all-reduce, micro-batches scaled twice, other rows) moves most
+    coordinates by a sizeable part of lr, so 1% of lr separates the two."""
+    return max(float((a[k] - b[k]).abs().max()) for k in a) <= 0.01 * lr
+
+
 
 def _pattern_docs(n: int, seed: int = 0) -> list[str]:
     """A language the helper can learn: triples t_a t_(a+50) t_(a+100)."""
@@ -168,7 +185,7 @@ def test_a_run_reading_the_marginals_cache_skips_the_dlm_and_gives_the_writing_r
     assert [row["dlm_forwards"] for row in _log(tmp_path / "b")] == [0, 0, 0]
     a = torch.load(tmp_path / "a" / "training" / "ckpt.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "b" / "training" / "ckpt.pt", weights_only=True)["model"]
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    assert _trained_alike(a, b)
     r = _align(pair, tmp_path / "c", *flags, "--lr", "1e-3", "--context", "4", "--weighting", "mean", steps=2)
     assert r.exit_code == 0, r.stderr  # what the marginals do not depend on may change
     assert json.loads((tmp_path / "c" / "config.json").read_text())["codila_training"]["marginals_top_k"] == 5
@@ -227,7 +244,7 @@ def test_the_same_global_batch_gives_the_same_update_with_micro_batches(pair, tm
     assert _align(pair, accum, "--grad-accum", "2", steps=3).exit_code == 0
     a = torch.load(one / "training" / "ckpt.pt", weights_only=True)["model"]
     b = torch.load(accum / "training" / "ckpt.pt", weights_only=True)["model"]
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    assert _trained_alike(a, b)
 
 
 @pytest.mark.slow
@@ -242,7 +259,7 @@ def test_two_gloo_processes_give_the_parameters_of_one(pair, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     a = torch.load(one / "training" / "ckpt.pt", weights_only=True)["model"]
     b = torch.load(two / "training" / "ckpt.pt", weights_only=True)["model"]
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    assert _trained_alike(a, b)
     assert [row["loss"] for row in _log(one)] == pytest.approx([row["loss"] for row in _log(two)], abs=1e-4)
 
 
@@ -463,7 +480,7 @@ def test_a_damaged_cache_entry_is_recomputed_never_trained_on(pair, tmp_path):
     assert [row["dlm_forwards"] for row in log] == [1, 1] and log[-1]["cache_damaged"] == 2
     a = torch.load(tmp_path / "a" / "training" / "ckpt.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "b" / "training" / "ckpt.pt", weights_only=True)["model"]
-    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    assert _trained_alike(a, b)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "edit"])

@@ -110,17 +110,21 @@ def test_resolve_gen_refuses_what_cannot_run(tiny):
         resolve_gen({"decoder": "dream", "block_size": 0}, user=user, dlm=str(tiny["dlm"]), ar=None)
 
 
-def test_read_prompt_reads_stdin_only_when_asked(monkeypatch, tmp_path):
-    """An argument alone never reads stdin; no argument or `-` reads it; --stdin puts it before the
-    argument; more than 4 MiB is refused."""
-    from codila_cli.prompts import MAX_PROMPT_BYTES, read_prompt
+def test_read_prompt_joins_piped_stdin_before_a_prompt(monkeypatch, tmp_path):
+    """Piped text beside a prompt is context before it (stdin, a blank line, the prompt; issue 50), and
+    the Prompt says how much of it stdout must not repeat; no argument or `-` reads stdin alone; more than
+    4 MiB is refused."""
+    from codila_cli.prompts import MAX_PROMPT_BYTES, read_prompt, read_prompt_parts
 
     class Pipe(io.TextIOWrapper):
         def isatty(self) -> bool:
             return False
 
     monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"spec line\n")))
-    assert read_prompt("write it", None) == "write it" and sys.stdin.read() == "spec line\n"  # left unread
+    got = read_prompt_parts("write it", None)
+    assert got.text == "spec line\n\nwrite it" and got.text[got.context:] == "write it"
+    monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"")))
+    assert read_prompt("write it", None) == "write it"  # an empty pipe adds nothing
     monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"spec line\n")))
     assert read_prompt("write it", None, with_stdin=True) == "spec line\n\nwrite it"
     monkeypatch.setattr(sys, "stdin", Pipe(io.BytesIO(b"spec line\n")))

@@ -179,7 +179,7 @@ def test_doctor_plans_dtype_and_memory_and_flags_weights_that_do_not_fit(tiny, m
     monkeypatch.setattr(info, "_memory_gib", lambda kind: 1e-6)
     r = runner.invoke(app, ["doctor"])
     assert r.exit_code == 1
-    assert "BAD memory" in r.stdout
+    assert "BAD  memory" in r.stdout
     err = r.stderr.strip().splitlines()
     assert err[0].startswith("Error: the models' weights") and err[-1].startswith("Hint:")
 

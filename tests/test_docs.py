@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,3 +101,34 @@ def test_no_reference_to_a_file_that_is_not_in_the_repository():
                 if not m.group(1).startswith(("http://", "https://", "mailto:")) and not (f.parent / m.group(1)).exists():
                     missing.append(f"{f.relative_to(ROOT)}: link {m.group(1)}")
     assert not missing, missing
+
+
+def test_the_bundled_helpers_values_in_docs_models_are_its_cards():
+    """docs/models.md's flag table names the bundled helper's recommended values (issue 50 found 96 and
+    1.3 there while the card says 64 and 1.5): each one is the card's."""
+    import re
+
+    from codila_cli.models.registry import bundled_path
+
+    card = json.loads((bundled_path("bundled-ar") / "config.json").read_text())["codila_decoding"]
+    rows = [line for line in (ROOT / "docs" / "models.md").read_text().splitlines()
+            if line.startswith("| `--") and "bundled" in line]
+    seen = {}
+    for row in rows:
+        flag = re.match(r"\| `--([a-z-]+)`", row).group(1)
+        for value in re.findall(r"bundled(?: helper)?:? `?([^`),;]+?)`?\)", row):
+            seen[flag.replace("-", "_")] = value.strip()
+    assert set(seen) >= {"ar_context", "ar_repetition_penalty", "candidate_blocks", "conditioning", "cache", "cache_blocks"}
+    for knob, value in seen.items():
+        assert str(card[knob]) == value, (knob, value, card[knob])
+
+
+def test_every_path_a_message_names_exists_and_none_is_the_developers_own():
+    """Hints and help name docs/*.md files a user can open (each exists in the repository) and never
+    ../shared, which only the project's developers and CI have (issue 50: the MBPP hint pointed there)."""
+    import re
+
+    src = ROOT / "src" / "codila_cli"
+    named = {m for p in src.rglob("*.py") for m in re.findall(r"docs/[a-z0-9_-]+\.(?:md|svg)", p.read_text())}
+    assert named and not [n for n in sorted(named) if not (ROOT / n).is_file()]
+    assert not [p for p in src.rglob("*.py") if "../shared" in p.read_text()]

@@ -26,7 +26,7 @@ needs_jail = pytest.mark.skipif(not JAIL, reason="bubblewrap cannot run here: ho
 # `codila eval` runs the tiny models' completions of benchmark prompts (benign junk) in the jail, or
 # where none can run (.ci/run could not install bubblewrap) with the documented override
 EVAL = ["eval"] if JAIL else ["eval", "--unsafe-local-exec"]
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from shared_data import DATA  # ../shared/data, absent from a fresh clone
 
 HOSTILE = {
     "infinite loop": "while True:\n    pass\n",
@@ -88,7 +88,7 @@ def test_canonical_humaneval_solutions_pass_and_empty_fail():
     assert run_sandboxed(tasks[0].program(rows[tasks[0].task_id]["canonical_solution"]), FAST).passed
 
 
-@pytest.mark.skipif(not (DATA / "mbpp").is_dir(), reason="shared/data not present")
+@pytest.mark.skipif(not (DATA / "mbpp").is_dir(), reason=f"needs the benchmark data, not found at {DATA} (../shared/data)")
 def test_canonical_mbpp_solutions_pass():
     raw = {f"mbpp/{r['task_id']}": r for r in json.loads((DATA / "mbpp" / "sanitized-mbpp.json").read_text())}
     tasks = select(load_tasks("mbpp", data=DATA), limit=10, ids=None)
@@ -156,7 +156,7 @@ def test_eval_command_writes_rows_summary_and_plot(tiny, tmp_path):
     assert "| `codila:B=4,cache=dual` | `codila:B=4` | 2 |" in r.stdout
 
 
-@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
+@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason=f"needs the benchmark data, not found at {DATA} (../shared/data)")
 def test_he_infilling_canonical_middles_pass():
     import gzip as gz
 
@@ -170,7 +170,7 @@ def test_he_infilling_canonical_middles_pass():
                                  reference=t.reference).passed, t.task_id
 
 
-@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
+@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason=f"needs the benchmark data, not found at {DATA} (../shared/data)")
 def test_eval_infill_benchmark_runs(tiny, tmp_path):
     out = tmp_path / "inf"
     r = CliRunner().invoke(app, [*EVAL, "-b", "he-infill-multi", "--data-dir", str(DATA), "--limit", "1", "--dlm",
@@ -412,15 +412,21 @@ def test_eval_without_a_setting_runs_what_gen_runs(tiny, tmp_path):
     assert row["setting"] == "codila:B=4,W=1,cache=prefix,cb=3,ctx=8,rp=1.2"
 
 
+@pytest.mark.skipif(not (DATA / "mbpp").is_dir(), reason=f"needs MBPP, not found at {DATA / 'mbpp'} (../shared/data)")
+def test_mbpp_tasks_carry_their_own_stop_lines():
+    from codila_cli.decoding.stops import MBPP
+
+    assert {t.stop for t in load_tasks("mbpp", data=DATA)} == {MBPP}
+
+
 def test_completion_tasks_carry_the_standard_stop_lines(tiny, tmp_path, monkeypatch):
     """HumanEval and the held-out prompts stop at the next top-level line, MBPP at its own list; the
     decoder gets them (unless the setting has its own), and --no-stop turns them off."""
     import codila_cli.engine.generate as runtime
-    from codila_cli.decoding.stops import HUMANEVAL, MBPP
+    from codila_cli.decoding.stops import HUMANEVAL
 
     assert {t.stop for t in load_tasks("humaneval")} == {HUMANEVAL}
     assert {t.stop for t in load_tasks("heldout")} == {HUMANEVAL}
-    assert {t.stop for t in load_tasks("mbpp", data=DATA)} == {MBPP}
     assert {t.stop for t in load_tasks("humaneval", stop=False)} == {()}
     seen = []
     real = runtime.generate
@@ -460,7 +466,7 @@ def test_a_setting_for_the_other_kind_of_benchmark_is_refused_before_loading(tin
     assert r.exit_code == 2 and err == f"Error: setting '{setting}' does not fit {bench}" and hint in h
 
 
-@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason="shared/data not present")
+@pytest.mark.skipif(not (DATA / "human-eval-infilling").is_dir(), reason=f"needs the benchmark data, not found at {DATA} (../shared/data)")
 def test_infill_benchmarks_default_to_dreamons_64_token_middle(tiny, tmp_path, monkeypatch):
     from codila_cli.eval import runner
 

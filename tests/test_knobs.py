@@ -161,7 +161,8 @@ def test_dash_v_settings_line_is_the_eval_label():
     ckpt = SimpleNamespace(dtype=torch.float32)
     models = SimpleNamespace(dlm=SimpleNamespace(name="d", device="cpu", ckpt=ckpt), ar=None)
     cfg = CodilaConfig(candidate_blocks=1, ar_no_repeat_ngram=8, tau=0.5)
-    assert settings_line("codila", cfg, models) == "settings: codila:B=4,tau=0.5,W=1,cache=none,ctx=0,rp=1,ng=8  dlm: d (cpu, float32)"
+    assert settings_line("codila", cfg, models) == ("settings: codila:B=4,tau=0.5,W=1,cache=none,ctx=0,rp=1,ng=8  "
+                                                    f"dlm: d (cpu, float32)  threads: {torch.get_num_threads()}")
     assert settings_line("dream", DreamConfig(max_new_tokens=16), models).startswith("settings: dream:steps=16  ")
 
 

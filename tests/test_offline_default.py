@@ -25,7 +25,7 @@ def _models(*names):
 
 
 def test_bundled_notice_says_what_runs_and_how_to_silence_it(tmp_path, monkeypatch):
-    """One line under 120 characters naming each command's real model and the variable that hides it;
+    """One line under 130 characters naming each command's real model and the variable that hides it;
     -q, CODILA_NOTICE=0 and `config set notices.bundled false` silence it."""
     from codila_cli.config import load_config, set_value
     from codila_cli.report import bundled_notice
@@ -33,11 +33,12 @@ def test_bundled_notice_says_what_runs_and_how_to_silence_it(tmp_path, monkeypat
     user = load_config(tmp_path / "none.toml")
     line = bundled_notice(_models("bundled-dlm", "bundled-ar"), user, quiet=False)
     assert line.startswith("Note: bundled-dlm + bundled-ar are demo models; for real use:")
-    assert "--dlm dream-coder --ar qwen3-0.6b" in line and "CODILA_NOTICE=0" in line and "\n" not in line
+    assert "--dlm dream-coder + codila train align" in line and "CODILA_NOTICE=0" in line and "\n" not in line
+    assert "qwen3-0.6b" not in line  # an unaligned helper is not a recommendation (issue 50)
     for command, real in (("infill", "--dlm dreamon"), ("plan", "--dlm dream-coder (")):
         one = bundled_notice(_models("bundled-infill"), user, quiet=False, command=command)
         assert real in one and len(one) < 120, one
-    assert len(line) < 120
+    assert len(line) < 130
     monkeypatch.setenv("CODILA_NOTICE", "0")
     assert bundled_notice(_models("bundled-dlm"), user, quiet=False) is None
     monkeypatch.delenv("CODILA_NOTICE")

@@ -25,7 +25,7 @@ from parity_cases import DREAM, DREAMON, DREAMON_DIR, DREAMON_TOPK, ENTROPY, FAS
 AVX2 = platform.machine() in ("x86_64", "AMD64") and "avx2" in Path("/proc/cpuinfo").read_text(errors="ignore") \
     if Path("/proc/cpuinfo").is_file() else False
 pytestmark = pytest.mark.skipif(not AVX2, reason="the goldens are pinned to torch's AVX2 CPU kernels")
-needs_shared = pytest.mark.skipif(not (PARITY / "dream_cases.jsonl").is_file(), reason="no ../shared/parity here")
+needs_shared = pytest.mark.skipif(not (PARITY / "dream_cases.jsonl").is_file(), reason=f"needs the parity goldens, not found at {PARITY} (../shared/parity)")
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 # parity_cases.gemm_fingerprint() where the goldens reproduce bit for bit (the project's build machines:
 # AMD EPYC, AVX2 without AVX-512, torch 2.13.0+cpu, the PINNED variables, one thread)
@@ -189,11 +189,15 @@ def test_dreamon_infilling_matches_the_official_loop(case, results):
     assert forwards == want_forwards
 
 
-def test_the_session_23_goldens_exercise_what_they_claim(results):
-    """The entropy cases are at low temperature without top-p, where near-certain slots are many; the
-    DreamOn top-k cases filter with top-k (5 and 20), greedy and sampled."""
+@needs_shared
+def test_the_session_23_entropy_goldens_exercise_what_they_claim():
+    """The entropy cases are at low temperature without top-p, where near-certain slots are many."""
     assert len(ENTROPY) == 24 and all(c["settings"]["top_p"] is None and 0 < c["settings"]["temperature"] <= 0.2
                                       and c["settings"]["alg"] == "entropy" for c in ENTROPY)
+
+
+def test_the_session_23_goldens_exercise_what_they_claim():
+    """The DreamOn top-k cases (committed fixtures) filter with top-k (5 and 20), greedy and sampled."""
     assert {c["settings"]["top_k"] for c in DREAMON_TOPK} == {5, 20} and len(DREAMON_TOPK) == 18
     assert {c["settings"]["temperature"] > 0 for c in DREAMON_TOPK} == {True, False}
 

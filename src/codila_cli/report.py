@@ -22,11 +22,35 @@ def syntax_line(report: Any) -> str:
         warnings = getattr(report, "warnings", ())
         if not warnings:
             return "syntax: parses"
-        return (f"syntax: parses; {len(warnings)} warning{'s' if len(warnings) > 1 else ''} (pyflakes): "
-                + listed(warnings, lambda w: f"line {w.line} col {w.column}: {w.message}"))
+        wrong = [w for w in warnings if w.kind == "looks-wrong"]
+        flakes = [w for w in warnings if w.kind != "looks-wrong"]
+        parts = [f"looks wrong: {listed(wrong, lambda w: f'line {w.line}: {w.message}')}"] if wrong else []
+        if flakes:
+            parts.append(f"{len(flakes)} warning{'s' if len(flakes) > 1 else ''} (pyflakes): "
+                         + listed(flakes, lambda w: f"line {w.line} col {w.column}: {w.message}"))
+        return "syntax: parses; " + "; ".join(parts)
     return (f"syntax: does not parse, {len(report.errors)} problem(s): "
             + listed(report.errors, lambda e: f"line {e.line} col {e.column}: {e.message or e.kind}"
                      + (" (in the given text)" if getattr(e, "where", "") == "given" else "")))
+
+
+def unchecked_note(prompt: str) -> str:
+    """What follows ``syntax: parses`` when nothing ran the code: that nothing did, and what would."""
+    from codila_cli.checks import prompt_doctests
+
+    n = prompt_doctests(prompt)
+    return ("; what it does is unchecked" + (f" (--check runs the prompt's {n} doctest{'s' if n > 1 else ''})"
+                                              if n else ""))
+
+
+def check_line(check: Any) -> tuple[str, bool]:
+    """``gen --check``'s line and whether it held."""
+    if check.total == 0:
+        return "check: the prompt has no doctests (>>> examples); nothing was run", False
+    if check.passed:
+        return f"check: the prompt's {check.total} doctest{'s pass' if check.total > 1 else ' passes'}", True
+    detail = f": {check.detail}" if check.detail else ""
+    return f"check: FAILED ({check.status}){detail}", False
 
 
 def clean(report: Any) -> bool:
@@ -59,6 +83,9 @@ def settings_line(decoder: str, cfg: Any, models: Any) -> str:
         parts.insert(0, f"steps={values['max_new_tokens']}")  # Dream's default schedule: one token per step
     where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')})"
              for role, m in (("dlm", models.dlm), ("ar", models.ar)) if m is not None]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        where.append(f"threads: {torch.get_num_threads()}")  # engine/threads.py (--threads, CODILA_THREADS)
     return f"settings: {decoder}:" + ",".join(parts) + "  " + "  ".join(where)
 
 
@@ -77,8 +104,7 @@ def sources_line(sources: dict[str, str], cfg: Any) -> str | None:
 
 
 def unfinished_note(max_new_tokens: int) -> str:
-    return (f"the model had not finished when the canvas was full (--max-new-tokens {max_new_tokens}); "
-            "a larger canvas may complete the code")
+    return f"the canvas (--max-new-tokens {max_new_tokens}) filled up before the model wrote its end"
 
 
 def gen_verbose_lines(result: Any, decoder: str, cfg: Any, models: Any, sources: dict[str, str] | None = None) -> list[str]:
@@ -112,12 +138,13 @@ def samples_verbose_lines(outcome: Any, seeds: list[int], decoder: str, cfg: Any
              f"  decode: {b['wall_seconds']:.2f}s  {peak_memory()}"), settings_line(decoder, cfg, models)]
 
 
-REAL_MODELS = {"gen": "--dlm dream-coder --ar qwen3-0.6b", "eval": "--dlm dream-coder --ar qwen3-0.6b",
-               "infill": "--dlm dreamon", "plan": "--dlm dream-coder", "serve": "--dlm dream-coder --ar qwen3-0.6b"}
+# no aligned helper is published: a real pair's helper is one the user makes (README, docs/training.md)
+_PAIR = "--dlm dream-coder + codila train align"
+REAL_MODELS = {"gen": _PAIR, "eval": _PAIR, "infill": "--dlm dreamon", "plan": "--dlm dream-coder", "serve": _PAIR}
 
 
 def bundled_notice(models: Any, user: Any, *, quiet: bool, command: str = "gen") -> str | None:
-    """The one stderr line (under 120 characters) saying that demonstration models run and what the
+    """The one stderr line (under 130 characters) saying that demonstration models run and what the
     command's real model is. None when no bundled model runs, with -q, with ``CODILA_NOTICE=0`` or with
     ``notices.bundled = false`` (``codila config set notices.bundled false``)."""
     import os

@@ -7,9 +7,10 @@ has a ``message`` a person can act on: Python's own words when Python reports a 
 line ("'(' was never closed", "unterminated triple-quoted string literal …"), else tree-sitter's view
 ("unexpected `foo` in return statement", "missing `)`"). Lines and columns are 1-based.
 
-"Parses" is all ``valid`` claims: code that parses may still be wrong. When it parses, pyflakes adds the
-cheap static findings a reader needs (undefined names, unused imports and variables, redefinitions),
-as ``warnings``. Given the span of the text that was generated (``span``: character offsets), only the
+"Parses" is all ``valid`` claims: code that parses may still be wrong. When it parses, ``warnings`` holds
+what looks wrong (checks.py: a function that only returns its argument, or has no body; kind
+``looks-wrong``, first) and pyflakes' cheap static findings (undefined names, unused imports and
+variables, redefinitions). Given the span of the text that was generated (``span``: character offsets), only the
 findings inside it are kept, and each syntax problem says whether it lies in the generated text or in
 the user's own text around it (``where``).
 """
@@ -127,7 +128,10 @@ def check_python(code: str, *, limit: int = 20, span: tuple[int, int] | None = N
         report = SyntaxReport(False, tuple(replace(e, where="generated" if first <= e.line <= last else "given")
                                            for e in report.errors))
     if report.valid:
-        report = SyntaxReport(True, (), _findings(code, span))
+        from codila_cli.checks import looks_wrong
+
+        wrong = tuple(Finding(line, col, "looks-wrong", msg) for line, col, msg in looks_wrong(code, span=span))
+        report = SyntaxReport(True, (), wrong + _findings(code, span))
     return report
 
 

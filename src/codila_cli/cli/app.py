@@ -179,9 +179,33 @@ def _parser_error(exc: Exception) -> int | None:
     return exit_code
 
 
+def _utf8_mode() -> None:
+    """Run in Python's UTF-8 mode whatever the locale: a C or POSIX locale (``LC_ALL=C``, cron, minimal
+    containers) would decode the arguments as ASCII and write stdout as ASCII, so a prompt with ``é``
+    reached the tokenizer as lone surrogates (issue 50). The process re-executes itself with ``-X utf8``
+    (bytes of arguments and paths pass through unchanged). An argument that is still not UTF-8 text
+    and names no file is refused here, with exit 2."""
+    if sys.flags.utf8_mode:
+        os.environ.pop("CODILA_NO_REEXEC", None)  # set by the re-execution below; children start afresh
+    elif (sys.getfilesystemencoding().lower().replace("-", "") != "utf8"
+          and os.environ.get("CODILA_NO_REEXEC") != "1"):  # a guard against a loop, should -X utf8 not take
+        os.environ["CODILA_NO_REEXEC"] = "1"
+        try:
+            os.execv(sys.executable, [sys.executable, "-X", "utf8", "-m", "codila_cli", *sys.argv[1:]])
+        except OSError:
+            pass  # carry on in this locale; the check below still holds
+    for arg in sys.argv[1:]:
+        if any("\udc80" <= ch <= "\udcff" for ch in arg) and not os.path.lexists(arg):
+            shown = arg.encode("utf-8", "surrogateescape")[:60]
+            say(f"Error: an argument is not valid UTF-8 text: {shown!r}\n"
+                "Hint: codila reads text as UTF-8; convert it first (e.g. iconv -f latin1 -t utf-8)\n")
+            sys.exit(UsageError.exit_code)
+
+
 def main() -> None:
     import signal
 
+    _utf8_mode()
     signal.signal(signal.SIGTERM, _on_sigterm)  # SIGTERM ends a run like Ctrl-C: exit 130, nothing partial
     try:
         code = app(standalone_mode=False, prog_name="codila")

@@ -8,7 +8,18 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Color, ColorOption, Device, Dtype, Quiet, Verbose, ar_option, dlm_option, json_option
+from codila_cli.cli.options import (
+    Color,
+    ColorOption,
+    Device,
+    Dtype,
+    Quiet,
+    Threads,
+    Verbose,
+    ar_option,
+    dlm_option,
+    json_option,
+)
 from codila_cli.errors import UsageError
 from codila_cli.eval.settings import EXAMPLES, LENGTH
 from codila_cli.report import note_bundled
@@ -34,6 +45,7 @@ def eval_cmd(
     unsafe_local_exec: Annotated[bool, typer.Option("--unsafe-local-exec", help="Run generated code even where no jail (bubblewrap) is available: only in a throw-away machine.", rich_help_panel="Sandbox")] = False,
     device: Device = "auto",
     dtype: Dtype = "auto",
+    threads: Threads = 0,
     json_out: json_option("Print the summary as one JSON object (the rows stay in rows.jsonl) instead of Markdown.") = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -46,7 +58,7 @@ def eval_cmd(
     from codila_cli.engine import Engine, generate as engine_gen  # noqa: I001
     from codila_cli.eval.benchmarks import load_tasks, select
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
-    from codila_cli.eval.runner import run_eval, write_outputs
+    from codila_cli.eval.runner import row_outcome, run_eval, write_outputs
     from codila_cli.provenance import provenance
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
@@ -68,7 +80,8 @@ def eval_cmd(
     if any(t.test for t in chosen):
         need_jail(unsafe_local_exec, quiet=quiet)
     shard = init_from_env()
-    models = Engine.load(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model).models
+    models = Engine.load(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model,
+                         threads=threads).models
     talk = not quiet and shard.main
     note_bundled(models, quiet=not talk, command="infill" if is_infill(benchmark) else "eval")
     warning = too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens)
@@ -83,7 +96,7 @@ def eval_cmd(
         with item_progress("eval", total, quiet=not talk, console=stderr_console(color.value)) as done:
             def log(row: dict) -> None:
                 partial.write(row)
-                done(f"{row['task_id']} {row['setting']}: {'valid' if row['valid'] else 'not valid'}")
+                done(f"{row['task_id']} {row['setting']}: {row_outcome(row)}")
 
             mine = run_eval(models, chosen, run.settings, seed=seed, limits=limits, on_row=log, rank=shard.rank,
                             world=shard.world, batch_size=batch_size)

@@ -13,6 +13,7 @@ from codila_cli.cli.options import (
     ColorOption,
     HelpAll,
     Quiet,
+    Threads,
     Verbose,
     ar_option,
     dlm_option,
@@ -30,20 +31,22 @@ from codila_cli.ui.terminal import printable, say
 def gen(
     *,
     ctx: typer.Context,
-    prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` (or none, with stdin piped) reads stdin. An argument never reads stdin unless --stdin.")] = None,
+    prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` (or none, with stdin piped) reads stdin. Text piped beside a prompt is context before it (stdin, a blank line, the prompt); stdout repeats only the prompt.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.", rich_help_panel=panel("Input"))] = None,
     system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).", rich_help_panel=panel("Input"))] = None,
-    with_stdin: Annotated[bool, typer.Option("--stdin", help="Read stdin too and put it before the prompt argument, e.g. a spec: `codila gen --stdin \"implement this\" < spec.md`.", rich_help_panel=panel("Input"))] = False,
+    with_stdin: Annotated[bool, typer.Option("--stdin", help="Wait for stdin however long it takes and put it before the prompt (without it, a pipe silent for 1 s is left unread, with a warning), e.g. `slow-tool | codila gen --stdin \"implement this\"`.", rich_help_panel=panel("Input"))] = False,
     dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm]") = None,
     ar: ar_option("AR helper for CoDiLA: alias, repo id or directory. [default: bundled-ar with the bundled DLM]") = None,
     knobs: dict[str, Any],  # one flag per knob of GEN_KNOBS (cli/options.py::with_knob_flags)
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).", rich_help_panel=panel("Runtime"))] = False,
+    threads: Threads = 0,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", rich_help_panel=panel("Decoding"), min=0, max=2**63 - 1)] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.", rich_help_panel=panel("Decoding"))] = 1,
     json_out: json_option("Print one JSON object instead of the code.") = False,
     completion_only: Annotated[bool, typer.Option("--completion-only", help="stdout gets only what the model wrote, not the prompt before it (a raw completion otherwise repeats the prompt).", rich_help_panel=panel("Output"))] = False,
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="Write final text as it is decoded (raw completion, no live view).", rich_help_panel=panel("Output"))] = True,
-    strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse, or when pyflakes finds something in the generated code (an undefined name, an unused import, …).", rich_help_panel=panel("Output"))] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 4 when the result does not parse, looks wrong (a function that only returns its argument, or has no body), when pyflakes finds something in the generated code (an undefined name, an unused import, …), or when --check fails.", rich_help_panel=panel("Output"))] = False,
+    check: Annotated[bool, typer.Option("--check", help="Run the prompt's doctests (>>> examples) against the result in the eval jail (needs bubblewrap); the report says whether they pass. Without it, nothing checks what the code does.", rich_help_panel=panel("Output"))] = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
     color: ColorOption = Color.auto,
@@ -62,12 +65,14 @@ def gen(
         codila gen -n 4 --temperature 0.5 "def parse(line):"
 
         cat spec.md | codila gen --json > out.json
+
+        echo "Return the sum." | codila gen "def total(xs):" > total.py
     """
     from codila_cli.config import load_config
     from codila_cli.engine import Engine
     from codila_cli.engine.prompts import is_chat
     from codila_cli.helper_card import helper_mismatch
-    from codila_cli.prompts import read_prompt
+    from codila_cli.prompts import read_prompt_parts
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
@@ -79,11 +84,15 @@ def gen(
     if not 1 <= num_samples <= 64:
         raise UsageError(f"--num-samples must be between 1 and 64, got {num_samples}",
                          hint="ask for fewer samples, or run codila several times")
-    text = read_prompt(prompt, prompt_file, with_stdin=with_stdin)
+    given = read_prompt_parts(prompt, prompt_file, with_stdin=with_stdin)
+    text = given.text
+    if given.silent_stdin and not quiet:
+        say("Warning: stdin is an open pipe with nothing on it; it was not read (pipe text in, give --stdin "
+            "to wait for it, or < /dev/null to say there is none)\n")
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar)
-    engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model,
+    engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model, threads=threads,
                          settings=req)
     models = engine.models
     note_bundled(models, quiet=quiet, user=user)
@@ -97,19 +106,23 @@ def gen(
                          "the model reads it as plain text before the prompt (stdout does not repeat it)\n")
     if num_samples > 1:
         _many(models, text, req, seed=seed, system=system, n=num_samples, live=live, json_out=json_out,
-              strict=strict, quiet=quiet, verbose=verbose, err=err, echo=not completion_only)
+              strict=strict, quiet=quiet, verbose=verbose, err=err, echo=not completion_only, context=given.context)
         return
     result = _one(engine, text, req, seed=seed, system=system, live=live, stream=stream, json_out=json_out, err=err,
-                  echo=not completion_only)
+                  echo=not completion_only, context=given.context)
+    checked = _check(result, text[given.context:]) if check else None
     if json_out:
         import json
 
-        doc = {**result.to_json(models=models.describe()), "settings_sources": req.sources}
+        doc = {**result.to_json(models=models.describe()), "settings_sources": req.sources,
+               **({"prompt_context": text[: given.context]} if given.context else {}),
+               **({"check": checked.to_dict()} if checked is not None else {})}
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-    _report(result, req, models, quiet=quiet, verbose=verbose, err=err)
-    if strict and not clean(result.syntax):
-        what = "does not parse" if not result.syntax.valid else f"has {len(result.syntax.warnings)} static finding(s)"
+    _report(result, req, models, quiet=quiet, verbose=verbose, err=err, prompt=text[given.context:], checked=checked)
+    if strict and not (clean(result.syntax) and (checked is None or checked.passed)):
+        what = ("does not parse" if not result.syntax.valid else
+                f"has {len(result.syntax.warnings)} finding(s)" if not clean(result.syntax) else "fails --check")
         raise StrictSyntaxError(f"the generated code {what} (--strict)",
                                 hint="try another --seed, a smaller --block-size or --tokens-per-step")
 
@@ -133,8 +146,22 @@ def _shown(result: Any, prompt: str, echo: bool) -> str:
     return result.text if echo or result.mode == "chat" else result.text[len(prompt):]
 
 
+def _without_context(result: Any, prompt: str, context: int) -> Any:
+    """A raw completion without the ``context`` characters piped before the prompt (prompts.py): they were
+    the model's to read, not part of the program, so stdout, --json's text and the syntax report leave
+    them out (the report of a program with an English spec on top would always say "does not parse")."""
+    if not context or result.mode == "chat":
+        return result
+    from dataclasses import replace
+
+    from codila_cli.syntax import check_python
+
+    text = result.text[context:]
+    return replace(result, text=text, syntax=check_python(text, span=(len(prompt) - context, len(text))))
+
+
 def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | None, live: bool, stream: bool,
-         json_out: bool, err: Any, echo: bool = True) -> Any:
+         json_out: bool, err: Any, echo: bool = True, context: int = 0) -> Any:
     """One decode: streamed to stdout (a pipe, base models), followed by a live view (a terminal), or
     plain. Writes the text on stdout unless the caller prints JSON."""
     from codila_cli.engine.prompts import is_chat
@@ -145,9 +172,9 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
         from codila_cli.ui.stream import StdoutStreamer
 
         streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
-                                  out=sys.stdout, stop=req.config.stop, echo=echo)
-        result = generate(text, **run, on_step=streamer)
-        streamer.finish(_shown(result, text, echo))
+                                  out=sys.stdout, stop=req.config.stop, echo=echo, context=context)
+        result = _without_context(generate(text, **run, on_step=streamer), text, context)
+        streamer.finish(_shown(result, text[context:], echo))
         return result
     if live:
         from codila_cli.ui.live import LiveView, view_block
@@ -157,17 +184,35 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
             result = generate(text, **run, on_step=view)
     else:
         result = generate(text, **run)
+    result = _without_context(result, text, context)
     if not json_out:
-        sys.stdout.write(_shown(result, text, echo))
+        sys.stdout.write(_shown(result, text[context:], echo))
     return result
 
 
-def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, err: Any) -> None:
-    from codila_cli.report import clean, gen_verbose_lines, syntax_line, unfinished_note
+def _check(result: Any, prompt: str) -> Any:
+    """``--check``: the prompt's doctests against the program (checks.py), in the jail."""
+    from codila_cli.checks import run_doctests
+
+    return run_doctests(result.text, prompt)
+
+
+def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, err: Any, prompt: str = "",
+            checked: Any = None) -> None:
+    """The syntax report, then what ``--check`` found. Green only for what was checked and held: code
+    that merely parses is reported in the terminal's own colour, with what would check it."""
+    from codila_cli.report import check_line, clean, gen_verbose_lines, syntax_line, unchecked_note, unfinished_note
 
     if quiet:
         return
-    err.print(printable(syntax_line(result.syntax)), style="green" if clean(result.syntax) else "yellow", markup=False, soft_wrap=True)
+    line = syntax_line(result.syntax)
+    if clean(result.syntax) and checked is None:
+        line += unchecked_note(prompt)
+    err.print(printable(line), style=None if clean(result.syntax) else "yellow", markup=False, highlight=False,
+              soft_wrap=True)
+    if checked is not None:
+        text, ok = check_line(checked)
+        err.print(printable(text), style="green" if ok else "red", markup=False, highlight=False, soft_wrap=True)
     if not result.syntax.valid and not result.metrics["ended"]:
         err.print(unfinished_note(req.config.max_new_tokens), style="yellow", markup=False, soft_wrap=True)
     if verbose:
@@ -176,7 +221,8 @@ def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, e
 
 
 def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | None, n: int, live: bool,
-          json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any, echo: bool = True) -> None:
+          json_out: bool, strict: bool, quiet: bool, verbose: bool, err: Any, echo: bool = True,
+          context: int = 0) -> None:
     """``gen --num-samples N``: samples on stdout in order, each after a comment line (or one JSON document)."""
     import json
 
@@ -202,13 +248,14 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
     with item_progress("gen", n, quiet=quiet or live, tty=False) as done:  # a live view shows its own progress
         out = sample_many(models, text, decoder=req.decoder, config=req.config, seeds=seeds, system=system, view=view,
                           on_done=lambda i, r: done(f"sample (seed {r.seed}): "
-                                                    f"{'parses' if r.syntax.valid else 'does not parse'}"))
+                                                    f"{'parses' if _without_context(r, text, context).syntax.valid else 'does not parse'}"))
+    out.results[:] = [_without_context(r, text, context) for r in out.results]
     if json_out:
         sys.stdout.write(json.dumps({**samples_document(out, models), "settings_sources": req.sources},
                                     ensure_ascii=False) + "\n")
     else:
         for i, r in enumerate(out.results):
-            sys.stdout.write(f"# codila sample {i + 1}/{n} (seed {r.seed})\n{_shown(r, text, echo)}")
+            sys.stdout.write(f"# codila sample {i + 1}/{n} (seed {r.seed})\n{_shown(r, text[context:], echo)}")
     sys.stdout.flush()
     line, all_valid = samples_summary_line(out, n, req.config.max_new_tokens)
     if not quiet:

@@ -14,6 +14,7 @@ from codila_cli.cli.options import (
     Device,
     Dtype,
     Quiet,
+    Threads,
     Verbose,
     ar_option,
     dlm_option,
@@ -47,6 +48,7 @@ def infill(
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", min=0, max=2**63 - 1, rich_help_panel="Decoding")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
+    threads: Threads = 0,
     json_out: json_option("One JSON object (the middle, the new text, syntax, metrics).") = False,
     strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors or pyflakes finds something in it.", rich_help_panel="Output")] = False,
     quiet: Quiet = False,
@@ -87,7 +89,7 @@ def infill(
     ar_name = (ar or (default_ar() if not own_dlm else None)) if codila else None
     if codila and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
-    engine = Engine.load(dlm=dlm, ar=ar_name, infill_dlm=dlm, device=device, dtype=dtype)
+    engine = Engine.load(dlm=dlm, ar=ar_name, infill_dlm=dlm, device=device, dtype=dtype, threads=threads)
     models = engine.models
     problem = cfg.room_problem(models.dlm.context_length)
     if problem:

@@ -51,7 +51,12 @@ def doctor(json_out: json_option() = False,
                                      "checks": checks, "problems": problems}) + "\n")
     elif not quiet:
         for c in checks:
-            sys.stdout.write(f"{'ok ' if c['ok'] else 'BAD'} {c['name']:<20} {c['value']}\n")
+            mark = {"ok": "ok  ", "warn": "WARN", "bad": "BAD "}[c["level"]]
+            sys.stdout.write(f"{mark} {c['name']:<20} {c['value']}\n")
+    for c in checks:
+        if c["level"] == "warn":
+            what = f"the {c['name']} row above" if not (quiet or json_out) else f"{c['name']}: {c['value']}"
+            say(f"Warning: {c['refuses']} will refuse to run here ({what})\n")
     for p in problems:
         say(f"Error: {p}\n")
     if problems:

@@ -14,6 +14,7 @@ from codila_cli.cli.options import (
     Device,
     Dtype,
     Quiet,
+    Threads,
     Verbose,
     dlm_option,
     json_option,
@@ -39,6 +40,7 @@ def plan(
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", min=0, max=2**63 - 1, rich_help_panel="Decoding")] = None,
     device: Device = "auto",
     dtype: Dtype = "auto",
+    threads: Threads = 0,
     json_out: json_option("One JSON object with the contract, units and metrics.") = False,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse or pyflakes finds something in it.", rich_help_panel="Output")] = False,
     quiet: Quiet = False,
@@ -52,12 +54,16 @@ def plan(
     from codila_cli.engine import Engine
     from codila_cli.models.generation import task_sampling
     from codila_cli.models.registry import default_plan_dlm
-    from codila_cli.prompts import read_prompt
+    from codila_cli.prompts import read_prompt_parts
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)
-    text = read_prompt(prompt, prompt_file)
+    given = read_prompt_parts(prompt, prompt_file)
+    text = given.text
+    if given.silent_stdin and not quiet:
+        say("Warning: stdin is an open pipe with nothing on it; it was not read (pipe text in, or "
+            "< /dev/null to say there is none)\n")
     if not text.strip():  # before any model loads
         raise UsageError("the prompt is empty", hint='codila plan "a CLI that counts words in files"')
     gamma = parse_commit(commit)
@@ -69,7 +75,7 @@ def plan(
     cfg = from_given(PLAN_KNOBS, PlanConfig, {**knobs, **samp}, commit=gamma, defines=names,
                      budget_menu=PlanConfig.budget_menu)
     user_contract = read_contract(contract_file) if contract_file is not None else None
-    engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype)
+    engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype, threads=threads)
     models = engine.models
     note_bundled(models, quiet=quiet, command="plan")
     out = _run(engine, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))

@@ -38,6 +38,7 @@ def serve(
     lanes: Annotated[int, typer.Option("--lanes", help="Batched steps that run at once, each on its own cohort of requests with cores/lanes torch threads; 0 = auto: 2 on a CPU with 2 or more cores (a cohort samples while the other's forward runs), 1 on a GPU; 1–8.")] = 0,
     device: knob_option("device") = None,
     dtype: knob_option("dtype") = None,
+    threads: Annotated[int, typer.Option("--threads", envvar="CODILA_THREADS", min=0, max=1024, help="CPU threads torch runs, shared by the lanes; 0 = auto: every usable core (a server owns its machine; cap it when other work runs there).", rich_help_panel="Runtime")] = 0,
     quiet: Quiet = False,
 ) -> None:
     """Serve the models over HTTP: OpenAI /v1/completions and /v1/chat/completions, llama.cpp /infill,
@@ -70,7 +71,7 @@ def serve(
     from codila_cli.engine import Engine
 
     engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype,
-                         settings=base)
+                         settings=base, threads=threads, server=True)
     engine.lanes = _lanes(lanes, engine)
     from codila_cli.serve.app import ServeConfig, create_app
 
@@ -89,7 +90,7 @@ def serve(
 
 
 def _lanes(asked: int, engine: Any) -> int:
-    """--lanes: 0 picks 2 on a CPU with 2+ cores, else 1. On a CPU torch then runs cores/lanes threads, so
+    """--lanes: 0 picks 2 on a CPU with 2+ threads, else 1. On a CPU torch then runs threads/lanes each, so
     the lanes' forwards share the cores instead of fighting over them, and Python hands the GIL on every
     0.2 ms instead of 5: a forward takes the GIL back between its ops, and at the default interval the
     other cohort's sampling held each of those up (8 clients: 1.40× → 1.60× the one-after-another
@@ -99,7 +100,7 @@ def _lanes(asked: int, engine: Any) -> int:
     import torch
 
     cpu = engine.models.dlm.device.type == "cpu"
-    cores = os.cpu_count() or 1
+    cores = engine.threads.count if engine.threads is not None else (os.cpu_count() or 1)
     lanes = asked or (2 if cpu and cores >= 2 else 1)
     if cpu and lanes > 1:
         torch.set_num_threads(max(1, cores // lanes))

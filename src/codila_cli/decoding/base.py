@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from codila_cli.decoding.events import OnStep, Source, StepEvent
+from codila_cli.decoding.events import OnStep, Source, StepEvent, no_op
 from codila_cli.decoding.marginals import first_stop
 from codila_cli.decoding.stops import ends_line, stop_offset
 
@@ -49,6 +49,7 @@ class Canvas:
     early_stop: bool = True  # end at a stop token or a stop line (else decode the whole canvas)
     at_line_start: bool = True  # the prompt ends a line (only read with stop_lines)
     _checked: int = 0  # length of the committed prefix last checked for a stop line
+    _proposed: dict = field(default_factory=dict)  # offset -> the DLM's latest top-1 (StepEvent.proposed)
 
     @classmethod
     def start(cls, *, prompt_ids: list[int], config: DreamConfig | ThresholdConfig | CodilaConfig, dlm, ar=None,
@@ -96,11 +97,22 @@ class Canvas:
         self._emit(positions, tokens, source, block)
         self.step += 1
 
+    @property
+    def wants_proposals(self) -> bool:
+        """Whether anything listens for the DLM's proposals (a decoder skips :meth:`propose` if not)."""
+        return self.on_step is not no_op
+
+    def propose(self, positions: torch.Tensor, tokens: torch.Tensor) -> None:
+        """The DLM's current top-1 ``tokens`` at canvas offsets ``positions`` (StepEvent.proposed)."""
+        self._proposed.update(zip(positions.tolist(), tokens.tolist(), strict=True))
+
     def _emit(self, positions, tokens, source: Source, block) -> None:
+        canvas = tuple(self.gen.tolist())  # one copy each
+        proposed = tuple((p, t) for p, t in self._proposed.items() if canvas[p] == self.mask_id) if self._proposed else ()
         self.on_step(StepEvent(
-            step=self.step, positions=tuple(positions.tolist()), tokens=tuple(tokens.tolist()),  # one copy each
+            step=self.step, positions=tuple(positions.tolist()), tokens=tuple(tokens.tolist()),
             source=source, block=block, dlm_forwards=self.dlm_forwards, ar_forwards=self.ar_forwards,
-            elapsed=time.perf_counter() - self.t0, canvas=tuple(self.gen.tolist())))
+            elapsed=time.perf_counter() - self.t0, canvas=canvas, proposed=proposed))
 
     def done(self) -> bool:
         """True when nothing is masked, or (early stop) a stop token or a stop line (``stop_lines``) is in

@@ -135,6 +135,8 @@ def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, g
             step = cache.refresh if fresh else cache.logits  # else: stale K/V outside the window, exact inside
             logits = step(c.x, P + window[0], P + window[1], rows=(P + lo, P + hi))[0]
         probs = torch.softmax(logits, dim=-1)  # raw marginals π for the AR and the block choice
+        if c.wants_proposals:  # the live view shows the DLM's plan beside what the helper writes
+            c.propose(torch.arange(lo, hi, device=logits.device), logits.argmax(-1))
         view = _View(c, lo)
         masked = masked_all[lo:hi]
         rel = [(s - lo, e - lo) for s, e in cands]

@@ -79,6 +79,8 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
                     picked = torch.topk(row, n).indices
                 chosen = torch.searchsorted(idx, picked - c.prompt_len)  # sequence position -> masked slot
         stale = len(chosen) > 0
+        if c.wants_proposals:
+            c.propose(idx, torch.where(x0 == c.mask_id, rows.argmax(-1), x0))
         c.commit(idx[chosen], x0[chosen], source="dlm")
         if c.done():
             break

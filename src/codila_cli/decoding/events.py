@@ -16,6 +16,9 @@ class StepEvent:
     ``positions`` are canvas offsets (0 = first generated slot). ``source``: "dlm" (committed from the
     DLM's marginals), "ar" (written by the AR helper), "fill" (tail set to end-of-text after an early
     stop; not decoding work). ``canvas`` is the whole canvas after the step (mask id where masked).
+    ``proposed``: (offset, token) for still-masked slots, the DLM's top-1 at its latest forward that
+    scored them (what CoDiLA's helper reads as a plan); only for a listener (the live view), empty where
+    the decoder does not say or nothing listens.
     """
 
     step: int
@@ -28,6 +31,7 @@ class StepEvent:
     elapsed: float
     canvas: tuple[int, ...]
     row: int = 0
+    proposed: tuple[tuple[int, int], ...] = ()
 
 
 OnStep = Callable[[StepEvent], None]

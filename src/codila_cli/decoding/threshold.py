@@ -40,6 +40,8 @@ def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, gen
             idx = c.masked()[start:end].nonzero().flatten()
             _, x0, conf = sample_scored(logits[idx], config.sampling, generator, "maskgit_plus")
             chosen = confident(conf, config.threshold)
+            if c.wants_proposals:
+                c.propose(start + idx, x0)
             c.commit(start + idx[chosen], x0[chosen], source="dlm", block=(start, end))
             if c.done():
                 return c.result()

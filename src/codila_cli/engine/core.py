@@ -28,13 +28,19 @@ class Engine:
     settings: Any = None
     on_batch: Any = None
     lanes: int = 1  # batched steps that may run at once (decoding/batch.py::StepBatcher; a server's --lanes)
+    threads: Any = None  # engine/threads.py::Threads: torch's CPU threads and why
     _batcher: Any = field(default=None, repr=False)
 
     @classmethod
     def load(cls, *, dlm: str, ar: str | None, infill_dlm: str | None = None, device: str = "auto",
-             dtype: str = "auto", compile: bool = False, settings: Any = None) -> Engine:
-        """Load the gen pair and (``infill_dlm``) the infill model, sharing the helper."""
+             dtype: str = "auto", compile: bool = False, settings: Any = None, threads: int | None = None,
+             server: bool = False) -> Engine:
+        """Load the gen pair and (``infill_dlm``) the infill model, sharing the helper. ``threads``: torch's
+        CPU threads (None or 0: the default of engine/threads.py, all usable cores for a ``server``)."""
         from codila_cli.engine.models import load_models
+        from codila_cli.engine.threads import apply_threads
+
+        chosen = apply_threads(threads, serve=server)  # before loading: loading runs on these threads too
 
         extra = (infill_dlm,) if infill_dlm is not None and infill_dlm != dlm else ()
         models = load_models(dlm=dlm, ar=ar, device=device, dtype=dtype, compile=compile, also=extra)
@@ -43,7 +49,7 @@ class Engine:
             infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype)
             if infill is not models and models.ar is not None:
                 infill.attach_helper(models.ar)
-        return cls(models=models, infill_models=infill, settings=settings)
+        return cls(models=models, infill_models=infill, settings=settings, threads=chosen)
 
     @property
     def batcher(self) -> Any:

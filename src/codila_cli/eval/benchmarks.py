@@ -69,6 +69,14 @@ def data_dir(explicit: Path | None) -> Path | None:
     return d
 
 
+DATA_HINT = {  # where a user gets the files (docs/evaluation.md, Data); codila downloads nothing itself
+    "mbpp": "save sanitized-mbpp.json from github.com/google-research/google-research (folder mbpp/) as "
+            "DIR/mbpp/sanitized-mbpp.json, then pass --data-dir DIR or set CODILA_DATA=DIR",
+    "infill": "save the data/*.jsonl.gz files of github.com/openai/human-eval-infilling in DIR/human-eval-infilling/, "
+              "then pass --data-dir DIR or set CODILA_DATA=DIR",
+}
+
+
 def load_tasks(name: str, *, data: Path | None = None, stop: bool = True) -> list[Task]:
     """The benchmark's tasks. With ``stop`` (default), completion tasks carry the standard stop lines of
     code-completion evaluation (decoding/stops.py: HumanEval's for function bodies, MBPP's for programs
@@ -158,8 +166,7 @@ def _load(name: str, data: Path | None) -> list[Task]:
         d = data_dir(data)
         path = d / "mbpp" / "sanitized-mbpp.json" if d else None
         if path is None or not os.path.lexists(path):
-            raise UsageError("MBPP needs the data directory (mbpp/sanitized-mbpp.json)",
-                             hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
+            raise UsageError("MBPP needs the data directory (mbpp/sanitized-mbpp.json)", hint=DATA_HINT["mbpp"])
         tasks = []
         for r in json.loads(_data_file(path)):
             tests = "\n".join(r["test_imports"] + r["test_list"])
@@ -171,7 +178,7 @@ def _load(name: str, data: Path | None) -> list[Task]:
         path = d / "human-eval-infilling" / INFILL_FILES[name] if d else None
         if path is None or not os.path.lexists(path):
             raise UsageError(f"{name} needs the data directory (human-eval-infilling/{INFILL_FILES[name]})",
-                             hint="pass --data-dir PATH or set CODILA_DATA (e.g. ../shared/data)")
+                             hint=DATA_HINT["infill"])
         rows = [json.loads(line) for line in _data_file(path).splitlines()]
         return [Task(r["task_id"], r["prompt"], "infill", r["test"], r["entry_point"], r["suffix"],
                      reference=r["prompt"] + r["canonical_solution"] + r["suffix"]) for r in rows]

@@ -117,6 +117,18 @@ def repetitive(text: str, *, n: int = 4, floor: float = 0.5, min_grams: int = 8)
     return len(grams) >= min_grams and len(set(grams)) / len(grams) < floor
 
 
+def row_outcome(row: dict) -> str:
+    """A row in words, the verdict first: ``passed`` / ``FAILED`` (with its status) when the task's tests
+    ran, then whether the program parses; a task without tests says so instead of implying a pass."""
+    shape = "empty" if row.get("empty") else ("parses" if row.get("parses") else "does not parse")
+    status = row.get("status")
+    if row.get("passed") is True:
+        return f"passed · {shape}"
+    if row.get("passed") is False:
+        return f"FAILED{'' if status in (None, 'failed') else f' ({status})'} · {shape}"
+    return f"no tests run · {shape}"
+
+
 def _row(task: Task, setting: Setting, completion: str, metrics: dict, limits: SandboxLimits) -> dict:
     from codila_cli.syntax import check_python
 

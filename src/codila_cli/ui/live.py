@@ -1,9 +1,18 @@
 """Rich live view of a canvas being denoised, driven only by the decoders' StepEvents.
 
-Shown on stderr and only when stderr is a terminal (never with --json or -q). Masked slots are dim
-dots; tokens committed by the DLM are cyan; tokens written by the AR helper are green; the block being
-decoded is underlined; block boundaries are a dim ``▏``. A status line shows step, DLM forwards,
-tokens per forward and tokens/s. Redraws are throttled (``min_interval``) so the view costs little.
+Shown on stderr and only when stderr is a terminal (never with --json or -q). Every kind of slot has a
+look that holds without colour too (``NO_COLOR``, a monochrome terminal), and a colour where there is one:
+
+* masked, nothing proposed yet: a dim dot ``·``;
+* proposed by the DLM but not committed (its current top-1, the plan the helper reads): dim italic, yellow;
+* committed by the DLM: plain, cyan;
+* written by the AR helper (CoDiLA): bold, green;
+* the block being written: underlined; block boundaries a dim ``▏``; control tokens one dim glyph.
+
+The status line (step, forwards, tokens per forward, tokens/s) and the legend always fit: the canvas
+is folded to the terminal's width and only as many of its rows as the terminal has room for are shown,
+around the block being written, so a canvas taller than the terminal scrolls instead of pushing the
+status off screen. Redraws are throttled (``min_interval``) so the view costs little.
 """
 
 from __future__ import annotations
@@ -13,7 +22,8 @@ from typing import Any
 
 from codila_cli.decoding.events import StepEvent
 
-STYLES = {"dlm": "cyan", "ar": "green", "fill": "bright_black"}
+STYLES = {"dlm": "cyan", "ar": "bold green", "fill": "bright_black", "proposed": "italic dim yellow",
+          "masked": "bright_black"}
 # C0 controls but tab and newline, DEL, C1 controls: shown as visible escapes, never sent to the terminal
 # (a file's ESC sequence could otherwise retitle or reprogram it)
 _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]}
@@ -24,19 +34,49 @@ def safe(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+def fold(text: Any, width: int) -> list[tuple[int, Any]]:
+    """``text`` (a rich Text) as the terminal rows it takes, each with the offset of its first character
+    in ``text``: split at its line breaks, each line cut every ``width`` cells (wide characters count two)."""
+    from rich.cells import cell_len
+
+    rows, start = [], 0
+    for line in text.split("\n", allow_blank=True):
+        plain, cuts, used = line.plain, [], 0
+        for i, ch in enumerate(plain):
+            w = cell_len(ch)
+            if used + w > width and used:
+                cuts.append(i)
+                used = 0
+            used += w
+        for k, piece in enumerate(line.divide(cuts) if cuts else [line]):
+            rows.append((start + ([0, *cuts][k]), piece))
+        start += len(plain) + 1  # and its line break
+    return rows
+
+
+def window(rows: list[Any], room: int, focus: int) -> list[Any]:
+    """At most ``room`` of ``rows``, holding row ``focus`` with about a third of the room below it."""
+    if len(rows) <= room:
+        return rows
+    end = min(len(rows), max(room, focus + 1 + room // 3))
+    return rows[end - room : end]
+
+
 class LiveView:
     def __init__(self, *, tokenizer: Any, mask_id: int, console: Any, block_width: int | None = None,
-                 title: str = "codila", min_interval: float = 0.1, max_lines: int = 30) -> None:
+                 title: str = "codila", min_interval: float = 0.1, max_lines: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.mask_id = mask_id
         self.console = console
         self.block_width = block_width
         self.title = title
         self.min_interval = min_interval
-        self.max_lines = max_lines
+        self.max_lines = max_lines  # canvas rows at most; None: whatever the terminal's height leaves
         self._pieces: dict[int, str] = {}
         self._special: set[int] = set()
         self._owner: dict[int, str] = {}
+        self._proposed: dict[int, int] = {}
+        self._focus = 0  # character offset of the block being written (or the first masked slot) in the text
         self._last: StepEvent | None = None
         self._drawn = 0.0
         self._live = None
@@ -46,7 +86,7 @@ class LiveView:
         from rich.live import Live
 
         self._live = Live(console=self.console, transient=True, redirect_stdout=False, redirect_stderr=False,
-                          auto_refresh=False)
+                          auto_refresh=False, vertical_overflow="crop")
         self._live.__enter__()
         return self
 
@@ -68,6 +108,7 @@ class LiveView:
     def __call__(self, event: StepEvent) -> None:
         for p in event.positions:
             self._owner[p] = event.source
+        self._proposed = dict(event.proposed)
         self._last = event
         self._redraw_if_due()
 
@@ -79,12 +120,29 @@ class LiveView:
             self.redraws += 1
             self._live.update(self.render(), refresh=True)
 
-    def _tail(self, text: Any) -> Any:
-        """The last ``max_lines`` lines of a rich Text."""
+    def width(self) -> int:
+        return max(8, self.console.size.width)
+
+    def room(self, reserved: int = 0) -> int:
+        """Canvas rows the terminal has room for under ``reserved`` other rows (the status, the legend)."""
+        room = max(1, self.console.size.height - reserved - 1)  # one row spare: the cursor's line
+        return min(room, self.max_lines) if self.max_lines else room
+
+    def footer(self, status: Any) -> tuple[list[Any], int]:
+        """A blank line, ``status`` and the legend, and the terminal rows they take (they wrap, never cut)."""
         from rich.text import Text
 
-        lines = text.split("\n")
-        return Text("\n").join(lines[-self.max_lines :]) if len(lines) > self.max_lines else text
+        parts = [Text(""), status, LEGEND()]
+        return parts, 1 + len(fold(status, self.width())) + len(fold(parts[2], self.width()))
+
+    def fitted(self, text: Any, *, reserved: int = 0, focus: int | None = None) -> Any:
+        """``text`` folded to the terminal's width, cut to :meth:`room` rows around ``focus`` (an offset)."""
+        from rich.text import Text
+
+        rows = fold(text, self.width())
+        at = focus if focus is not None else self._focus
+        row = next((k for k, (start, _) in enumerate(rows) if start > at), len(rows)) - 1
+        return Text("\n").join(r for _, r in window(rows, self.room(reserved), max(0, row)))
 
     def render(self) -> Any:
         from rich.console import Group
@@ -93,26 +151,36 @@ class LiveView:
         e = self._last
         if e is None:
             return Text()
-        return Group(self._tail(self.tokens_text(e.canvas, self._owner, e.block)), Text(""), self.status(e), LEGEND())
+        footer, rows = self.footer(self.status(e))
+        body = self.tokens_text(e.canvas, self._owner, e.block)
+        return Group(self.fitted(body, reserved=rows), *footer)
 
     def tokens_text(self, canvas: tuple[int, ...], owner: dict[int, str], block: tuple[int, int] | None,
-                    *, block_width: int | None = -1) -> Any:
-        """Styled text of a canvas: masks as dim dots, DLM / AR tokens in their colours, the block underlined."""
+                    *, block_width: int | None = -1, proposed: dict[int, int] | None = None) -> Any:
+        """Styled text of a canvas (the module's looks); records where the block being written starts."""
         from rich.text import Text
 
         size = self.block_width if block_width == -1 else block_width
+        proposed = self._proposed if proposed is None else proposed
         text = Text()
+        focus = None
         for i, tok in enumerate(canvas):
             if size and i and i % size == 0:
                 text.append("▏", style="bright_black")
             in_block = block is not None and block[0] <= i < block[1]
+            if focus is None and (in_block or (block is None and tok == self.mask_id)):
+                focus = len(text.plain)
+            under = " underline" if in_block else ""
             if tok == self.mask_id:
-                text.append("·", style="bright_black underline" if in_block else "bright_black")
+                if i in proposed:
+                    text.append(self.piece(proposed[i]).replace("\n", "↵"), style=STYLES["proposed"] + under)
+                else:
+                    text.append("·", style=STYLES["masked"] + under)
                 continue
-            style = STYLES.get(owner.get(i, "dlm"), "cyan") + (" underline bold" if in_block else "")
+            style = STYLES.get(owner.get(i, "dlm"), STYLES["dlm"]) + under
             piece = self.piece(tok)
             if tok in self._special:
-                style = "bright_black" + (" underline" if in_block else "")
+                style = "bright_black" + under
             if "\n" in piece:
                 parts = piece.split("\n")
                 for k, part in enumerate(parts):
@@ -121,6 +189,7 @@ class LiveView:
                         text.append("↵\n", style="bright_black")
             else:
                 text.append(piece, style=style)
+        self._focus = focus if focus is not None else len(text.plain)
         return text
 
     def status(self, e: StepEvent) -> Any:
@@ -134,10 +203,12 @@ class LiveView:
 
 
 def LEGEND() -> Any:
+    """The legend: each sample in its own look, so it reads without colour too."""
     from rich.text import Text
 
-    return Text.assemble(("·", "bright_black"), " masked  ", ("DLM", "cyan"), "  ", ("AR", "green"), "  ",
-                         ("block", "underline"), "  ", ("∅", "bright_black"), " end of text")
+    return Text.assemble(("·", STYLES["masked"]), " masked  ", ("proposed", STYLES["proposed"]), " (DLM)  ",
+                         ("committed", STYLES["dlm"]), " (DLM)  ", ("written", STYLES["ar"]), " (AR)  ",
+                         ("block", "underline"), "  ", ("∅", "bright_black"), " end")
 
 
 class InfillView(LiveView):
@@ -173,10 +244,15 @@ class InfillView(LiveView):
         e = self._last
         if e is None:
             return Text()
-        middle = self._tail(self.tokens_text(e.canvas, self._owner, e.block, block_width=None))
-        ctx = lambda rows: Text("\n".join(rows), style="bright_black")
-        return Group(ctx(self.before), middle, ctx(self.after), Text(""),
-                     self.status(e).append(f"  middle {len(e.canvas)} slots"), LEGEND())
+        footer, rows = self.footer(self.status(e).append(f"  middle {len(e.canvas)} slots"))
+        before, after = self.before, self.after
+        if self.room(rows) < len(before) + len(after) + 3:  # a small terminal: the middle before its context
+            keep = max(0, (self.room(rows) - 3) // 2)
+            before, after = before[len(before) - keep :] if keep else [], after[:keep]
+        middle = self.fitted(self.tokens_text(e.canvas, self._owner, e.block, block_width=None),
+                             reserved=rows + len(before) + len(after))
+        ctx = lambda lines: Text("\n".join(lines), style="bright_black", no_wrap=True, overflow="ellipsis")
+        return Group(ctx(before), middle, ctx(after), *footer)
 
 
 class PlanView(LiveView):
@@ -206,22 +282,27 @@ class PlanView(LiveView):
         e = self._last
         if e is None:
             return Text()
+        rate = f"{self._committed / e.dlm_forwards:.2f}" if e.dlm_forwards else "-"
+        footer, used = self.footer(Text(f"{self.title}  DLM forwards {e.dlm_forwards}  tokens/forward {rate}  "
+                                        f"{self._committed / e.elapsed if e.elapsed > 0 else 0.0:.1f} tok/s",
+                                        style="bold"))
         parts: list[Any] = []
+        room = self.room(used)
+        width = self.width()
         for row in sorted(self._rows):
             canvas, owner = self._rows[row]
-            body = self.tokens_text(canvas, owner, None, block_width=None)
-            lines = body.split("\n")
-            limit = self.max_lines if row == 0 else self.unit_lines
-            if len(lines) > limit:
-                body = Text("\n").join(lines[:limit] + [Text("…", style="bright_black")])
+            rows = [r for _, r in fold(self.tokens_text(canvas, owner, None, block_width=None, proposed={}), width)]
+            limit = max(1, min(room // 2 if row == 0 else self.unit_lines, room - 1))
+            if len(rows) > limit:
+                rows = rows[:limit] + [Text("…", style="bright_black")]
             left = sum(1 for t in canvas if t == self.mask_id)
             label = "contract" if row == 0 else f"unit {row}"
-            parts += [Text(f"── {label} ({left} masked) ", style="bold"), body]
-        rate = f"{self._committed / e.dlm_forwards:.2f}" if e.dlm_forwards else "-"
-        parts += [Text(""), Text(f"{self.title}  DLM forwards {e.dlm_forwards}  tokens/forward {rate}  "
-                                 f"{self._committed / e.elapsed if e.elapsed > 0 else 0.0:.1f} tok/s", style="bold"),
-                  LEGEND()]
-        return Group(*parts)
+            if room < len(rows) + 2:  # no room for this row, its label and a last line: say how many are left out
+                parts.append(Text(f"… {len(self._rows) - row} more row(s)", style="bright_black"))
+                break
+            room -= len(rows) + 1
+            parts += [Text(f"── {label} ({left} masked) ", style="bold", no_wrap=True), Text("\n").join(rows)]
+        return Group(*parts, *footer)
 
 
 def view_block(cfg: Any) -> int | None:

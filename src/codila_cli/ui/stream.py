@@ -17,7 +17,7 @@ from codila_cli.decoding.events import StepEvent
 
 class StdoutStreamer:
     def __init__(self, *, tokenizer: Any, specials: Any, prompt: str, out: TextIO, stop: tuple[str, ...] = (),
-                 echo: bool = True) -> None:
+                 echo: bool = True, context: int = 0) -> None:
         from codila_cli.decoding.stops import ends_line
 
         self.tok, self.sp, self.out = tokenizer, specials, out
@@ -26,7 +26,7 @@ class StdoutStreamer:
         self.at_line_start = ends_line(tokenizer, tokenizer.encode(prompt, add_special_tokens=False)) if stop else True
         self.written = ""
         self.echo = echo  # False (gen --completion-only): the prompt is not written
-        self.prompt = prompt  # its lines go out with the first step: nothing is written before decoding
+        self.prompt = prompt[context:]  # without piped context (prompts.py); its lines go out with the first step: nothing is written before decoding
         # starts, so a prompt refused by generate (too long for the context) leaves stdout empty
 
     def _emit(self, text: str) -> None:

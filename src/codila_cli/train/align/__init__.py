@@ -174,13 +174,13 @@ class Pair:
 
 def inspect_pair(cfg: AlignConfig) -> Pair:
     """Resolve both specs like `codila gen`, and check what CoDiLA needs from their tokenizers."""
-    from codila_cli.models.cache import identity, resolve_local_dir
+    from codila_cli.models.cache import identity, resolve_local_dirs
     from codila_cli.models.loading import engine_for, is_dream, read_config
     from codila_cli.models.registry import resolve_spec
     from codila_cli.models.tokens import VocabBridge, load_tokenizer, resolve_special_tokens
 
     dspec, aspec = resolve_spec(cfg.dlm, kind="dlm"), resolve_spec(cfg.ar, kind="ar")
-    dpath, apath = resolve_local_dir(dspec), resolve_local_dir(aspec)
+    dpath, apath = resolve_local_dirs([dspec, aspec])  # one error naming every missing model, as gen's
     if cfg.output.resolve() in (dpath.resolve(), apath.resolve()):
         raise UsageError("--output is one of the models' own directories", hint="give a new directory")
     dcfg, acfg = read_config(dpath, name=cfg.dlm), read_config(apath, name=cfg.ar)
