@@ -33,3 +33,27 @@ def test_live_view_in_tmux_then_code(tiny, slow_codila):
         assert "def f(x):" in final and "syntax:" in final
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_a_canvas_taller_than_a_60x30_terminal_keeps_its_status_and_legend(tiny, slow_codila):
+    """Issue 50: at --max-new-tokens 256 in a 60x30 tmux the status line and legend collapsed to `...`;
+    every frame that shows the view now shows the status and the whole legend, within 30 rows."""
+    session = f"codila-small-{int(time.time() * 1000) % 100000}"
+    cmd = (f"CODILA_TEST_DELAY=0.05 {sys.executable} {slow_codila} gen --dlm {tiny['dlm']} --ar {tiny['ar']} "
+           f"--decoder codila --max-new-tokens 256 --no-early-stop --seed 0 'def f(x):'; echo CODILA-EXIT=$?; sleep 30")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "60", "-y", "30", cmd], check=True)
+    try:
+        frames = 0
+        for _ in range(1200):
+            time.sleep(0.1)
+            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+            if "CODILA-EXIT=" in pane:
+                break
+            if "DLM forwards" in pane:
+                frames += 1
+                flat = pane.replace("\n", " ")
+                assert "tokens/forward" in flat and "tok/s" in flat, pane
+                assert "masked" in flat and "proposed" in flat and "written" in flat and " end" in flat, pane
+        assert frames > 0, "the live view never appeared"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
