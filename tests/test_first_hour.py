@@ -3,6 +3,7 @@ terminal, a C locale, doctor's warnings and the --help examples, each through th
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -317,3 +318,35 @@ def test_train_align_names_every_missing_model_as_gen_does(tmp_path, monkeypatch
                             str(tmp_path / "data"), "--output", str(tmp_path / "out")])
     assert r.exit_code == 3, r.stderr
     assert "'dream-coder'" in r.stderr and "'qwen3-0.6b'" in r.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, reason="needs the serve extra")
+def test_every_serve_help_example_starts_a_server_as_shown(tmp_path):
+    """`codila serve --help`'s examples, run by bash as printed (CODILA_PORT=0 picks a free port; $KEY set):
+    each listens, answers /health, and stops on SIGTERM."""
+    import signal
+    import time
+    import urllib.request
+
+    examples = _help_examples("serve")
+    assert len(examples) == 2, examples
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+           "CODILA_PORT": "0", "KEY": "test-key", "CODILA_NOTICE": "0"}
+    for example in examples:
+        proc = subprocess.Popen(["bash", "-c", f"exec {example}"], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            port = None
+            deadline = time.time() + 120
+            while port is None and time.time() < deadline:
+                line = proc.stderr.readline()
+                assert line or proc.poll() is None, example
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                port = int(m.group(1)) if m else None
+            assert port, example
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as r:
+                assert r.status == 200
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) in (0, 130), example
+        finally:
+            proc.kill()
