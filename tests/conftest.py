@@ -12,6 +12,16 @@ import torch
 from codila_cli.models.tokens import SpecialTokens
 
 
+def pytest_configure(config):
+    """Every command a test starts without a stdin of its own reads /dev/null, whatever stdin the runner
+    gave pytest (a CI runner's open pipe would otherwise be waited for and warned about: prompts.py)."""
+    import os
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
 @pytest.fixture(autouse=True)
 def _isolate(tmp_path, monkeypatch):
     monkeypatch.setenv("CODILA_CONFIG", str(tmp_path / "codila-config.toml"))
