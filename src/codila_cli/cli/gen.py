@@ -72,7 +72,7 @@ def gen(
     from codila_cli.engine import Engine
     from codila_cli.engine.prompts import is_chat
     from codila_cli.helper_card import helper_mismatch
-    from codila_cli.prompts import read_prompt_parts
+    from codila_cli.prompts import read_prompt_parts, silent_stdin
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
@@ -87,8 +87,7 @@ def gen(
     given = read_prompt_parts(prompt, prompt_file, with_stdin=with_stdin)
     text = given.text
     if given.silent_stdin and not quiet:
-        say("Warning: stdin is an open pipe with nothing on it; it was not read (pipe text in, give --stdin "
-            "to wait for it, or < /dev/null to say there is none)\n")
+        say(silent_stdin(wait_flag=True))
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar)
