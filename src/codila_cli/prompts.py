@@ -31,7 +31,7 @@ MAX_PROMPT_BYTES = LIMITS["prompt"]  # a prompt larger than this is a mistake (`
 STDIN_GRACE_S = 1.0  # how long a prompt argument waits for a piped stdin to show data or end
 
 
-def silent_stdin(*, wait_flag: bool) -> str:
+def silent_stdin_warning(*, wait_flag: bool) -> str:
     """The warning for a silent open stdin left unread (``wait_flag``: the command has ``--stdin``)."""
     wait = "give --stdin to wait for it, " if wait_flag else ""
     return f"Warning: stdin is an open pipe with nothing on it; it was not read (pipe text in, {wait}or < /dev/null)\n"

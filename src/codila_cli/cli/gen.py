@@ -72,7 +72,7 @@ def gen(
     from codila_cli.engine import Engine
     from codila_cli.engine.prompts import is_chat
     from codila_cli.helper_card import helper_mismatch
-    from codila_cli.prompts import read_prompt_parts, silent_stdin
+    from codila_cli.prompts import read_prompt_parts, silent_stdin_warning
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
@@ -87,7 +87,7 @@ def gen(
     given = read_prompt_parts(prompt, prompt_file, with_stdin=with_stdin)
     text = given.text
     if given.silent_stdin and not quiet:
-        say(silent_stdin(wait_flag=True))
+        say(silent_stdin_warning(wait_flag=True))
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar)
@@ -244,11 +244,16 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
 
     from codila_cli.ui.progress import item_progress
 
+    shown: dict[int, Any] = {}  # each sample without the piped context, made once
+
+    def one_done(i: int, r: Any) -> None:
+        shown[i] = _without_context(r, text, context)
+        done(f"sample (seed {r.seed}): {'parses' if shown[i].syntax.valid else 'does not parse'}")
+
     with item_progress("gen", n, quiet=quiet or live, tty=False) as done:  # a live view shows its own progress
         out = sample_many(models, text, decoder=req.decoder, config=req.config, seeds=seeds, system=system, view=view,
-                          on_done=lambda i, r: done(f"sample (seed {r.seed}): "
-                                                    f"{'parses' if _without_context(r, text, context).syntax.valid else 'does not parse'}"))
-    out.results[:] = [_without_context(r, text, context) for r in out.results]
+                          on_done=one_done)
+    out.results[:] = [shown.get(i) or _without_context(r, text, context) for i, r in enumerate(out.results)]
     if json_out:
         sys.stdout.write(json.dumps({**samples_document(out, models), "settings_sources": req.sources},
                                     ensure_ascii=False) + "\n")

@@ -54,7 +54,7 @@ def plan(
     from codila_cli.engine import Engine
     from codila_cli.models.generation import task_sampling
     from codila_cli.models.registry import default_plan_dlm
-    from codila_cli.prompts import read_prompt_parts, silent_stdin
+    from codila_cli.prompts import read_prompt_parts, silent_stdin_warning
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
@@ -62,7 +62,7 @@ def plan(
     given = read_prompt_parts(prompt, prompt_file)
     text = given.text
     if given.silent_stdin and not quiet:
-        say(silent_stdin(wait_flag=False))
+        say(silent_stdin_warning(wait_flag=False))
     if not text.strip():  # before any model loads
         raise UsageError("the prompt is empty", hint='codila plan "a CLI that counts words in files"')
     gamma = parse_commit(commit)

@@ -24,7 +24,7 @@ MAX_THREADS = 1024
 
 @dataclass(frozen=True)
 class Threads:
-    """The number torch runs and why (``-v``, ``--json``'s settings, docs/usage.md)."""
+    """The number torch runs and why (``Engine.threads``; ``-v`` prints the number)."""
 
     count: int
     why: str  # "asked" (--threads / CODILA_THREADS), or the default's reasoning
