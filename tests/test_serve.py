@@ -156,6 +156,30 @@ def test_suffix_fills_the_middle_and_infill_and_ollama_agree(server, client):
     assert "".join(e["content"] for e in events) == middle and events[-1]["stop"] is True
 
 
+def test_fim_on_a_typescript_file_reports_typescript_and_no_language_means_no_report(server, client):
+    """The request's file name (or `language`) says what the report checks; the other files' text
+    (input_extra) is the model's to read and never part of the report; neither field: not checked."""
+    prefix = "export function add(a: number, b: number): number {\n  return a + b;\n}\n\nexport function mul(a: number, b: number): number {\n"
+    suffix = "}\n"
+    body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 16, "seed": 5, "filename": "src/math.ts",
+            "input_extra": [{"filename": "broken.py", "text": "def broken(:\n"}]}
+    ts = httpx.post(server.url + "/infill", json=body, timeout=60).json()
+    report = ts["codila"]["syntax"]
+    assert report["language"] == "typescript" and report["checked"] is True
+    assert all(e["where"] == "generated" for e in report["errors"])  # the prefix and suffix parse; extras unread
+    same = httpx.post(server.url + "/infill", json={**body, "filename": None, "language": "typescriptreact"},
+                      timeout=60).json()
+    assert same["content"] == ts["content"] and same["codila"]["syntax"]["language"] == "tsx"
+    bare = httpx.post(server.url + "/infill", json={**body, "filename": None}, timeout=60).json()
+    assert bare["content"] == ts["content"] and bare["codila"]["syntax"]["checked"] is False
+    odd = httpx.post(server.url + "/infill", json={**body, "filename": None, "language": "vue"}, timeout=60)
+    assert odd.status_code == 200 and odd.json()["codila"]["syntax"] == {
+        "valid": None, "parses": None, "checked": False, "language": "vue", "errors": [], "warnings": []}
+    r = client.completions.create(model="codila", prompt=prefix, suffix=suffix, max_tokens=16, seed=5,
+                                  extra_body={"language": "ts"})
+    assert r.model_extra["codila"]["choices"][0]["syntax"]["language"] == "typescript"
+
+
 def test_editor_clients_request_shapes(server):
     """What the editors send, as their sources build it: llama.vscode's /infill (with its n_predict 0
     cache warm-up, samplers, n_indent, t_max_* fields), a stop list; Continue's Ollama provider

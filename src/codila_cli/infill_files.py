@@ -20,11 +20,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from codila_cli.errors import CodilaError, UsageError
 from codila_cli.user_input import LIMITS
 
-MARKER = re.compile(r"^[ \t]*#\s*codila:\s*fill\b.*$")
+MARKER = re.compile(r"^[ \t]*(?:#|//|--|;|/\*|<!--|\(\*)\s*codila:\s*fill\b.*$")  # in any language's comment
 MAX_BYTES = LIMITS["source"]  # larger "source files" are data: refused (user_input.py)
 
 
@@ -39,14 +40,25 @@ class Source:
     trailing_newline: bool
     bom: bool = False  # the file started with a UTF-8 byte order mark
     endings: tuple[str, ...] = ()  # each line's own ending as read ("\n", "\r\n", "" for a last line without)
+    language: Any = None  # languages.Language (read_source: --language, extension, #! line); None: unknown
+
+    @property
+    def rules(self) -> Any:
+        """The language whose block rules place the fill: the file's, else one that knows `:` and braces."""
+        from codila_cli.languages import GENERIC
+
+        return self.language or GENERIC
 
     @property
     def lines(self) -> list[str]:
         return self.text.split("\n")[:-1] if self.trailing_newline else self.text.split("\n")
 
 
-def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
-    """The file ``name`` (a symlink's target), or stdin for ``-`` (refused when stdin is a terminal)."""
+def read_source(name: str, *, stdin_bytes: bytes | None = None, language: str | None = None) -> Source:
+    """The file ``name`` (a symlink's target), or stdin for ``-`` (refused when stdin is a terminal).
+
+    Its language: ``language`` (a name languages.py knows, else UsageError), the extension, a ``#!`` line;
+    for stdin with none of these, Python if the text parses as Python, else unknown (not checked)."""
     if name == "-":
         if stdin_bytes is None and sys.stdin.isatty():
             raise UsageError("FILE is `-` but stdin is a terminal", hint="pipe a file: cat a.py | codila infill - --line 3")
@@ -72,7 +84,22 @@ def read_source(name: str, *, stdin_bytes: bytes | None = None) -> Source:
     endings = tuple("\r\n" if p.endswith("\r") else "\n" for p in parts[:-1]) + (("",) if parts[-1] else ())
     newline = "\r\n" if endings.count("\r\n") > endings.count("\n") else "\n"
     text = text.replace("\r\n", "\n")
-    return Source(text, newline, path, hashlib.sha256(raw).hexdigest(), text.endswith("\n"), bom, endings)
+    return Source(text, newline, path, hashlib.sha256(raw).hexdigest(), text.endswith("\n"), bom, endings,
+                  _language(language, None if name == "-" else name, text))
+
+
+def _language(language: str | None, path: str | None, text: str) -> Any:
+    from codila_cli import languages
+
+    try:
+        lang = languages.resolve(language=language, path=path, text=text)
+    except ValueError as exc:
+        raise UsageError(str(exc).split(" (known")[0], hint=f"--language takes one of: {', '.join(languages.names())}") from None
+    if lang is None and path is None:
+        from codila_cli.syntax import check_python
+
+        return languages.PYTHON if check_python(text).valid else None
+    return lang
 
 
 @dataclass(frozen=True)
@@ -89,11 +116,28 @@ def _indent_of(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _context_indent(lines: list[str], start: int, end: int) -> str:
-    """Indentation the middle should have: the first non-blank line after it, else the block opened before it."""
+def indent_unit(lines: list[str]) -> str:
+    """One indentation level of the file: a tab if it indents with tabs, else the most common step by
+    which a line is indented deeper than the non-blank line before it (4 spaces when there is none)."""
+    if uses_tabs("\n".join(lines)):
+        return "\t"
+    steps: dict[int, int] = {}
+    prev = 0
+    for line in lines:
+        if line.strip():
+            width = len(_indent_of(line).expandtabs(4))
+            if width > prev:
+                steps[width - prev] = steps.get(width - prev, 0) + 1
+            prev = width
+    return " " * (max(steps, key=lambda k: (steps[k], -k)) if steps else 4)
+
+
+def _context_indent(lines: list[str], start: int, end: int, lang: Any) -> str:
+    """Indentation the middle should have: the first non-blank line after it, else the block opened before
+    it (a line ending in the language's block opener: Python's `:`, a brace, the shell's `then`)."""
     prev = next((lines[i] for i in range(start - 1, -1, -1) if lines[i].strip()), None)
-    if prev is not None and prev.rstrip().endswith(":"):
-        inner = _indent_of(prev) + ("\t" if _indent_of(prev).startswith("\t") else "    ")
+    if prev is not None and lang.opens_block(prev):
+        inner = _indent_of(prev) + indent_unit(lines)
         nxt = next((lines[i] for i in range(end, len(lines)) if lines[i].strip()), None)
         return _indent_of(nxt) if nxt is not None and len(_indent_of(nxt)) > len(_indent_of(prev)) else inner
     nxt = next((lines[i] for i in range(end, len(lines)) if lines[i].strip()), None)
@@ -111,7 +155,7 @@ def find_region(src: Source, *, line: int | None, lines_range: str | None) -> Re
         if not (1 <= line <= n + 1):
             raise UsageError(f"--line {line} is out of range (the file has {n} line{'s' * (n != 1)})",
                              hint=f"give a line from 1 to {n}, or {n + 1} to append at the end")
-        return Region(line - 1, line - 1, _context_indent(lines, line - 1, line - 1), "line")
+        return Region(line - 1, line - 1, _context_indent(lines, line - 1, line - 1, src.rules), "line")
     if lines_range is not None:
         m = re.fullmatch(r"\s*(\d+)\s*[-:]\s*(\d+)\s*", lines_range)
         if not m:
@@ -122,11 +166,12 @@ def find_region(src: Source, *, line: int | None, lines_range: str | None) -> Re
         if a < 1 or b > n:
             raise UsageError(f"--lines {a}-{b} is out of range (the file has {n} line{'s' * (n != 1)})",
                              hint=f"give lines within 1-{n}")
-        indent = _indent_of(lines[a - 1]) if lines[a - 1].strip() else _context_indent(lines, a - 1, b)
+        indent = _indent_of(lines[a - 1]) if lines[a - 1].strip() else _context_indent(lines, a - 1, b, src.rules)
         return Region(a - 1, b, indent, "lines")
     hits = [i for i, text in enumerate(lines) if MARKER.match(text)]
     if not hits:
-        raise UsageError("no fill marker found", hint="add a line `# codila: fill`, or use --line N / --lines A-B")
+        comment = src.language.comment if src.language is not None else "#"
+        raise UsageError("no fill marker found", hint=f"add a line `{comment} codila: fill`, or use --line N / --lines A-B")
     if len(hits) > 1:
         raise UsageError(f"{len(hits)} fill markers found (lines {', '.join(str(h + 1) for h in hits[:5])})",
                          hint="keep one `# codila: fill` line, or use --line / --lines")
@@ -176,32 +221,34 @@ def fit_indent(middle: str, indent: str, *, tabs: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def _deepest_indent(lines: list[str], start: int) -> int:
+def _deepest_indent(lines: list[str], start: int, lang: Any) -> int:
     """The widest indentation a line inserted before line ``start`` can have: the previous non-blank
     line's, one level more when it opens a block."""
     prev = next((lines[i] for i in range(start - 1, -1, -1) if lines[i].strip()), None)
     if prev is None:
         return 0
     width = len(_indent_of(prev).expandtabs(4))
-    return width + 4 if prev.rstrip().endswith(":") else width
+    return width + len(indent_unit(lines).expandtabs(4)) if lang.opens_block(prev) else width
 
 
 def place_middle(src: Source, region: Region, text: str) -> str:
     """The model's middle, indented to fit the file: at the region's indentation (fit_indent), unless
     that makes the file fail to parse where the model's own indentation, a legal one at that point (a
-    ``return`` written inside the function being filled, before a line at column 0), makes it parse."""
-    from codila_cli.syntax import check_python
+    ``return`` written inside the function being filled, before a line at column 0), makes it parse in
+    the file's language (a language without a grammar keeps the region's indentation)."""
+    from codila_cli.syntax import check_code
 
     tabs = uses_tabs(src.text)
     first = fit_indent(text, region.indent, tabs=tabs)
     body = [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
-    if not body or check_python(patch(src, region, first)).valid:
+    parses = lambda middle: check_code(patch(src, region, middle), language=src.language).valid
+    if not body or src.language is None or src.language.grammar is None or parses(first):
         return first
     own = min((_indent_of(line) for line in body), key=len)
-    if own == region.indent or len(own.expandtabs(4)) > _deepest_indent(src.lines, region.start):
+    if own == region.indent or len(own.expandtabs(4)) > _deepest_indent(src.lines, region.start, src.rules):
         return first
     second = fit_indent(text, own, tabs=tabs)
-    return second if check_python(patch(src, region, second)).valid else first
+    return second if parses(second) else first
 
 
 def patch(src: Source, region: Region, middle: str) -> str:

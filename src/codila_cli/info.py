@@ -222,3 +222,13 @@ def _memory_gib(kind: str) -> float | None:
     except (OSError, ValueError, RuntimeError, AttributeError):
         return None
     return None
+
+
+def list_languages() -> list[dict]:
+    """The languages the syntax report knows (languages.py), with what checks each."""
+    from codila_cli.languages import LANGUAGES
+
+    return [{"name": lang.name, "extensions": list(lang.extensions), "aliases": list(lang.aliases),
+             "comment": lang.comment,
+             "checks": "tree-sitter, Python's parser, pyflakes" if lang.python else "tree-sitter"}
+            for lang in LANGUAGES]

@@ -18,18 +18,23 @@ def syntax_line(report: Any) -> str:
         more = f" (+{len(items) - 5} more)" if len(items) > 5 else ""
         return "; ".join(text(i) for i in items[:5]) + more
 
+    if not getattr(report, "checked", True):
+        return (f"syntax: not checked (codila has no grammar for {report.language})" if report.language else
+                "syntax: not checked (the language is unknown; --language names it)")
+    lang = getattr(report, "language", "python")
+    shown = f" ({lang})" if lang not in (None, "python") else ""
     if report.valid:
         warnings = getattr(report, "warnings", ())
         if not warnings:
-            return "syntax: parses"
+            return f"syntax: parses{shown}"
         wrong = [w for w in warnings if w.kind == "looks-wrong"]
         flakes = [w for w in warnings if w.kind != "looks-wrong"]
         parts = [f"looks wrong: {listed(wrong, lambda w: f'line {w.line}: {w.message}')}"] if wrong else []
         if flakes:
             parts.append(f"{len(flakes)} warning{'s' if len(flakes) > 1 else ''} (pyflakes): "
                          + listed(flakes, lambda w: f"line {w.line} col {w.column}: {w.message}"))
-        return "syntax: parses; " + "; ".join(parts)
-    return (f"syntax: does not parse, {len(report.errors)} problem(s): "
+        return f"syntax: parses{shown}; " + "; ".join(parts)
+    return (f"syntax: does not parse{shown}, {len(report.errors)} problem(s): "
             + listed(report.errors, lambda e: f"line {e.line} col {e.column}: {e.message or e.kind}"
                      + (" (in the given text)" if getattr(e, "where", "") == "given" else "")))
 
@@ -54,8 +59,9 @@ def check_line(check: Any) -> tuple[str, bool]:
 
 
 def clean(report: Any) -> bool:
-    """Parses and has no static finding in the generated code: what ``--strict`` asks for."""
-    return bool(report.valid and not getattr(report, "warnings", ()))
+    """Parses and has no static finding in the generated code: what ``--strict`` asks for (a text that
+    was not checked is not clean)."""
+    return bool(getattr(report, "checked", True) and report.valid and not getattr(report, "warnings", ()))
 
 
 def peak_memory() -> str:

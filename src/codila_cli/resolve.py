@@ -37,6 +37,7 @@ class GenRequest:
     sources: dict[str, str] = field(default_factory=dict)  # key -> flag | env | config | helper | model | default
     configs: dict[str, Any] = field(default_factory=dict)  # every decoder's config from the same layers
     helper: str | None = None  # the AR helper configured (flag, config, bundled pair), run or not
+    language: Any = None  # --language (languages.Language): what the syntax report checks; None: Python
 
 
 class Layers:

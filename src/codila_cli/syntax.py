@@ -1,4 +1,8 @@
-"""Syntax report for generated Python, and code extraction from chat output.
+"""Syntax report for generated code (every language with a grammar), and code extraction from chat output.
+
+:func:`check_code` checks by language (languages.py): Python as below; another language with a
+tree-sitter grammar by tree-sitter alone (no linter: no findings); a language codila has no grammar for
+(or none named) gets a report with ``checked`` false, which says "not checked", never "does not parse".
 
 ``valid`` requires both tree-sitter (no ERROR / MISSING node) and Python's own parser
 (``compile(..., "exec", dont_inherit=True)``): tree-sitter alone misses most indentation errors, and
@@ -21,6 +25,7 @@ import re
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
@@ -47,21 +52,38 @@ class Finding:
 
 @dataclass(frozen=True)
 class SyntaxReport:
-    valid: bool  # the text parses (tree-sitter and Python); nothing more
+    valid: bool  # the text parses (tree-sitter, and Python's parser for Python); nothing more
     errors: tuple[SyntaxIssue, ...] = field(default_factory=tuple)
     warnings: tuple[Finding, ...] = field(default_factory=tuple)
+    language: str | None = "python"  # what it was checked as; None: no language was named or known
+    checked: bool = True  # False: no grammar, so nothing was checked (``valid`` is then False and means nothing)
 
     def to_dict(self) -> dict:
-        return {"valid": self.valid, "parses": self.valid, "errors": [asdict(e) for e in self.errors],
+        return {"valid": self.valid if self.checked else None, "parses": self.valid if self.checked else None,
+                "checked": self.checked, "language": self.language, "errors": [asdict(e) for e in self.errors],
                 "warnings": [asdict(w) for w in self.warnings]}
 
 
-@lru_cache(maxsize=1)
-def _parser():
-    import tree_sitter_python
+def not_checked(language: str | None = None) -> SyntaxReport:
+    """The report for a text codila has no grammar for: nothing claimed either way."""
+    return SyntaxReport(False, language=language, checked=False)
+
+
+@lru_cache(maxsize=16)
+def _parser(grammar: str = "python"):
     from tree_sitter import Language, Parser
 
-    return Parser(Language(tree_sitter_python.language()))
+    if grammar == "python":
+        import tree_sitter_python
+
+        return Parser(Language(tree_sitter_python.language()))
+    from tree_sitter_language_pack import get_parser
+
+    return get_parser(grammar)
+
+
+_TOP = frozenset(("module", "block", "ERROR", "program", "source_file", "translation_unit", "compilation_unit",
+                  "statement_block", "compound_statement", "declaration_list", "chunk", "document", "stream"))
 
 
 def _unexpected(node) -> str:
@@ -70,13 +92,13 @@ def _unexpected(node) -> str:
     text = text if len(text) <= 30 else text[:29] + "…"
     what = f"unexpected `{text}`" if text else "unexpected end of input"
     parent = node.parent
-    if parent is not None and parent.type not in ("module", "block", "ERROR"):
+    if parent is not None and parent.type not in _TOP:
         what += " in " + parent.type.replace("_", " ")
     return what
 
 
-def _tree_sitter_issues(code: str, limit: int) -> list[SyntaxIssue]:
-    tree = _parser().parse(code.encode("utf-8"))
+def _tree_sitter_issues(code: str, limit: int, grammar: str = "python") -> list[SyntaxIssue]:
+    tree = _parser(grammar).parse(code.encode("utf-8"))
     issues: list[SyntaxIssue] = []
     stack = [tree.root_node]
     while stack and len(issues) < limit:
@@ -119,14 +141,29 @@ def _findings(code: str, span: tuple[int, int] | None) -> tuple[Finding, ...]:
     return tuple(out)
 
 
+def check_code(code: str, *, language: Any, limit: int = 20, span: tuple[int, int] | None = None) -> SyntaxReport:
+    """The report for ``code`` in ``language`` (a languages.Language, or None when none is known)."""
+    if language is None or language.grammar is None:
+        return not_checked(language.name if language is not None else None)
+    if language.python:
+        return check_python(code, limit=limit, span=span)
+    issues = sorted(_tree_sitter_issues(code, limit, language.grammar), key=lambda i: (i.line, i.column))
+    return _placed(code, SyntaxReport(not issues, tuple(issues), language=language.name), span)
+
+
+def _placed(code: str, report: SyntaxReport, span: tuple[int, int] | None) -> SyntaxReport:
+    """Each problem marked as in the generated text or the given text around it (``span``)."""
+    if span is None or not report.errors:
+        return report
+    first, last = _line_of(code, span[0]), _line_of(code, span[1])
+    return replace(report, errors=tuple(replace(e, where="generated" if first <= e.line <= last else "given")
+                                        for e in report.errors))
+
+
 def check_python(code: str, *, limit: int = 20, span: tuple[int, int] | None = None) -> SyntaxReport:
     """Whether ``code`` parses, every problem located, and (when it parses) pyflakes' findings;
     ``span``: the character offsets of the generated part (see the module docstring)."""
-    report = _check(code, limit)
-    if span is not None and report.errors:
-        first, last = _line_of(code, span[0]), _line_of(code, span[1])
-        report = SyntaxReport(False, tuple(replace(e, where="generated" if first <= e.line <= last else "given")
-                                           for e in report.errors))
+    report = _placed(code, _check(code, limit), span)
     if report.valid:
         from codila_cli.checks import looks_wrong
 
@@ -155,6 +192,18 @@ def _check(code: str, limit: int) -> SyntaxReport:
     except ValueError as exc:  # e.g. source contains null bytes
         issues.append(SyntaxIssue(1, 1, f"python: {exc}", str(exc)))
     return SyntaxReport(valid=not issues, errors=tuple(sorted(issues, key=lambda i: (i.line, i.column))))
+
+
+def fence_language(text: str) -> Any:
+    """The language (languages.Language) the fence :func:`extract_code` takes names (```ts), else None."""
+    from codila_cli.languages import PYTHON, by_name
+
+    blocks = FENCE.findall(text)
+    if not blocks:
+        return None
+    if any(lang.lower() in ("python", "py", "python3") for lang, _ in blocks):
+        return PYTHON
+    return by_name(blocks[0][0]) if blocks[0][0] else None
 
 
 def extract_code(text: str) -> str:

@@ -12,6 +12,7 @@ from codila_cli.cli.options import (
     Color,
     ColorOption,
     HelpAll,
+    Language,
     Quiet,
     Threads,
     Verbose,
@@ -34,6 +35,7 @@ def gen(
     prompt: Annotated[str | None, typer.Argument(help="The prompt; `-` (or none, with stdin piped) reads stdin. Text piped beside a prompt is context before it (stdin, a blank line, the prompt); stdout repeats only the prompt.")] = None,
     prompt_file: Annotated[Path | None, typer.Option("--prompt-file", "-f", help="Read the prompt from a file.", rich_help_panel=panel("Input"))] = None,
     system: Annotated[str | None, typer.Option("--system", "-s", help="System message (chat models).", rich_help_panel=panel("Input"))] = None,
+    language: Language = None,
     with_stdin: Annotated[bool, typer.Option("--stdin", help="Wait for stdin however long it takes and put it before the prompt (without it, a pipe silent for 1 s is left unread, with a warning), e.g. `slow-tool | codila gen --stdin \"implement this\"`.", rich_help_panel=panel("Input"))] = False,
     dlm: dlm_option("Diffusion model: alias, repo id or directory. [default: bundled-dlm]") = None,
     ar: ar_option("AR helper for CoDiLA: alias, repo id or directory. [default: bundled-ar with the bundled DLM]") = None,
@@ -90,7 +92,7 @@ def gen(
         say(silent_stdin_warning(wait_flag=True))
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
-    req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar)
+    req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar, language=language)
     engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model, threads=threads,
                          settings=req)
     models = engine.models
@@ -126,9 +128,14 @@ def gen(
                                 hint="try another --seed, a smaller --block-size or --tokens-per-step")
 
 
-def _resolve(ctx: typer.Context, knobs: dict[str, Any], *, user: Any, dlm: str | None, ar: str | None) -> Any:
+def _resolve(ctx: typer.Context, knobs: dict[str, Any], *, user: Any, dlm: str | None, ar: str | None,
+             language: str | None = None) -> Any:
     """The request the flags make (resolve.resolve_gen), told which values a ``CODILA_*`` variable gave
-    (Typer knows); a flag only another decoder reads is an error (resolve.unread_flag)."""
+    (Typer knows); a flag only another decoder reads is an error (resolve.unread_flag), as is the
+    syntax guard (Python's rules) for another --language."""
+    from dataclasses import replace
+
+    from codila_cli.languages import names, resolve
     from codila_cli.resolve import resolve_gen, unread_flag
 
     from_env = frozenset(n for n in knobs if getattr(ctx.get_parameter_source(n), "name", "") == "ENVIRONMENT")
@@ -136,7 +143,14 @@ def _resolve(ctx: typer.Context, knobs: dict[str, Any], *, user: Any, dlm: str |
     unread = unread_flag(req)
     if unread:
         raise unread
-    return req
+    try:
+        lang = resolve(language=language)
+    except ValueError as exc:
+        raise UsageError(str(exc).split(" (known")[0], hint=f"--language takes one of: {', '.join(names())}") from None
+    if lang is not None and not lang.python and getattr(req.config, "ar_syntax_guard", False):
+        raise UsageError(f"--ar-syntax-guard holds the helper to Python's rules, and --language is {lang.name}",
+                         hint="drop --ar-syntax-guard (or set ar_syntax_guard = false in config.toml)")
+    return replace(req, language=lang)
 
 
 def _shown(result: Any, prompt: str, echo: bool) -> str:
@@ -145,18 +159,26 @@ def _shown(result: Any, prompt: str, echo: bool) -> str:
     return result.text if echo or result.mode == "chat" else result.text[len(prompt):]
 
 
-def _without_context(result: Any, prompt: str, context: int) -> Any:
+def _without_context(result: Any, prompt: str, context: int, language: Any = None) -> Any:
     """A raw completion without the ``context`` characters piped before the prompt (prompts.py): they were
     the model's to read, not part of the program, so stdout, --json's text and the syntax report leave
-    them out (the report of a program with an English spec on top would always say "does not parse")."""
-    if not context or result.mode == "chat":
+    them out (the report of a program with an English spec on top would always say "does not parse").
+    With ``language`` (--language), the report checks the text as that language."""
+    if (not context or result.mode == "chat") and language is None:
         return result
     from dataclasses import replace
 
-    from codila_cli.syntax import check_python
+    from codila_cli.syntax import check_code
 
-    text = result.text[context:]
-    return replace(result, text=text, syntax=check_python(text, span=(len(prompt) - context, len(text))))
+    text = result.text[context:] if result.mode != "chat" else result.text
+    span = (len(prompt) - context, len(text)) if result.mode != "chat" else None
+    return replace(result, text=text, syntax=check_code(text, language=language or _checked_as(result), span=span))
+
+
+def _checked_as(result: Any) -> Any:
+    from codila_cli.languages import PYTHON, by_name
+
+    return by_name(result.syntax.language or "") or PYTHON
 
 
 def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | None, live: bool, stream: bool,
@@ -172,7 +194,7 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
 
         streamer = StdoutStreamer(tokenizer=models.dlm.tokenizer, specials=models.dlm.specials, prompt=text,
                                   out=sys.stdout, stop=req.config.stop, echo=echo, context=context)
-        result = _without_context(generate(text, **run, on_step=streamer), text, context)
+        result = _without_context(generate(text, **run, on_step=streamer), text, context, req.language)
         streamer.finish(_shown(result, text[context:], echo))
         return result
     if live:
@@ -183,7 +205,7 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
             result = generate(text, **run, on_step=view)
     else:
         result = generate(text, **run)
-    result = _without_context(result, text, context)
+    result = _without_context(result, text, context, req.language)
     if not json_out:
         sys.stdout.write(_shown(result, text[context:], echo))
     return result
@@ -212,7 +234,7 @@ def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, e
     if checked is not None:
         text, ok = check_line(checked)
         err.print(printable(text), style="green" if ok else "red", markup=False, highlight=False, soft_wrap=True)
-    if not result.syntax.valid and not result.metrics["ended"]:
+    if result.syntax.checked and not result.syntax.valid and not result.metrics["ended"]:
         err.print(unfinished_note(req.config.max_new_tokens), style="yellow", markup=False, soft_wrap=True)
     if verbose:
         for line in gen_verbose_lines(result, req.decoder, req.config, models, req.sources):
@@ -247,13 +269,13 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
     shown: dict[int, Any] = {}  # each sample without the piped context, made once
 
     def one_done(i: int, r: Any) -> None:
-        shown[i] = _without_context(r, text, context)
+        shown[i] = _without_context(r, text, context, req.language)
         done(f"sample (seed {r.seed}): {'parses' if shown[i].syntax.valid else 'does not parse'}")
 
     with item_progress("gen", n, quiet=quiet or live, tty=False) as done:  # a live view shows its own progress
         out = sample_many(models, text, decoder=req.decoder, config=req.config, seeds=seeds, system=system, view=view,
                           on_done=one_done)
-    out.results[:] = [shown.get(i) or _without_context(r, text, context) for i, r in enumerate(out.results)]
+    out.results[:] = [shown.get(i) or _without_context(r, text, context, req.language) for i, r in enumerate(out.results)]
     if json_out:
         sys.stdout.write(json.dumps({**samples_document(out, models), "settings_sources": req.sources},
                                     ensure_ascii=False) + "\n")

@@ -13,6 +13,7 @@ from codila_cli.cli.options import (
     ColorOption,
     Device,
     Dtype,
+    Language,
     Quiet,
     Threads,
     Verbose,
@@ -35,10 +36,11 @@ class InfillDecoder(str, Enum):
 @with_knob_flags(INFILL_KNOBS, help=table_help(INFILL_KNOBS), panel="Decoding", env=False)
 def infill(
     *,
-    file: Annotated[str, typer.Argument(help="Python file to fill, or `-` for stdin.")],
+    file: Annotated[str, typer.Argument(help="File to fill (any language: the syntax report follows its extension, or --language), or `-` for stdin.")],
     line: Annotated[int | None, typer.Option("--line", "-l", help="Insert new code before line N (last+1 appends).", rich_help_panel="Input")] = None,
     lines: Annotated[str | None, typer.Option("--lines", help="Replace lines A-B (1-based, inclusive).", rich_help_panel="Input")] = None,
     instruction: Annotated[str | None, typer.Option("--instruction", "-i", help="What to write (given to the model as a comment above the prefix).", rich_help_panel="Input")] = None,
+    language: Language = None,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff instead of the file.", rich_help_panel="Output")] = False,
     in_place: Annotated[bool, typer.Option("--in-place", help="Rewrite the file atomically (refused if it changed meanwhile).", rich_help_panel="Output")] = False,
     dlm: dlm_option("Infill DLM. [default: bundled-infill]", envvar="CODILA_INFILL_MODEL") = None,
@@ -57,7 +59,8 @@ def infill(
 ) -> None:
     """Fill code into a file; the model chooses how long the fill is (DreamOn expand/delete).
 
-    Where: --line N inserts before line N, --lines A-B replaces them, else a `# codila: fill` line.
+    Where: --line N inserts before line N, --lines A-B replaces them, else a `# codila: fill` line
+    (`// codila: fill`, `-- codila: fill` in other languages).
     The patched file goes to stdout unless --diff or --in-place.
     """
     from codila_cli.decoding.config import InfillConfig
@@ -77,7 +80,10 @@ def infill(
         raise UsageError("--diff and --in-place do not go together", hint="use --diff to review, then --in-place to write")
     if diff and json_out:
         raise UsageError("--diff and --json do not go together", hint="--json already holds the fill and its span")
-    src = read_source(file)
+    src = read_source(file, language=language)
+    if strict and src.language is None:
+        raise UsageError(f"--strict needs a syntax check, and codila does not know {file}'s language",
+                         hint="name it with --language (e.g. --language go), or drop --strict")
     region = find_region(src, line=line, lines_range=lines)
     codila = decoder == InfillDecoder.codila
     own_dlm, dlm = dlm is not None, dlm or default_infill_dlm()
@@ -169,7 +175,7 @@ def _status(src: Any, region: Any, out: Any, *, in_place: bool, verbose: bool) -
     status = syntax_line(out.syntax_after)
     if out.introduced_errors:
         status += " (introduced by the fill)"
-    elif not out.syntax_before.valid:
+    elif out.syntax_before.checked and not out.syntax_before.valid:
         status += " (the file had syntax errors before the fill)"
     lines.append(status)
     if verbose:

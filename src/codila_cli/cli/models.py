@@ -17,10 +17,19 @@ from codila_cli.ui.terminal import say
 def models(
     json_out: json_option() = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the names of available models.")] = False,
+    languages: Annotated[bool, typer.Option("--languages", help="List the languages the syntax report checks instead (name, extensions, aliases, checks).")] = False,
 ) -> None:
     """List model aliases, whether each is in the Hugging Face cache, and the bundled models."""
-    from codila_cli.info import list_models
+    from codila_cli.info import list_languages, list_models
 
+    if languages:
+        rows = list_languages()
+        if json_out:
+            sys.stdout.write(json.dumps({"schema_version": 1, "command": "models --languages", "languages": rows}) + "\n")
+            return
+        sys.stdout.write("".join(f"{r['name']}\n" for r in rows) if quiet else "".join(
+            f"{r['name']:<11} {' '.join(r['extensions']) or '-':<34} {r['checks']}\n" for r in rows))
+        return
     rows = list_models()
     if json_out:
         sys.stdout.write(json.dumps({"schema_version": 1, "command": "models", "models": rows}) + "\n")

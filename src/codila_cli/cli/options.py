@@ -38,6 +38,7 @@ def json_option(help: str = "One JSON object.") -> Any:
 Device = Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.", rich_help_panel="Runtime")]
 Dtype = Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).", rich_help_panel="Runtime")]
 Threads = Annotated[int, typer.Option("--threads", envvar="CODILA_THREADS", min=0, max=1024, help="CPU threads torch runs; 0 = auto: the usable cores less those other processes keep busy, less one (so a busy core never stalls the run; docs/usage.md).", rich_help_panel="Runtime")]
+Language = Annotated[str | None, typer.Option("--language", envvar="CODILA_LANGUAGE", help="What the syntax report checks the code as: python, javascript, typescript, tsx, go, rust, java, c, cpp, csharp, bash, ruby, … (`codila models --languages` lists them; aliases and editors' ids such as js, typescriptreact work). Default: the file's extension or #! line (gen: Python, or a chat answer's fence).", rich_help_panel="Input")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.", rich_help_panel="Output")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.", rich_help_panel="Output")]
 ColorOption = Annotated[Color, typer.Option(help="Colour on stderr.", rich_help_panel="Output")]

@@ -61,12 +61,12 @@ class Engine:
 
     def generate(self, prompt: str, *, decoder: str, config: Any, seed: int | None = None, system: str | None = None,
                  on_step: OnStep = no_op, batched: bool = False, on_row: Any = None,
-                 messages: list[dict] | None = None) -> Any:
+                 messages: list[dict] | None = None, language: Any = None) -> Any:
         """One completion (engine/generate.py::generate); ``batched``: as a row of the shared batch."""
         from codila_cli.engine.generate import generate
 
         return generate(self.models, prompt, decoder=decoder, config=config, seed=seed, system=system, on_step=on_step,
-                        batcher=self.batcher if batched else None, on_row=on_row, messages=messages)
+                        batcher=self.batcher if batched else None, on_row=on_row, messages=messages, language=language)
 
     def generate_many(self, prompts: list[str], *, decoder: str, config: Any, seeds: list[int],
                       system: str | None = None, on_step: OnStep = no_op, batched: bool = True) -> Any:

@@ -101,9 +101,12 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
 
 def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
-            seed: int, recorder: Any, wall: float) -> GenerationResult:
+            seed: int, recorder: Any, wall: float, language: Any = None) -> GenerationResult:
+    """``language``: what the text is checked as (languages.Language); None: a chat answer's fence names
+    it (```go), else Python."""
     from codila_cli.decoding.stops import ends_line, stop_offset
-    from codila_cli.syntax import check_python, extract_code
+    from codila_cli.languages import PYTHON
+    from codila_cli.syntax import check_code, extract_code, fence_language
 
     dlm = models.dlm
     completion = decode_text(dlm.tokenizer, dlm.specials, res.canvas)
@@ -124,14 +127,16 @@ def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *,
              "load_seconds": round(models.load_seconds, 3)}
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
                             settings=asdict(config), metrics={**metrics.to_dict(), **extra},
-                            syntax=check_python(text, span=(len(prompt), len(text)) if mode != "chat" else None),
+                            syntax=check_code(text, language=language or (mode == "chat" and fence_language(completion))
+                                              or PYTHON, span=(len(prompt), len(text)) if mode != "chat" else None),
                             prompt_tokens=len(ids), events=recorder.events)
 
 
 def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig | ThresholdConfig | CodilaConfig,
              seed: int | None = None, system: str | None = None, on_step: OnStep = no_op,
-             batcher: Any = None, on_row: Any = None, messages: list[dict] | None = None) -> GenerationResult:
-    """Decode one prompt. With ``batcher`` (decoding/batch.py::StepBatcher, shared by a server's requests)
+             batcher: Any = None, on_row: Any = None, messages: list[dict] | None = None,
+             language: Any = None) -> GenerationResult:
+    """Decode one prompt; ``language`` (languages.Language) is what the syntax report checks it as. With ``batcher`` (decoding/batch.py::StepBatcher, shared by a server's requests)
     the decode joins the running batch as one row at its next step and leaves it when done;
     ``on_row(batcher, row)`` is told the row (so a caller can cancel it). ``messages``: a whole
     conversation for a chat model (engine/prompts.py::encode_prompt)."""
@@ -163,7 +168,7 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
             res = _decode(models, RowDLM(batcher, row, dlm), ar, ids, decoder=decoder, config=config, gen=gen,
                           on_step=tee, raw=mode == "raw")
     return _result(models, prompt, mode, ids, res, decoder=decoder, config=config, seed=seed, recorder=recorder,
-                   wall=time.perf_counter() - t0)
+                   wall=time.perf_counter() - t0, language=language)
 
 
 @dataclass

@@ -24,7 +24,7 @@ class InfillOutcome:
 
     @property
     def introduced_errors(self) -> bool:
-        return self.syntax_before.valid and not self.syntax_after.valid
+        return self.syntax_after.checked and self.syntax_before.valid and not self.syntax_after.valid
 
 
 def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
@@ -81,10 +81,10 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
            instruction: str | None = None, on_step: OnStep = no_op) -> InfillOutcome:
     """Fill ``region`` of ``src`` (infill_files.Source) with DreamOn decoding (CoDiLA when the config needs the helper)."""
     from codila_cli.infill_files import patch, place_middle, split
-    from codila_cli.syntax import check_python
+    from codila_cli.syntax import check_code
 
     prefix, suffix = split(src, region)
-    view_prefix = (f"# Instruction: {instruction.strip()}\n" if instruction else "") + prefix
+    view_prefix = (src.rules.comment_line(f"Instruction: {instruction.strip()}") + "\n" if instruction else "") + prefix
     res, cut, seed = infill_tokens(models, view_prefix, suffix, config=config, seed=seed, on_step=on_step)
     tok = models.dlm.tokenizer
     middle = place_middle(src, region, tok.decode(res.middle, skip_special_tokens=True))
@@ -95,8 +95,8 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
                "tokens_per_step": (len(res.middle) + res.deletions + res.expansions) / res.dlm_forwards
                if res.dlm_forwards else 0.0, "wall_seconds": res.seconds, "truncated": res.truncated,
                "load_seconds": round(models.load_seconds, 3)}
-    return InfillOutcome(middle, new_text, seed, metrics, check_python(src.text),
-                         check_python(new_text, span=(before, before + len(middle))), cut)
+    return InfillOutcome(middle, new_text, seed, metrics, check_code(src.text, language=src.language),
+                         check_code(new_text, language=src.language, span=(before, before + len(middle))), cut)
 
 
 def plan(models: Models, prompt: str, *, config: Any, contract: Any = None, seed: int | None = None,

@@ -7,7 +7,9 @@
 * ``GET /health``, ``GET /metrics`` (Prometheus).
 
 Every decoding request may carry a ``codila`` object (decoder, block_size, tau, cache, …;
-serve/requests.py) and every answer carries one back (forwards, tokens per forward, syntax report).
+serve/requests.py) and every answer carries one back (forwards, tokens per forward, syntax report). A
+code request may name its ``language`` or ``filename`` (codila's fields): the syntax report checks that
+language, and without either it is ``{"checked": false}`` (a chat answer's code fence may name it).
 """
 
 from __future__ import annotations
@@ -37,7 +39,15 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class _OpenAIRequest(_Body):
+class _Located(_Body):
+    """codila's own fields on a code request: the language the syntax report checks (a name, an alias or
+    an editor's language id) or the file's name (its extension says); neither: no report."""
+
+    language: str | None = None
+    filename: str | None = None
+
+
+class _OpenAIRequest(_Located):
     """The fields OpenAI's completions and chat completions share."""
 
     model: str | None = None
@@ -71,7 +81,7 @@ class ExtraChunk(_Body):
     text: str = ""
 
 
-class InfillRequest(_Body):
+class InfillRequest(_Located):
     input_prefix: str = ""
     input_suffix: str = ""
     input_extra: list[ExtraChunk] = []
@@ -85,7 +95,7 @@ class InfillRequest(_Body):
     codila: dict[str, Any] | None = None
 
 
-class LlamaCompletion(_Body):
+class LlamaCompletion(_Located):
     prompt: str = ""
     n_predict: int | None = None
     temperature: Temperature = None
@@ -117,7 +127,7 @@ class OllamaShow(_Body):
     name: str | None = None  # the older spelling, which Continue sends
 
 
-class OllamaGenerate(_Body):
+class OllamaGenerate(_Located):
     model: str
     prompt: str = ""
     suffix: str | None = None
@@ -229,7 +239,8 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     job = Job.completion(request, prompt=prompt, suffix=body.suffix, max_tokens=body.max_tokens,
                          temperature=body.temperature, top_p=body.top_p, stop=body.stop, n=body.n, seed=body.seed,
                          codila=body.codila, model=body.model)
-    return await run_job(request, job, style="openai-completion", stream=body.stream)
+    return await run_job(request, job.located(body.language, body.filename), style="openai-completion",
+                         stream=body.stream)
 
 
 @router.post("/v1/chat/completions")
@@ -238,17 +249,27 @@ async def chat(body: ChatRequest, request: Request) -> Response:
     job = Job.chat(request, messages=_messages(body.messages), max_tokens=body.max_completion_tokens or body.max_tokens,
                    temperature=body.temperature, top_p=body.top_p, stop=body.stop, n=body.n, seed=body.seed,
                    codila=body.codila, model=body.model)
-    return await run_job(request, job, style="openai-chat", stream=body.stream)
+    return await run_job(request, job.located(body.language, body.filename), style="openai-chat", stream=body.stream)
 
 
 @router.post("/infill")
 async def infill(body: InfillRequest, request: Request) -> Response:
-    extra = "".join(f"# {c.filename}\n{c.text}\n" if c.filename else f"{c.text}\n" for c in body.input_extra if c.text)
+    extra = "".join(_chunk(c) for c in body.input_extra if c.text)
     job = Job.infill(request, prefix=extra + body.input_prefix + body.prompt, suffix=body.input_suffix,
                      max_middle=body.n_predict, temperature=body.temperature, top_p=body.top_p,
                      seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None,
                      stop=body.stop or None)
-    return await run_job(request, job, style="llama", stream=body.stream)
+    job.context = len(extra)  # the other files' text: the model reads it, the syntax report does not
+    return await run_job(request, job.located(body.language, body.filename), style="llama", stream=body.stream)
+
+
+def _chunk(chunk: ExtraChunk) -> str:
+    """An ``input_extra`` chunk as the model reads it: its file name in a comment of its own language."""
+    if not chunk.filename:
+        return f"{chunk.text}\n"
+    from codila_cli.languages import GENERIC, for_path
+
+    return f"{(for_path(chunk.filename) or GENERIC).comment_line(chunk.filename)}\n{chunk.text}\n"
 
 
 @router.post("/completion")
@@ -259,7 +280,7 @@ async def llama_completion(body: LlamaCompletion, request: Request) -> Response:
     job = Job.completion(request, prompt=body.prompt, suffix=None, max_tokens=n, temperature=body.temperature,
                          top_p=body.top_p, stop=body.stop or None, n=1, seed=None if body.seed in (None, -1) else body.seed,
                          codila=body.codila, model=None)
-    return await run_job(request, job, style="llama", stream=body.stream)
+    return await run_job(request, job.located(body.language, body.filename), style="llama", stream=body.stream)
 
 
 @router.post("/api/generate")
@@ -274,7 +295,7 @@ async def generate(body: OllamaGenerate, request: Request) -> Response:
                              max_tokens=o.num_predict if o.num_predict is None or o.num_predict >= 0 else None,
                              temperature=o.temperature, top_p=o.top_p, stop=o.stop, n=1, seed=o.seed,
                              codila=body.codila, model=body.model, system=body.system)
-    return await run_job(request, job, style="ollama", stream=body.stream)
+    return await run_job(request, job.located(body.language, body.filename), style="ollama", stream=body.stream)
 
 
 def _messages(messages: list[Message]) -> list[dict]:

@@ -43,6 +43,9 @@ class Job:
     stops: tuple[str, ...] = ()
     seed: int | None = None
     model: str = "codila"
+    language: Any = None  # languages.Language the syntax report checks (located); None: not checked
+    named: str | None = None  # the language or file name the request gave, as given
+    context: int = 0  # characters at the start of ``prompt`` that are other files' text (/infill's input_extra)
     nothing: bool = False  # asked for 0 tokens (llama.vscode's cache warm-up): answered empty, nothing decoded
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
@@ -105,6 +108,26 @@ class Job:
         return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=_stop_strings(stop), seed=seed,
                    model=model or models.dlm.name, nothing=max_middle == 0)
 
+    def located(self, language: str | None, filename: str | None) -> Job:
+        """This job, told the request's ``language`` / ``filename`` (one codila does not know: not checked)."""
+        from codila_cli.languages import by_name, for_path
+
+        self.named = language or filename
+        self.language = (by_name(language) if language else None) or (for_path(filename) if filename else None)
+        return self
+
+    def syntax(self, text: str, span: tuple[int, int] | None, result: Any = None) -> dict:
+        """The report of ``text`` in the request's language; a chat answer's fence (```go) names one too."""
+        from codila_cli.syntax import check_code, fence_language, not_checked
+
+        lang = self.language or (fence_language(result.completion) if result is not None and result.mode == "chat"
+                                 else None)
+        if lang is None:
+            return not_checked(self.named).to_dict()
+        if result is not None and lang.name == result.syntax.language:
+            return result.syntax.to_dict()
+        return check_code(text, language=lang, span=span).to_dict()
+
     def seed_of(self, i: int) -> int | None:
         return None if self.seed is None else self.seed + i
 
@@ -118,27 +141,26 @@ class Job:
                 s = self.settings
                 r = self.engine.generate(self.prompt, decoder=s.decoder, config=s.config, seed=self.seed_of(i),
                                          system=self.system, messages=self.messages, on_step=on_step, batched=True,
-                                         on_row=on_row)
+                                         on_row=on_row, language=self.language)
                 text, hit = cut_at_stop(r.completion, self.stops)
                 m = r.metrics
                 info = {"decoder": s.decoder, "seed": r.seed, "dlm_forwards": m["dlm_forwards"],
                         "ar_forwards": m["ar_forwards"], "tokens_per_forward": round(m.get("tokens_per_step", 0.0), 3),
-                        "wall_seconds": round(m["wall_seconds"], 4), "syntax": r.syntax.to_dict()}
+                        "wall_seconds": round(m["wall_seconds"], 4),
+                        "syntax": self.syntax(r.text, (len(self.prompt), len(r.text)) if r.mode != "chat" else None, r)}
                 return RowOut(text, "stop" if hit or m["ended"] else "length", r.prompt_tokens, m["tokens"], info)
             res, cut, seed = self.engine.infill_tokens(self.prompt, self.suffix, config=self.settings,
                                                        seed=self.seed_of(i), on_step=on_step, batched=True,
                                                        on_row=on_row)
             tok = self.engine.infill_models.dlm.tokenizer
             text, hit = cut_at_stop(tok.decode(res.middle, skip_special_tokens=True), self.stops)
-            from codila_cli.syntax import check_python
-
             info = {"decoder": "codila" if self.settings.needs_helper else "dreamon", "seed": seed,
                     "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
                     "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
                     "expansions": res.expansions, "deletions": res.deletions, "context": cut,
                     "wall_seconds": round(res.seconds, 4),
-                    "syntax": check_python(self.prompt + text + self.suffix,
-                                                          span=(len(self.prompt), len(self.prompt) + len(text))).to_dict()}
+                    "syntax": self.syntax(self.prompt[self.context:] + text + self.suffix,
+                                          (len(self.prompt) - self.context, len(self.prompt) - self.context + len(text)))}
             return RowOut(text, "length" if res.truncated and not hit else "stop",
                           cut["prefix_kept"] + cut["suffix_kept"], len(res.middle), info)
         except Cancelled:
