@@ -40,7 +40,7 @@ DREAMON_TOPK = [json.loads(line) for line in (DREAMON_DIR / "dreamon_topk_cases.
 
 @cache
 def _dlm(checkpoint: str, dtype: str):
-    from codila_cli.models.dream import load_dlm
+    from codila_cli.models.families import load_dlm
 
     return load_dlm(PARITY / "checkpoints" / checkpoint, name=checkpoint, device=torch.device("cpu"),
                     dtype=getattr(torch, dtype))
@@ -48,7 +48,7 @@ def _dlm(checkpoint: str, dtype: str):
 
 @cache
 def _dreamon_dlm(checkpoint: str, dtype: str):
-    from codila_cli.models.dream import load_dlm
+    from codila_cli.models.families import load_dlm
 
     return load_dlm(DREAMON_DIR / "checkpoints" / checkpoint, name=checkpoint, device=torch.device("cpu"),
                     dtype=getattr(torch, dtype))

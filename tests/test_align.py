@@ -325,7 +325,7 @@ def test_every_data_source_format_loads_the_same_documents(tmp_path):
 
 def test_bad_inputs_fail_before_any_model_loads(pair, tmp_path, monkeypatch):
     import codila_cli.models.ar as ar_mod
-    import codila_cli.models.dream as dream_mod
+    import codila_cli.models.families as dream_mod
     from codila_cli.train.tiny import build_tiny
 
     def boom(*a, **k):

@@ -12,7 +12,8 @@ import torch
 
 from codila_cli.errors import IncompatibleModelsError, ModelLoadError, ModelNotFoundError, UsageError
 from codila_cli.models.cache import resolve_local_dir
-from codila_cli.models.dream import load_dlm, shift_logits
+from codila_cli.models.dream import shift_logits
+from codila_cli.models.families import load_dlm
 from codila_cli.models.registry import resolve_spec
 
 CPU = torch.device("cpu")

@@ -67,7 +67,7 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     ar_spec = resolve_spec(ar, kind="ar") if ar else None
     dlm_path, ar_path, *_ = resolve_local_dirs([dlm_spec, ar_spec, *(resolve_spec(s, kind="dlm") for s in also)])
     t0 = time.perf_counter()
-    from codila_cli.models.dream import load_dlm
+    from codila_cli.models.families import load_dlm
     from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
 
     dev = choose_device(device)

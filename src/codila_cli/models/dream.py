@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from codila_cli.errors import ModelLoadError
-from codila_cli.models.loading import LoadedCheckpoint, build_model, engine_for, is_dream, read_config
+from codila_cli.models.loading import LoadedCheckpoint, build_model, engine_for
 from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
 
@@ -34,6 +33,8 @@ class DreamDenoiser:
 
     Forward count is kept in ``forwards`` so decoders and tests can account NFEs.
     """
+
+    shifted = True  # the raw output at i predicts token i + 1 (LLaDA's does not: models/llada.py)
 
     def __init__(self, ckpt: LoadedCheckpoint) -> None:
         self.ckpt = ckpt
@@ -126,13 +127,8 @@ class DreamDenoiser:
         return out
 
 
-def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:
-    cfg = read_config(path, name=name)
-    if not is_dream(cfg):
-        raise ModelLoadError(
-            f"'{name}' is a '{cfg.get('model_type')}' model, not a Dream-family diffusion model",
-            hint="use --dlm with a Dream checkpoint (model_type \"Dream\"), e.g. dream-coder or bundled-dlm",
-        )
+def load_dream(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:
+    """A Dream-family checkpoint (``cfg`` its config.json); models/families.py::load_dlm picks the family."""
     tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False)
@@ -156,6 +152,8 @@ class BlockCache:
     """
 
     def __init__(self, dlm: DreamDenoiser, mode: str) -> None:
+        if not getattr(dlm, "shifted", True):
+            dlm.kv_call()  # a LLaDA model: says why, as a usage error
         if mode not in ("prefix", "dual"):
             raise ValueError(f"cache mode must be 'prefix' or 'dual', got {mode!r}")
         self.dlm, self.mode = dlm, mode

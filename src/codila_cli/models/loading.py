@@ -205,6 +205,10 @@ def engine_for(path: Path, cfg: dict) -> str:
     from codila_cli.models.native import NativeConfig
 
     supported = NativeConfig.from_dict(cfg) is not None
+    from codila_cli.models.llada_layout import is_llada
+
+    if is_llada(cfg):
+        return "native"  # transformers has no LLaDA class, and codila runs no remote code
     if choice == "native":
         return "native" if supported else "transformers"
     bundled = path.resolve().is_relative_to(BUNDLED_DIR.resolve())
@@ -234,6 +238,10 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
         from codila_cli.models.native import NativeConfig, NativeLM, load_native
 
         native_cfg = NativeConfig.from_dict(cfg)
+        if native_cfg.kind == "llada":
+            from codila_cli.models.llada_layout import rename_state
+
+            rename_state(state)
         with torch.device("meta"):
             model = NativeLM(native_cfg, causal=causal)
         _check_weights(model, state, tied=native_cfg.tie_word_embeddings, name=name)
@@ -291,5 +299,5 @@ class LoadedCheckpoint:
     @property
     def context_length(self) -> int:
         # Dream README: usable context (prompt + output) is 2048 whatever the config says.
-        n = int(self.config.get("max_position_embeddings", 2048))
+        n = int(self.config.get("max_position_embeddings") or self.config.get("max_sequence_length") or 2048)
         return min(n, 2048) if is_dream(self.config) else n

@@ -30,7 +30,7 @@ ARCHITECTURES = ("dream", "qwen2", "qwen3")
 
 @dataclass(frozen=True)
 class NativeConfig:
-    kind: str  # "dream" | "qwen2" | "qwen3"
+    kind: str  # "dream" | "qwen2" | "qwen3" | "llada"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -48,6 +48,11 @@ class NativeConfig:
     def from_dict(cls, cfg: dict) -> NativeConfig | None:
         """The config when this module can run it exactly, else None (then transformers runs it)."""
         kind = str(cfg.get("model_type", "")).lower()
+        if kind == "llada":  # its own config names (models/llada.py)
+            from codila_cli.models.llada_layout import native_fields
+
+            fields = native_fields(cfg)
+            return cls(**fields) if fields is not None else None
         if kind not in ARCHITECTURES or cfg.get("hidden_act", "silu") != "silu":
             return None
         rope = cfg.get("rope_parameters") or {}
@@ -130,7 +135,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(cfg.hidden_size, h * d, bias=cfg.attention_bias)
         self.k_proj = nn.Linear(cfg.hidden_size, kv * d, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(cfg.hidden_size, kv * d, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=cfg.kind == "qwen3" and cfg.attention_bias)
+        self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=cfg.kind in ("qwen3", "llada") and cfg.attention_bias)
         if cfg.kind == "qwen3":
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
@@ -167,7 +172,7 @@ class Attention(nn.Module):
         qk, v = qkv[:, :, : h + kv], qkv[:, :, h + kv :].transpose(1, 2)
         if self.qk_norm is not None:
             qk = rms_norm(qk, self.qk_norm, self.eps)
-        qk = _rotate(qk.transpose(1, 2), cos, sin)  # [b, h + kv, n, d]
+        qk = _rotate(qk.transpose(1, 2).to(cos.dtype), cos, sin).to(v.dtype)  # [b, h + kv, n, d]
         q, k = qk[:, :h], qk[:, h:]
         if cache is not None:
             k, v = cache.update(k, v, self.index)
@@ -300,7 +305,8 @@ class NativeLM(nn.Module):
             need = past + n
         else:
             need = int(position_ids.max()) + 1
-        cos, sin = self._rope(position_ids, x.dtype, need)
+        # LLaDA rotates q and k in fp32 whatever the model's dtype (its rope_full_precision)
+        cos, sin = self._rope(position_ids, torch.float32 if self.config.kind == "llada" else x.dtype, need)
         mask, causal = self._mask(attention_mask, b, n, past + n, past, x.device)
         cache = cache if use_cache else None
         for layer in self.model.layers:

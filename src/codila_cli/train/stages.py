@@ -283,7 +283,7 @@ def _plan_examples(run: Path, split: str, ids: dict, *, source: Path | None = No
     """SDDC contract examples of the corpus's files, tokenized with the checkpoint the stage starts from
     (``source``, else the run's finished DLM); cached in RUN/plan3_SPLIT.pt."""
     from codila_cli.decoding.plan_config import PlanConfig
-    from codila_cli.models.dream import load_dlm
+    from codila_cli.models.families import load_dlm
     from codila_cli.train.corpus import read_jsonl
     from codila_cli.train.plan_data import PlanExample, build_examples
 

@@ -82,7 +82,7 @@ class Models:
 
     def __init__(self, cfg: Any, pair: Any, device: torch.device) -> None:
         from codila_cli.models.ar import load_ar
-        from codila_cli.models.dream import load_dlm
+        from codila_cli.models.families import load_dlm
         from codila_cli.models.loading import choose_dtype
 
         self.dlm_dtype = choose_dtype(cfg.dtype, device)

@@ -1,0 +1,123 @@
+"""LLaDA's ``generate`` (Nie et al. 2025, "Large Language Diffusion Models", arXiv 2502.09992, §2.4 and
+Appendix B; the official ``generate.py`` of ML-GSAI/LLaDA): semi-autoregressive blocks, low-confidence or
+random remasking, optional unsupervised classifier-free guidance.
+
+Canvas ``x`` [1, P + L]: prompt then L masks, cut into L / block_length blocks decoded left to right, each
+in ``steps / blocks`` forwards. A block's masked count m is spread evenly over its forwards (m // s each,
+the first m % s forwards one more: LLaDA's linear schedule). Per forward:
+
+* logits [1, N, V] of the whole canvas (no shift: row i is token i); with ``cfg_scale`` w > 0 a second
+  row with the prompt masked runs in the same forward, and the logits are u + (w + 1)·(c − u);
+* x0 = argmax of the logits, at T > 0 with Gumbel noise in float64: exp(l) / (−log U)^T, U uniform of the
+  logits' full shape (the official order of random draws);
+* confidence p(x0) under softmax(logits) (``low_confidence``) or a uniform per position (``random``),
+  −inf outside the block's masked slots; the top-k on that sequence-long row [N] picks the slots (ties
+  and draws depend on that layout, as in the official loop).
+
+Every forward runs, as in the official loop (a forward whose quota is 0 still draws its noise at T > 0).
+Intended differences (docs/decoders.md, "Parity"): the mask token is never chosen (its logit is the fp32
+minimum); early stop once a stop token is committed with nothing masked before it (``early_stop``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from codila_cli.decoding.base import Canvas, DecodeResult
+from codila_cli.decoding.events import OnStep, no_op
+
+REMASKING = ("low_confidence", "random")
+
+
+@dataclass(frozen=True)
+class LladaConfig:
+    """``--decoder llada``: LLaDA's sampler. ``steps`` None = max_new_tokens (one token per forward);
+    ``block_length`` must divide max_new_tokens and the blocks must divide ``steps``, as the official
+    code asserts."""
+
+    max_new_tokens: int = 128
+    steps: int | None = None
+    block_length: int = 32
+    remasking: str = "low_confidence"
+    cfg_scale: float = 0.0
+    sampling: Any = None  # decoding/config.py::SamplingConfig (temperature; top_p/top_k are not LLaDA's)
+    early_stop: bool = True
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    needs_helper: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        from codila_cli.decoding.config import SamplingConfig
+
+        if self.sampling is None:
+            object.__setattr__(self, "sampling", SamplingConfig())
+        if self.max_new_tokens < 1 or self.block_length < 1:
+            raise ValueError("max-new-tokens and block-length must be >= 1")
+        if self.max_new_tokens % self.block_length:
+            raise ValueError(f"LLaDA's blocks must tile the canvas: --block-length {self.block_length} does not "
+                             f"divide --max-new-tokens {self.max_new_tokens}")
+        blocks = self.max_new_tokens // self.block_length
+        steps = self.steps if self.steps is not None else self.max_new_tokens
+        if steps < 1 or steps % blocks:
+            raise ValueError(f"--steps {steps} must be a positive multiple of the number of blocks ({blocks})")
+        if self.remasking not in REMASKING:
+            raise ValueError(f"remasking must be one of {', '.join(REMASKING)}, got {self.remasking!r}")
+        if not 0.0 <= self.cfg_scale <= 100.0:
+            raise ValueError(f"cfg-scale must be between 0 and 100, got {self.cfg_scale}")
+        if self.sampling.top_p is not None or self.sampling.top_k is not None:
+            raise ValueError("LLaDA's sampler has no top-p or top-k (only --temperature)")
+
+    def draws(self) -> bool:
+        return self.sampling.temperature > 0 or self.remasking == "random"
+
+
+def _logits(dlm: Any, x: torch.Tensor, prompt_len: int, cfg_scale: float, mask_id: int,
+            rows: tuple[int, int] | None) -> torch.Tensor:
+    """[1, n, V] fp32 logits of the canvas (rows ``rows`` only when given), guided when cfg_scale > 0."""
+    if cfg_scale <= 0:
+        return dlm.logits(x, rows=rows)
+    uncond = x.clone()
+    uncond[:, :prompt_len] = mask_id
+    cond, un = dlm.logits(torch.cat([x, uncond]), rows=rows).chunk(2)
+    return un + (cfg_scale + 1) * (cond - un)
+
+
+def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, generator: torch.Generator | None = None,
+                 on_step: OnStep = no_op) -> DecodeResult:
+    c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
+    P, L, B = c.prompt_len, config.max_new_tokens, config.block_length
+    blocks = L // B
+    per_block = (config.steps if config.steps is not None else L) // blocks
+    temp = config.sampling.temperature
+    whole = temp > 0 or config.remasking == "random"  # the draws span the whole canvas: so must the logits
+    for b in range(blocks):
+        lo, hi = P + b * B, P + (b + 1) * B
+        m = int((c.x[0, lo:hi] == c.mask_id).sum())
+        quota = [m // per_block + (k < m % per_block) for k in range(per_block)]
+        for k in range(per_block):
+            rows = None if whole else (lo, hi)
+            logits = _logits(dlm, c.x, P, config.cfg_scale, c.mask_id, rows)[0]  # [n, V]
+            start = 0 if whole else lo
+            if temp > 0:
+                noise = torch.rand(logits.shape, dtype=torch.float64, generator=generator, device=logits.device)
+                x0 = (logits.double().exp() / (-torch.log(noise)) ** temp).argmax(-1)
+            else:
+                x0 = logits.argmax(-1)
+            if config.remasking == "low_confidence":
+                conf = torch.softmax(logits, dim=-1).gather(-1, x0[:, None]).squeeze(-1)
+            else:
+                conf = torch.rand((1, c.x.shape[1]), generator=generator, device=logits.device)[0]
+            block_x0, block_conf = x0[lo - start : hi - start], conf[lo - start : hi - start]
+            masked = c.x[0, lo:hi] == c.mask_id
+            row = torch.full((c.x.shape[1],), float("-inf"), device=logits.device)
+            row[lo:hi] = torch.where(masked, block_conf.float(), float("-inf"))
+            if c.wants_proposals:
+                c.propose(masked.nonzero().flatten() + lo - P, block_x0[masked])
+            if quota[k]:
+                picked = torch.topk(row, quota[k]).indices
+                c.commit(picked - P, x0[picked - start], source="dlm", block=(lo - P, hi - P))
+            if c.done():
+                return c.result()
+    return c.result()

@@ -1,0 +1,65 @@
+"""LLaDA-family diffusion LMs (Nie et al. 2025, "Large Language Diffusion Models", arXiv 2502.09992):
+checkpoints with ``model_type`` "llada" (LLaDA-8B-Base/-Instruct, LLaDA-1.5), run natively.
+
+A LLaDA network is a LLaMA-style transformer with bidirectional attention: RMSNorm before attention and
+MLP, RoPE, a SiLU-gated MLP, no biases. Its released remote code (``modeling_llada.py``, an OLMo
+descendant) names the weights its own way; codila never runs that code. It maps the config onto
+models/native.py's network (``NativeConfig`` kind "llada": the same maths, tested against the official
+class to 1e-5 in tests/test_llada.py) and renames the tensors as they load.
+
+Unlike Dream, LLaDA predicts each token at its own position: the raw output at i is the distribution of
+token i. :class:`LladaDenoiser` therefore returns the raw logits unshifted (Dream's shift stays in
+models/dream.py, the one place it happens).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from codila_cli.errors import ModelLoadError
+from codila_cli.models.dream import DreamDenoiser  # the same call surface; only the shift differs
+from codila_cli.models.llada_layout import unsupported
+
+
+class LladaDenoiser(DreamDenoiser):
+    """A bidirectional LLaDA network whose :meth:`logits` are its raw outputs (no shift): row i is the
+    distribution of token i. Forwards are counted in ``forwards`` as for Dream."""
+
+    shifted = False
+
+    def logits(self, x: Any, *, attention_mask: Any | None = None, pair_mask: Any | None = None,
+               position_ids: Any | None = None, rows: tuple[int, int] | None = None) -> Any:
+        """fp32 logits [B, N, V] (``rows`` = (start, end): [B, end − start, V]); ``pair_mask`` [N, N] and
+        ``position_ids`` [B, N] replace ``attention_mask`` (SDDC), as for Dream."""
+        import torch
+
+        keep = torch.arange(*rows, device=x.device) if rows is not None else 0
+        if pair_mask is None:
+            return self.emittable(self.raw_logits(x, attention_mask=attention_mask, keep=keep))
+        self.forwards += 1
+        with torch.inference_mode():
+            out = self.model(input_ids=x, attention_mask={"full_attention": pair_mask[None, None]},
+                             position_ids=position_ids, use_cache=False, logits_to_keep=keep)
+        return self.emittable(out.logits)
+
+    def kv_call(self, *_: Any, **__: Any) -> Any:
+        from codila_cli.errors import UsageError
+
+        raise UsageError(f"the approximate KV cache (--cache prefix|dual) runs Dream-family models only; {self.name} is LLaDA",
+                         hint="drop --cache (or set cache = \"none\")")
+
+
+def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any) -> LladaDenoiser:
+    """A LLaDA checkpoint (safetensors, its own tensor names, no remote code) on models/native.py."""
+    from codila_cli.models.loading import LoadedCheckpoint, build_model
+    from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
+
+    problem = unsupported(cfg)
+    if problem is not None:
+        raise ModelLoadError(f"'{name}' is a LLaDA model with {problem}, which codila does not run",
+                             hint="LLaDA-8B-Base/-Instruct and LLaDA-1.5 are supported (docs/models.md)")
+    tokenizer = load_tokenizer(path, name=name, native=True)
+    specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
+    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, engine="native")
+    return LladaDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))
