@@ -58,9 +58,35 @@ def first_forward_sha(case: dict) -> str:
     return hashlib.sha256(raw.numpy().astype(raw.numpy().dtype.newbyteorder("<")).tobytes()).hexdigest()
 
 
+def gemm_fingerprint() -> str:
+    """SHA-256 of plain fp32 ``F.linear`` products and attentions (no codila code) of the two checkpoints'
+    shapes at every canvas length the cases use, on fixed inputs drawn exactly: it depends only on how this
+    machine's fp32 GEMM and attention round (tests/parity_cases.py explains why a CI machine may differ),
+    so the tests know whether the fp32 hashes can hold here."""
+    import torch.nn.functional as F
+
+    g, h = torch.Generator().manual_seed(0), hashlib.sha256()
+
+    def draw(*shape: int, scale: int) -> torch.Tensor:
+        return torch.randint(-999, 1000, shape, generator=g).float() / scale
+
+    for name in sorted({c["checkpoint"] for c in CASES}):
+        cfg = json.loads((LLADA_DIR / "checkpoints" / name / "config.json").read_text())
+        d, inter, vocab, heads, kv = cfg["d_model"], cfg["mlp_hidden_size"], cfg["embedding_size"], cfg["n_heads"], cfg["n_kv_heads"]
+        lengths = sorted({len(c["input_ids"][0]) + c["settings"]["gen_length"] for c in CASES if c["checkpoint"] == name})
+        for fan_in, fan_out in [(d, d + 2 * kv * d // heads), (d, d), (d, 2 * inter), (inter, d), (d, vocab)]:
+            w = draw(fan_out, fan_in, scale=991)
+            for m in lengths:
+                h.update(F.linear(draw(1, m, fan_in, scale=997), w).numpy().astype("<f4").tobytes())
+        for m in lengths:
+            q, k, v = (draw(1, n, m, d // heads, scale=s) for n, s in ((heads, 997), (kv, 991), (kv, 983)))
+            h.update(F.scaled_dot_product_attention(q, k, v, enable_gqa=True).numpy().astype("<f4").tobytes())
+    return h.hexdigest()
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    out: dict = {"_sha": {c["id"]: first_forward_sha(c) for c in CASES}}
+    out: dict = {"_sha": {c["id"]: first_forward_sha(c) for c in CASES}, "_gemm": gemm_fingerprint()}
     for case in CASES:
         out[case["id"]] = run(case)
     print(json.dumps(out))

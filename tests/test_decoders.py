@@ -732,3 +732,14 @@ def test_no_repeat_ngram_is_validated():
     with pytest.raises(ValueError, match="no-repeat-ngram"):
         CodilaConfig(ar_no_repeat_ngram=1)
     assert CodilaConfig(ar_no_repeat_ngram=0).ar_no_repeat_ngram == 0
+
+
+def test_fast_dllm_convention_refuses_a_block_length_that_does_not_divide_the_canvas():
+    """Fast-dLLM's block loop asserts that the blocks tile the canvas, with a cache as without one; its
+    convention in codila refuses such a length (exit 2 from the CLI), codila's own decodes it."""
+    from codila_cli.decoding.config import ThresholdConfig
+
+    for cache in ("none", "prefix", "dual"):
+        with pytest.raises(ValueError, match="multiple of --block-length"):
+            ThresholdConfig(max_new_tokens=30, block_length=8, cache=cache, convention="fast-dllm")
+        assert ThresholdConfig(max_new_tokens=30, block_length=8, cache=cache).block_length == 8

@@ -37,6 +37,7 @@ class ScriptedInfill:
     specials: SpecialTokens = SP
     device: torch.device = torch.device("cpu")
     forwards: int = 0
+    context_length: int = 2048
 
     def logits(self, x, *, rows=None):
         self.forwards += 1
@@ -74,6 +75,34 @@ def test_expand_is_forbidden_when_the_middle_is_full():
     dlm = ScriptedInfill(head=2, tail=1, target=list(range(5, 15)))
     res = decode_dreamon(dlm, prefix_ids=[10], suffix_ids=[], config=InfillConfig(initial_masks=2, max_middle_tokens=4))
     assert len(res.middle) <= 4
+
+
+def test_expand_stops_at_the_models_context_as_the_official_2048_cap():
+    """DreamOn's generator caps the whole canvas at 2048 tokens (max_tokens) as well as the middle at
+    max_gen_len: with the prefix and suffix near the context, the middle grows only to what fits."""
+    dlm = ScriptedInfill(head=4, tail=2, target=list(range(5, 15)), context_length=4 + 2 + 6)
+    events = []
+    res = decode_dreamon(dlm, prefix_ids=[10, 11, 12], suffix_ids=[13],
+                         config=InfillConfig(initial_masks=2, max_middle_tokens=16), on_step=events.append)
+    assert max(len(e.canvas) for e in events) == 6 and res.expansions == 4  # 4 + 6 + 2 = the 12-token context
+    with pytest.raises(ValueError, match="exceed the model's 12-token context"):
+        decode_dreamon(dlm, prefix_ids=[10, 11, 12], suffix_ids=[13], config=InfillConfig(initial_masks=7,
+                                                                                           max_middle_tokens=16))
+
+
+def test_an_empty_initial_middle_is_an_empty_fill_and_an_eos_in_the_prefix_is_refused():
+    """n0 = 0: the official loop finds no mask and returns an empty middle after no forward (codila
+    refused it before session 28). An end-of-text id inside the prefix ids would end the middle for the
+    official loop, which then deletes every slot: refused, with the reason."""
+    dlm = ScriptedInfill(head=2, tail=1, target=[5, 6])
+    res = decode_dreamon(dlm, prefix_ids=[10], suffix_ids=[], config=InfillConfig(initial_masks=0, max_middle_tokens=8))
+    assert res.middle == [] and res.dlm_forwards == 0 and not res.truncated
+    with pytest.raises(ValueError, match="prefix_ids hold the end-of-text id 0"):
+        decode_dreamon(dlm, prefix_ids=[10, SP.eos, 11], suffix_ids=[], config=InfillConfig())
+    # an end-of-text in the suffix lies after the middle: the official loop never reads it there either
+    res = decode_dreamon(ScriptedInfill(head=2, tail=2, target=[5]), prefix_ids=[10], suffix_ids=[SP.eos],
+                         config=InfillConfig(initial_masks=1, max_middle_tokens=4))
+    assert res.middle == [5]
 
 
 def test_broadcast_delete_removes_masks_to_the_right():

@@ -42,11 +42,24 @@ def test_llada_generate_matches_the_official_code(case, results):
     assert forwards == want_forwards
 
 
+# llada_cases.gemm_fingerprint() where the fp32 goldens reproduce bit for bit (the build machines: AMD EPYC,
+# AVX2, torch 2.13.0+cpu, the PINNED variables, one thread); MKL_CBWR=COMPATIBLE gives another value, and
+# there every fp32 hash differs while all 38 cases still decode to the golden ids
+GOLDEN_GEMM = "cdd889dbcd32dc43242b73b5967054350e1e166170d9a4c065d9713b2f0dc226"
+
+
 @needs_avx2
 def test_the_first_forward_is_the_official_one_bit_for_bit(results):
-    """codila's native network gives the official LLaDAModelLM's logits bit for bit, fp32 and bf16 (the
-    bf16 forward rotates q and k in fp32, as LLaDA's rope_full_precision does)."""
-    assert results["_sha"] == {c["id"]: c["first_forward_logits_sha256"] for c in CASES}
+    """codila's native network gives the official LLaDAModelLM's logits bit for bit: bf16 everywhere (the
+    bf16 forward rotates q and k in fp32, as LLaDA's rope_full_precision does), fp32 where this machine's
+    fp32 GEMM rounds as the goldens' did (elsewhere the official code's last bits would differ too)."""
+    want = {c["id"]: c["first_forward_logits_sha256"] for c in CASES}
+    bf16 = [c["id"] for c in CASES if c["dtype"] == "bfloat16"]
+    assert len(bf16) == 2 and {k: results["_sha"][k] for k in bf16} == {k: want[k] for k in bf16}
+    if results["_gemm"] != GOLDEN_GEMM:
+        pytest.skip(f"fp32 hashes not compared: this CPU's fp32 GEMM rounds differently (fingerprint "
+                    f"{results['_gemm'][:12]}…, goldens' {GOLDEN_GEMM[:12]}…)")
+    assert results["_sha"] == want
 
 
 def test_the_goldens_exercise_what_they_claim():
@@ -99,3 +112,79 @@ def test_llada_checkpoints_that_codila_cannot_run_are_refused_clearly(tmp_path):
     save_file(state, str(dst / "model.safetensors"))
     with pytest.raises(ModelLoadError, match="unexpected"):
         load_dlm(dst, name="renamed", device=torch.device("cpu"), dtype=torch.float32)
+
+
+def _prompt_text(case: dict) -> str:
+    """The user message of a chat case, read back from its ids (between the header and <|eot_id|>)."""
+    from codila_cli.models.tokens import load_tokenizer
+
+    tok = load_tokenizer(LLADA_DIR / "checkpoints" / case["checkpoint"], name="t")
+    text = tok.decode(case["input_ids"][0], skip_special_tokens=False)
+    return text.split("<|end_header_id|>\n\n", 1)[1].split("<|eot_id|>", 1)[0]
+
+
+@needs_avx2
+@pytest.mark.parametrize("case_id", ["llada-002", "llada-012", "llada-034"])  # greedy; T 0.5; guidance
+def test_codila_gen_on_a_llada_checkpoint_is_the_official_generate(case_id):
+    """`codila gen --dlm DIR` picks LLaDA's own sampler (decoder auto) and, with the golden's settings and
+    early stop off, prints the official output's text after the official number of forwards."""
+    case = next(c for c in CASES if c["id"] == case_id)
+    s = case["settings"]
+    args = [sys.executable, "-m", "codila_cli", "gen", "--dlm", str(LLADA_DIR / "checkpoints" / case["checkpoint"]),
+            "--dtype", "float32", "--no-early-stop", "--json", "--seed", str(case["seed"]),
+            "--max-new-tokens", str(s["gen_length"]), "--steps", str(s["steps"]), "--block-length", str(s["block_length"]),
+            "--temperature", str(s["temperature"]), "--remasking", s["remasking"], "--cfg-scale", str(s["cfg_scale"]),
+            _prompt_text(case)]
+    r = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **PINNED}, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    want, forwards = target(case)
+    gen = want[len(case["input_ids"][0]):]
+    stop = next((i for i, t in enumerate(gen) if t in (512, 516)), len(gen))  # eos, <|eot_id|> (README)
+    assert doc["decoder"] == "llada" and doc["metrics"]["prompt_tokens"] == len(case["input_ids"][0])
+    assert doc["metrics"]["dlm_forwards"] == forwards
+    tok = _llada().tokenizer
+    assert doc["completion"] == tok.decode(gen[:stop], skip_special_tokens=True)
+
+
+def _gen(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codila_cli", "gen", "--dlm",
+                           str(LLADA_DIR / "checkpoints" / "llada-tiny-a"), "--seed", "0", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_llada_through_the_cli_every_decoder_and_what_it_refuses():
+    r = _gen("-v", "--max-new-tokens", "48", "def f(x):")
+    assert r.returncode == 0 and "decoder: llada" in r.stderr and "block=16" in r.stderr  # 32 does not divide 48
+    for decoder in ("dream", "threshold"):  # the other samplers read unshifted logits all the same
+        r = _gen("--decoder", decoder, "--max-new-tokens", "16", "--json", "def f(x):")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["metrics"]["tokens"] >= 1
+    r = _gen("--decoder", "threshold", "--cache", "prefix", "def f(x):")
+    assert r.returncode == 2 and "runs Dream-family models only" in r.stderr and "Hint: drop --cache" in r.stderr
+    r = _gen("--block-length", "7", "--max-new-tokens", "16", "def f(x):")
+    assert r.returncode == 2 and "--block-length 7 does not divide --max-new-tokens 16" in r.stderr
+    r = _gen("--steps", "6", "--block-length", "8", "--max-new-tokens", "32", "def f(x):")
+    assert r.returncode == 2 and "6 is not a multiple of 4" in r.stderr
+    r = _gen("--decoder", "codila", "--ar", "bundled-ar", "def f(x):")
+    assert r.returncode != 0 and "does not share a vocabulary" in r.stderr and "Traceback" not in r.stderr
+    r = _gen("--remasking", "random", "--temperature", "0.5", "--max-new-tokens", "16", "--json", "def f(x):")
+    assert r.returncode == 0 and json.loads(r.stdout)["settings"]["remasking"] == "random"
+
+
+def test_serve_decodes_llada_and_fits_blocks_to_each_request():
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("fastapi")
+    from test_serve import Server
+
+    s = Server("--dlm", str(LLADA_DIR / "checkpoints" / "llada-tiny-a"))
+    try:
+        body = {"model": "codila", "prompt": "def f(x):", "max_tokens": 24, "seed": 1}  # 32 does not divide 24
+        r = httpx.post(s.url + "/v1/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        info = r.json()["codila"]["choices"][0]
+        assert info["decoder"] == "llada" and info["dlm_forwards"] == 24
+        bad = httpx.post(s.url + "/v1/completions", json={**body, "codila": {"block_length": 7}}, timeout=60)
+        assert bad.status_code == 400 and "does not divide" in bad.json()["error"]["message"]
+    finally:
+        s.stop()

@@ -17,7 +17,7 @@ CPU = torch.device("cpu")
 def pairs(tiny):
     """(transformers, native) loads of the tiny Dream DLM and the tiny Qwen3 AR."""
     from codila_cli.models.ar import load_ar
-    from codila_cli.models.dream import load_dlm
+    from codila_cli.models.families import load_dlm
 
     mp = pytest.MonkeyPatch()
     out = {}

@@ -232,3 +232,12 @@ def list_languages() -> list[dict]:
              "comment": lang.comment,
              "checks": "tree-sitter, Python's parser, pyflakes" if lang.python else "tree-sitter"}
             for lang in LANGUAGES]
+
+
+def list_families() -> list[dict]:
+    """The model families codila runs (models/families.py) and what each supports."""
+    from dataclasses import asdict
+
+    from codila_cli.models.families import FAMILIES
+
+    return [{**asdict(f), "model_types": list(f.model_types), "decoders": list(f.decoders)} for f in FAMILIES]

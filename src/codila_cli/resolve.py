@@ -101,10 +101,10 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     dlm_name = dlm or user.get("models", "dlm") or default_dlm()
     ar_name = ar or user.get("models", "ar") or (default_ar() if dlm_name == "bundled-dlm" else None)
     chosen = opt("decoder")
-    if chosen not in ("auto", "dream", "threshold", "codila"):
-        raise UsageError(f"invalid decoder {chosen!r} in {user.path}", hint="use auto, dream, threshold or codila")
+    if chosen not in ("auto", *DECODER_CONFIGS):
+        raise UsageError(f"invalid decoder {chosen!r} in {user.path}", hint=f"use auto, {', '.join(DECODER_CONFIGS)}")
     if chosen == "auto":
-        chosen = "codila" if ar_name else "dream"
+        chosen = "codila" if ar_name else own_decoder(dlm_name)
     if chosen == "codila" and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
     if chosen == "codila":
@@ -127,6 +127,9 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         raise _flag_of_another_decoder(chosen, opt.sources(), helper=ar_name) or _where(str(exc), opt) from None
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
+    if chosen == "llada" and (problem := configs["llada"].tiling_problem()) is not None:
+        raise UsageError(problem, hint="e.g. --max-new-tokens 128 --block-length 32 (and --steps a multiple of "
+                                       "the blocks), as LLaDA's own generate requires")
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
                       device=opt("device"), dtype=opt("dtype"), sources=opt.sources(), configs=configs,
                       helper=ar_name)
@@ -156,18 +159,17 @@ def unread_flag(req: GenRequest) -> UsageError | None:
 
 def _flag_of_another_decoder(decoder: str, sources: Mapping[str, str], *, helper: str | None) -> UsageError | None:
     """The first flag (by ``sources``) that only decoders other than ``decoder`` read, as an error."""
-    from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
     from codila_cli.decoding.knobs import knob_fields
 
-    reads = {name: set(knob_fields(cls)) for name, cls in
-             (("dream", DreamConfig), ("threshold", ThresholdConfig), ("codila", CodilaConfig))}
+    reads = {name: set(knob_fields(cls)) for name, cls in decoder_configs().items()}
     for knob in GEN_KNOBS.values():
         readers = [d for d in reads if knob.name in reads[d]]
         if sources.get(knob.name) == "flag" and readers and decoder not in readers:
             need = "" if helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
             return UsageError(f"{knob.option} is a setting of the {' and '.join(readers)} decoder"
                               f"{'s' if len(readers) > 1 else ''}, and {decoder} runs",
-                              hint=f"add --decoder {readers[-1]}{need}, or drop {knob.option}")
+                              hint=f"add --decoder {([d for d in readers if d != 'llada'] or readers)[-1]}{need}, "
+                                   f"or drop {knob.option}")
     return None
 
 
@@ -190,6 +192,7 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str) -> dict[str
     cache (which the helper may recommend) applies to CoDiLA only when it runs."""
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
     from codila_cli.decoding.knobs import build
+    from codila_cli.decoding.llada import LladaConfig
 
     shared = {"sampling": sampling, "stop": tuple(opt("stop") or ())}
     # CoDiLA's config when another decoder runs: no cache, and what means nothing without one unset
@@ -198,7 +201,36 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str) -> dict[str
         "dream": build(DreamConfig, opt, alg=alg_name, **shared),
         "threshold": build(ThresholdConfig, opt, **shared),
         "codila": build(CodilaConfig, opt, alg=alg_name if alg_name != "origin" else "entropy", **idle, **shared),
+        "llada": build(LladaConfig, opt, **shared).fitted({k for k, v in opt.sources().items() if v != "default"}),
     }
+
+
+DECODER_CONFIGS = ("dream", "threshold", "codila", "llada")  # the --decoder values besides auto
+
+
+def decoder_configs() -> dict[str, type]:
+    """Each decoder's config class (what it reads: knobs.knob_fields)."""
+    from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
+    from codila_cli.decoding.llada import LladaConfig
+
+    return {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig, "llada": LladaConfig}
+
+
+def own_decoder(dlm: str) -> str:
+    """The sampler of the DLM's family (models/families.py): llada for a LLaDA checkpoint, else dream;
+    dream when the name cannot be resolved here (loading then says why)."""
+    from codila_cli.errors import CodilaError
+    from codila_cli.models.cache import resolve_local_dir
+    from codila_cli.models.families import family_of
+    from codila_cli.models.loading import read_config
+    from codila_cli.models.registry import resolve_spec
+
+    try:
+        path = resolve_local_dir(resolve_spec(dlm, kind="dlm"))
+        family = family_of(read_config(path, name=dlm))
+    except CodilaError:
+        return "dream"
+    return family.decoders[0] if family is not None else "dream"
 
 
 def model_defaults(dlm: str, *, user_steps: bool, user_length: bool) -> dict[str, Any]:

@@ -19,8 +19,9 @@ def models(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the names of available models.")] = False,
     languages: Annotated[bool, typer.Option("--languages", help="List the languages the syntax report checks instead (name, extensions, aliases, checks).")] = False,
 ) -> None:
-    """List model aliases, whether each is in the Hugging Face cache, and the bundled models."""
-    from codila_cli.info import list_languages, list_models
+    """List model aliases, whether each is in the Hugging Face cache, the bundled models, and the model
+    families codila runs with what each supports (gen's decoders, infill, plan, CoDiLA, KV cache)."""
+    from codila_cli.info import list_families, list_languages, list_models
 
     if languages:
         rows = list_languages()
@@ -32,7 +33,8 @@ def models(
         return
     rows = list_models()
     if json_out:
-        sys.stdout.write(json.dumps({"schema_version": 1, "command": "models", "models": rows}) + "\n")
+        sys.stdout.write(json.dumps({"schema_version": 1, "command": "models", "models": rows,
+                                     "families": list_families()}) + "\n")
     elif quiet:
         sys.stdout.write("".join(f"{r['alias']}\n" for r in rows if r["cached"]))
     else:
@@ -45,6 +47,16 @@ def models(
         if any(r["demonstration"] for r in rows):
             sys.stdout.write("\nbundled-*: demonstration models (a few M parameters, trained on a CPU) that run every "
                              "command offline; not a code assistant (docs/bundled-models.md).\n")
+        _families(list_families())
+
+
+def _families(rows: list[dict]) -> None:
+    """The families table of ``codila models``: each row what a checkpoint of that family can do."""
+    sys.stdout.write(f"\n{'family':<7} {'gen --decoder':<24} {'infill':<28} {'plan':<5} {'CoDiLA':<7} {'KV cache':<27} licence\n")
+    for f in rows:
+        sys.stdout.write(f"{f['name']:<7} {', '.join(f['decoders']):<24} {f['infill']:<28} {'yes' if f['plan'] else 'no':<5} "
+                         f"{'yes' if f['codila'] else 'no':<7} {f['cache']:<27} {f['licence']}\n")
+    sys.stdout.write("".join(f"  {f['name']}: {f['note']}\n" for f in rows if f["note"]))
 
 
 def doctor(json_out: json_option() = False,

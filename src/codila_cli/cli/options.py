@@ -167,13 +167,14 @@ class PanelCommand(typer.core.TyperCommand):
 def knob_help(name: str, *, extra: str = "") -> str:
     """A ``codila gen`` flag's help from the knob table (decoding/config.py::GEN_KNOBS): the decoders that
     read it (when not all), the knob's help, ``extra``, and ``[default: …]``."""
-    from codila_cli.decoding.config import GEN_KNOBS, CodilaConfig, DreamConfig, ThresholdConfig
+    from codila_cli.decoding.config import GEN_KNOBS
     from codila_cli.decoding.knobs import knob_fields
+    from codila_cli.resolve import decoder_configs
 
     k = GEN_KNOBS[name]
-    users = [d for d, cls in (("dream", DreamConfig), ("threshold", ThresholdConfig), ("codila", CodilaConfig))
-             if name in knob_fields(cls)]
-    prefix = f"{'/'.join(users)}: " if 0 < len(users) < 3 else ""
+    configs = decoder_configs()
+    users = [d for d, cls in configs.items() if name in knob_fields(cls)]
+    prefix = f"{'/'.join(users)}: " if 0 < len(users) < len(configs) else ""
     return f"{prefix}{k.help}{extra} [default: {k.default_words()}]"
 
 

@@ -35,13 +35,13 @@ _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.",
             short="tau", default_text="static")
 
 GEN_KNOBS = KnobTable(
-    Knob("decoder", str, "auto", "auto = codila when an AR helper is configured, else dream.",
-         choices=("auto", "dream", "threshold", "codila")),
+    Knob("decoder", str, "auto", "auto = codila when an AR helper is configured, else the DLM's own sampler "
+         "(dream; llada for a LLaDA model).", choices=("auto", "dream", "threshold", "codila", "llada")),
     Knob("max_new_tokens", int, 128, "Canvas length (generated tokens).", lo=1, hi=MAX_CANVAS, model=True),
     Knob("tokens_per_step", int, None, "exactly K tokens per DLM forward.", optional=True, lo=1, hi=MAX_CANVAS,
          short="K", letter="-K"),
-    Knob("steps", int, None, "Dream's step schedule.", optional=True, lo=1, hi=MAX_CANVAS, short="steps",
-         default_text="max-new-tokens", model=True),
+    Knob("steps", int, None, "Dream's step schedule (llada: forwards in all, an equal share per block).",
+         optional=True, lo=1, hi=MAX_CANVAS, short="steps", default_text="max-new-tokens", model=True),
     Knob("alg_temp", float, None, "sample positions from softmax(conf/alg_temp).", optional=True, lo=0),
     Knob("eps", float, 1e-3, "the end of Dream's time schedule (no flag).", lo=0, hi=1, open_lo=True, open_hi=True,
          flag="", env=False),
@@ -50,7 +50,12 @@ GEN_KNOBS = KnobTable(
     *_SAMPLING,
     Knob("threshold", float, 0.9, "commit every slot with p >= this.", lo=0, hi=1, open_lo=True, short="t",
          show=True),
-    Knob("block_length", int, 32, "block length.", lo=1, hi=MAX_CANVAS, short="block", show=True, grid=True),
+    Knob("block_length", int, 32, "block length (llada: semi-autoregressive blocks; it must divide "
+         "--max-new-tokens).", lo=1, hi=MAX_CANVAS, short="block", show=True, grid=True),
+    Knob("remasking", str, "low_confidence", "which masked slots a step reveals: the most probable "
+         "(low_confidence) or random ones.", choices=("low_confidence", "random"), short="remask"),
+    Knob("cfg_scale", float, 0.0, "unsupervised classifier-free guidance w (0 = off; each forward also runs "
+         "the prompt masked: u + (w + 1)(c - u)).", lo=0, hi=100, short="cfg"),
     _BLOCK_SIZE,
     _TAU,
     Knob("candidate_blocks", int, 10, "window of blocks with masks to choose from.", lo=1, hi=MAX_CANVAS,
@@ -97,7 +102,8 @@ GEN_KNOBS = KnobTable(
 )
 
 INFILL_KNOBS = KnobTable(
-    Knob("initial_masks", int, 4, "Masks the middle starts with (n0).", lo=1, hi=4096, short="n0"),
+    Knob("initial_masks", int, 4, "Masks the middle starts with (n0; 0 = an empty middle, as DreamOn's loop).",
+         lo=0, hi=4096, short="n0"),
     Knob("max_middle_tokens", int, 64, "Longest middle the model may write.", lo=1, hi=4096, short="max"),
     Knob("steps", int, None, "Cap on DLM forwards.", optional=True, lo=1, hi=MAX_CANVAS,
          default_text="4 x max-middle-tokens"),
@@ -213,9 +219,10 @@ class ThresholdConfig:
             raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
         if self.convention not in CONVENTIONS:
             raise ValueError(f"threshold convention must be one of {', '.join(CONVENTIONS)}, got {self.convention!r}")
-        if self.convention == "fast-dllm" and self.cache == "none" and self.max_new_tokens % self.block_length:
-            raise ValueError("the fast-dllm convention without a cache needs --max-new-tokens to be a multiple of "
-                             "--block-length (its quota of slots per step)")
+        if self.convention == "fast-dllm" and self.max_new_tokens % self.block_length:
+            raise ValueError("the fast-dllm convention needs --max-new-tokens to be a multiple of --block-length "
+                             "(without a cache its quota of slots per step; with one, Fast-dLLM's block loop "
+                             "asserts it)")
         if not (0.0 < self.threshold <= 1.0):
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if self.entropy_steps is not None:
@@ -365,7 +372,8 @@ class InfillConfig:
                 f"(the model's context is {context_length} tokens)")
 
     def __post_init__(self) -> None:
-        _check_positive("initial-masks", self.initial_masks, limit=4096)
+        if not 0 <= self.initial_masks <= 4096:
+            raise ValueError(f"initial-masks must be between 0 and 4096, got {self.initial_masks}")
         _check_positive("max-middle-tokens", self.max_middle_tokens, limit=4096)
         _check_positive("steps", self.steps)
         _check_positive("tokens-per-step", self.tokens_per_step, limit=4096)

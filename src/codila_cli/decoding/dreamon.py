@@ -44,8 +44,15 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
                    generator: torch.Generator | None = None, on_step: OnStep = no_op) -> InfillResult:
     sp = dlm.specials
     mask, delete, expand = sp.mask, sp.eos, sp.expand
+    if delete in prefix_ids:  # the official loop reads any end-of-text as the middle's end: it empties the middle
+        raise ValueError(f"prefix_ids hold the end-of-text id {delete}: DreamOn's loop would end the middle at it "
+                         "and delete every slot (encode text with models/tokens.py::encode_text, which keeps "
+                         "such strings as text)")
     head = ([sp.bos] if sp.bos is not None else []) + list(prefix_ids)
     tail = list(suffix_ids) + [sp.eos]
+    if len(head) + config.initial_masks + len(tail) > dlm.context_length:
+        raise ValueError(f"prefix, initial middle and suffix ({len(head) + config.initial_masks + len(tail)} tokens) "
+                         f"exceed the model's {dlm.context_length}-token context")
     middle = [mask] * config.initial_masks
     budget = config.budget
     cap = config.steps or 4 * config.max_middle_tokens
@@ -55,7 +62,8 @@ def decode_dreamon(dlm, *, prefix_ids: list[int], suffix_ids: list[int], config:
         x = torch.tensor([head + middle + tail], device=dlm.device)
         logits = dlm.logits(x, rows=(len(head), len(head) + len(middle)))[0].clone()  # [M, V]
         logits[:, mask] = float("-inf")
-        if expand is not None and (len(middle) >= config.max_middle_tokens or budget <= 0):
+        full = len(middle) >= config.max_middle_tokens or len(head) + len(middle) + len(tail) >= dlm.context_length
+        if expand is not None and (full or budget <= 0):  # the official cap: max_gen_len, or 2048 in all
             logits[:, expand] = float("-inf")
         was_masked = [t == mask for t in middle]
         slots = [i for i, m in enumerate(was_masked) if m]

@@ -21,61 +21,79 @@ minimum); early stop once a stop token is committed with nothing masked before i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
-from codila_cli.decoding.base import Canvas, DecodeResult
+from codila_cli.decoding.config import GEN_KNOBS, MAX_CANVAS, SamplingConfig
 from codila_cli.decoding.events import OnStep, no_op
 
-REMASKING = ("low_confidence", "random")
+if TYPE_CHECKING:  # torch is imported where decoding runs: the config is read by --help, which must not load it
+    import torch
+
+    from codila_cli.decoding.base import DecodeResult
+
+REMASKING = GEN_KNOBS["remasking"].choices
+_g = GEN_KNOBS.default
 
 
 @dataclass(frozen=True)
 class LladaConfig:
     """``--decoder llada``: LLaDA's sampler. ``steps`` None = max_new_tokens (one token per forward);
     ``block_length`` must divide max_new_tokens and the blocks must divide ``steps``, as the official
-    code asserts."""
+    code asserts (:meth:`tiling_problem` says why not; the commands refuse before decoding). ``sampling``: the temperature is the Gumbel noise's; top-p / top-k (codila's, not the
+    official sampler's) filter the logits first."""
 
-    max_new_tokens: int = 128
-    steps: int | None = None
-    block_length: int = 32
-    remasking: str = "low_confidence"
-    cfg_scale: float = 0.0
-    sampling: Any = None  # decoding/config.py::SamplingConfig (temperature; top_p/top_k are not LLaDA's)
-    early_stop: bool = True
-    stop: tuple[str, ...] = field(default_factory=tuple)
+    max_new_tokens: int = _g("max_new_tokens")
+    steps: int | None = _g("steps")
+    block_length: int = _g("block_length")
+    remasking: str = _g("remasking")
+    cfg_scale: float = _g("cfg_scale")
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    early_stop: bool = _g("early_stop")
+    stop: tuple[str, ...] = _g("stop")
     needs_helper: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        from codila_cli.decoding.config import SamplingConfig
-
-        if self.sampling is None:
-            object.__setattr__(self, "sampling", SamplingConfig())
-        if self.max_new_tokens < 1 or self.block_length < 1:
-            raise ValueError("max-new-tokens and block-length must be >= 1")
-        if self.max_new_tokens % self.block_length:
-            raise ValueError(f"LLaDA's blocks must tile the canvas: --block-length {self.block_length} does not "
-                             f"divide --max-new-tokens {self.max_new_tokens}")
-        blocks = self.max_new_tokens // self.block_length
-        steps = self.steps if self.steps is not None else self.max_new_tokens
-        if steps < 1 or steps % blocks:
-            raise ValueError(f"--steps {steps} must be a positive multiple of the number of blocks ({blocks})")
+        for name, value in (("max-new-tokens", self.max_new_tokens), ("block-length", self.block_length),
+                            ("steps", 1 if self.steps is None else self.steps)):
+            if not 1 <= value <= MAX_CANVAS:
+                raise ValueError(f"{name} must be between 1 and {MAX_CANVAS}, got {value}")
         if self.remasking not in REMASKING:
             raise ValueError(f"remasking must be one of {', '.join(REMASKING)}, got {self.remasking!r}")
         if not 0.0 <= self.cfg_scale <= 100.0:
             raise ValueError(f"cfg-scale must be between 0 and 100, got {self.cfg_scale}")
-        if self.sampling.top_p is not None or self.sampling.top_k is not None:
-            raise ValueError("LLaDA's sampler has no top-p or top-k (only --temperature)")
 
     def draws(self) -> bool:
         return self.sampling.temperature > 0 or self.remasking == "random"
+
+    def tiling_problem(self) -> str | None:
+        """Why LLaDA's blocks cannot run these lengths (None: they can). The official generate asserts
+        both rules; codila refuses rather than decode a ragged last block."""
+        if self.max_new_tokens % self.block_length:
+            return (f"LLaDA's blocks must tile the canvas: --block-length {self.block_length} does not divide "
+                    f"--max-new-tokens {self.max_new_tokens}")
+        blocks = self.max_new_tokens // self.block_length
+        steps = self.steps if self.steps is not None else self.max_new_tokens
+        if steps % blocks:
+            return f"LLaDA shares --steps evenly among its {blocks} blocks: {steps} is not a multiple of {blocks}"
+        return None
+
+    def fitted(self, fixed: Collection[str]) -> LladaConfig:
+        """This config with blocks that tile the canvas when nobody set the block length (it is not in
+        ``fixed``, the knobs a flag, variable, config file or request gave): the largest power of two
+        up to it that divides max_new_tokens (``--max-new-tokens 48``: 16, not 32)."""
+        if "block_length" in fixed or not self.max_new_tokens % self.block_length:
+            return self
+        return replace(self, block_length=math.gcd(self.max_new_tokens, self.block_length))
 
 
 def _logits(dlm: Any, x: torch.Tensor, prompt_len: int, cfg_scale: float, mask_id: int,
             rows: tuple[int, int] | None) -> torch.Tensor:
     """[1, n, V] fp32 logits of the canvas (rows ``rows`` only when given), guided when cfg_scale > 0."""
+    import torch
+
     if cfg_scale <= 0:
         return dlm.logits(x, rows=rows)
     uncond = x.clone()
@@ -86,11 +104,19 @@ def _logits(dlm: Any, x: torch.Tensor, prompt_len: int, cfg_scale: float, mask_i
 
 def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, generator: torch.Generator | None = None,
                  on_step: OnStep = no_op) -> DecodeResult:
+    import torch
+
+    from codila_cli.decoding.base import Canvas
+    from codila_cli.decoding.marginals import process_logits
+
+    if (problem := config.tiling_problem()) is not None:
+        raise ValueError(problem)
     c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
     P, L, B = c.prompt_len, config.max_new_tokens, config.block_length
     blocks = L // B
     per_block = (config.steps if config.steps is not None else L) // blocks
     temp = config.sampling.temperature
+    filtered = config.sampling.top_p is not None or config.sampling.top_k is not None
     whole = temp > 0 or config.remasking == "random"  # the draws span the whole canvas: so must the logits
     for b in range(blocks):
         lo, hi = P + b * B, P + (b + 1) * B
@@ -99,6 +125,8 @@ def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, genera
         for k in range(per_block):
             rows = None if whole else (lo, hi)
             logits = _logits(dlm, c.x, P, config.cfg_scale, c.mask_id, rows)[0]  # [n, V]
+            if filtered:  # codila's top-p / top-k on the raw logits (the temperature is the noise's)
+                logits = process_logits(logits, replace(config.sampling, temperature=0.0))
             start = 0 if whole else lo
             if temp > 0:
                 noise = torch.rand(logits.shape, dtype=torch.float64, generator=generator, device=logits.device)

@@ -14,7 +14,7 @@ from codila_cli.engine.models import Models
 from codila_cli.engine.prompts import decode_text, encode_prompt
 from codila_cli.errors import UsageError
 
-DECODERS = ("dream", "threshold", "codila")
+DECODERS = ("dream", "threshold", "codila", "llada")
 SCHEMA_VERSION = 1
 
 
@@ -82,6 +82,10 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
         from codila_cli.decoding.dream import decode_dream
 
         return decode_dream(dlm, ids, config=config, generator=gen, on_step=on_step)
+    if decoder == "llada":
+        from codila_cli.decoding.llada import decode_llada
+
+        return decode_llada(dlm, ids, config=config, generator=gen, on_step=on_step)
     if decoder == "threshold":
         from codila_cli.decoding.threshold import decode_threshold
 

@@ -14,7 +14,7 @@ class Family:
     name: str
     model_types: tuple[str, ...]  # config.json's model_type, lower case
     decoders: tuple[str, ...]  # --decoder values that run it (the first is its own sampler)
-    infill: bool  # codila infill (DreamOn's expand/delete needs an <|expand|> token)
+    infill: str  # codila infill: expand/delete needs the model's <|expand|> token (DreamOn); else shrink only
     plan: bool  # codila plan (SDDC)
     codila: bool  # CoDiLA with an AR helper (a helper sharing its vocabulary)
     cache: str  # the KV cache: "approximate (prefix, dual)", "none", "exact"
@@ -23,12 +23,13 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("dream", ("dream",), ("dream", "threshold", "codila"), infill=True, plan=True, codila=True,
+    Family("dream", ("dream",), ("dream", "threshold", "codila"), infill="expand/delete (DreamOn)", plan=True, codila=True,
            cache="approximate (prefix, dual)", licence="Apache-2.0 (Dream-Coder, DreamOn)",
            note="Dream-Coder, DreamOn (infill), DiffuCoder; Qwen2.5 vocabulary: Qwen3 helpers need no bridge"),
-    Family("llada", ("llada",), ("llada", "dream", "threshold"), infill=False, plan=True, codila=False,
+    Family("llada", ("llada",), ("llada", "dream", "threshold"), infill="shrink only (no <|expand|>)", plan=True,
+           codila=False,
            cache="none", licence="MIT (LLaDA-8B-Base/-Instruct, LLaDA-1.5)",
-           note="its own 126k vocabulary: no AR helper shares it, so no CoDiLA yet; no <|expand|>, so no infill"),
+           note="its own 126k vocabulary: no AR helper shares it, so no CoDiLA yet"),
 )
 
 

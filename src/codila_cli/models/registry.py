@@ -36,6 +36,13 @@ ALIASES: dict[str, ModelSpec] = {
                          revision="8ccc74750e43177327f29dab9e91882ba759e194"),
     "qwen3-0.6b": ModelSpec("qwen3-0.6b", "ar", repo_id="Qwen/Qwen3-0.6B",
                             revision="c1899de289a04d12100db370d81485cdf75e47ca"),
+    # LLaDA (models/llada.py): snapshots named by public scripts that load them (docs/models.md)
+    "llada-8b-instruct": ModelSpec("llada-8b-instruct", "dlm", repo_id="GSAI-ML/LLaDA-8B-Instruct",
+                                   revision="08b83a6feb34df1a6011b80c3c00c7563e963b07"),
+    "llada-8b-base": ModelSpec("llada-8b-base", "dlm", repo_id="GSAI-ML/LLaDA-8B-Base",
+                               revision="0f2787f2d87eac5eed8a087d5ecd24277e6255b2"),
+    "llada-1.5": ModelSpec("llada-1.5", "dlm", repo_id="GSAI-ML/LLaDA-1.5",
+                           revision="43716255dd5ce01192bcfc073a2557e969a2f271"),
 }
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"

@@ -70,16 +70,17 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
     (``base.configs``). OpenAI ``stop``
     strings are not decoder settings (the text is cut after decoding: :func:`cut_at_stop`);
     ``codila.stop_lines`` are codila's line-start stops, which end decoding too."""
-    from codila_cli.decoding.config import GEN_KNOBS, CodilaConfig, DreamConfig, SamplingConfig, ThresholdConfig
+    from codila_cli.decoding.config import GEN_KNOBS, SamplingConfig
     from codila_cli.decoding.knobs import followers
+    from codila_cli.resolve import decoder_configs
 
     codila = _knob_values(dict(codila or {}), GEN_KNOBS, what="")
     decoder = codila.pop("decoder", None) or base.decoder
-    if decoder not in ("dream", "threshold", "codila"):
-        raise ValueError(f"codila.decoder must be dream, threshold or codila, got {decoder!r}")
+    if decoder not in decoder_configs():
+        raise ValueError(f"codila.decoder must be one of {', '.join(decoder_configs())}, got {decoder!r}")
     if decoder == "codila" and base.ar is None:
         raise ValueError("codila.decoder 'codila' needs an AR helper, and this server has none")
-    kind = {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig}[decoder]
+    kind = decoder_configs()[decoder]
     names = {f.name for f in dataclasses.fields(kind)}
     misplaced = sorted(set(codila) - names - {"stop_lines"})
     if misplaced:
@@ -94,6 +95,10 @@ def gen_settings(base: Any, *, max_tokens: int | None, temperature: float | None
               "stop": cfg.stop if lines is None else stop_strings(lines), **codila}
     fields.update(_unrecommended(base, cfg, codila))
     new = dataclasses.replace(cfg, **fields)
+    if hasattr(new, "tiling_problem"):  # LLaDA: blocks that tile this request's length, unless it set them
+        new = new.fitted({*codila, *(k for k, v in base.sources.items() if v != "default")})
+        if (problem := new.tiling_problem()) is not None:
+            raise ValueError(problem)
     if temperature is not None:  # knobs that follow the temperature (the helper's), unless the request set them
         new = dataclasses.replace(new, **{k: samp.temperature for k in followers(GEN_KNOBS, "temperature")
                                           if k in names and k not in codila})
