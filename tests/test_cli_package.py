@@ -65,7 +65,7 @@ def test_a_flag_the_running_decoder_does_not_read_is_refused_and_says_who_reads_
     assert "--ar" in e.value.hint  # codila needs a helper, and none is configured
     with pytest.raises(UsageError, match="--tokens-per-step is a setting of the dream decoder, and codila runs"):
         resolve_gen_cli({"decoder": "codila", "tokens_per_step": 2}, user=user, dlm=dlm, ar=ar)
-    with pytest.raises(UsageError, match="--block-length is a setting of the threshold and llada decoders, and codila runs"):
+    with pytest.raises(UsageError, match="--block-length is a setting of the threshold, llada and block decoders, and codila runs"):
         resolve_gen_cli({"block_length": 16}, user=user, dlm=dlm, ar=ar)
     with pytest.raises(UsageError, match="--ar-context is a setting of the codila decoder, and threshold runs"):
         resolve_gen_cli({"decoder": "threshold", "ar_context": 3}, user=user, dlm=dlm, ar=None)

@@ -14,6 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from codila_cli.decoding.block import BlockConfig
 from codila_cli.decoding.config import (
     GEN_KNOBS,
     INFILL_KNOBS,
@@ -24,10 +25,12 @@ from codila_cli.decoding.config import (
     ThresholdConfig,
 )
 from codila_cli.decoding.knobs import build, flat, knob_fields
+from codila_cli.decoding.llada import LladaConfig
 from codila_cli.decoding.plan_config import PLAN_KNOBS, PlanConfig
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "codila_cli"
-CONFIGS = [(DreamConfig, GEN_KNOBS), (ThresholdConfig, GEN_KNOBS), (CodilaConfig, GEN_KNOBS), (InfillConfig, INFILL_KNOBS),
+CONFIGS = [(DreamConfig, GEN_KNOBS), (ThresholdConfig, GEN_KNOBS), (CodilaConfig, GEN_KNOBS), (LladaConfig, GEN_KNOBS),
+           (BlockConfig, GEN_KNOBS), (InfillConfig, INFILL_KNOBS),
            (PlanConfig, PLAN_KNOBS)]
 # fields that are no knob: plan's --commit takes "single" or γ (contract.py::parse_commit), --defines names,
 # and the budget menu is the contract's vocabulary of budgets
@@ -172,8 +175,8 @@ def test_helper_heuristics_knobs_are_spelled_in_at_most_three_files():
     texts = {p: p.read_text(encoding="utf-8") for p in SRC.rglob("*.py")}
     for name in ("ar_repetition_penalty", "ar_no_repeat_ngram", "ar_syntax_guard", "conditioning",
                  "parallel_blocks", "verify_penalty", "exact_steps", "entropy_steps", "alg_temp", "ar_temperature",
-                 "ar_verify", "initial_masks", "expand_budget", "broadcast_delete", "cache_blocks", "block_length",
-                 "early_stop"):
+                 "ar_verify", "initial_masks", "expand_budget", "broadcast_delete", "cache_blocks"):
+        # block_length and early_stop: SHARED below (the samplers of three families read them)
         pat = re.compile(r"(?<![\w-])" + name + r"(?![\w-])")
         hits = sorted(str(p.relative_to(SRC)) for p, t in texts.items() if pat.search(t))
         assert len(hits) <= 3, (name, hits)
@@ -189,10 +192,18 @@ SHARED = {
     "block_size": {"decoding/config.py", "decoding/codila.py", "decoding/dreamon.py",  # both block decoders
                    "helper_card.py", "resolve.py",  # a helper's card is keyed by block size
                    "eval/settings.py",  # the paper's grids and the default label's B
-                   "train/align/output.py"},  # training measures which block size to recommend
+                   "train/align/output.py",  # training measures which block size to recommend
+                   "decoding/block.py",  # CoDiLA's blocks on a block-diffusion model (SDAR)
+                   "models/sdar.py"},  # an SDAR checkpoint's trained block size (config.json's key)
     "alg": {"decoding/config.py", "decoding/dream.py", "decoding/codila.py", "decoding/dreamon.py",
             "decoding/marginals.py",  # the confidence rules themselves
             "resolve.py"},  # CoDiLA has no origin rule: the one cross-knob rule between decoders
+    "block_length": {"decoding/config.py", "decoding/threshold.py", "decoding/llada.py",  # the three block
+                     "decoding/block.py"},  # decoders with a block length: Fast-dLLM's, LLaDA's, SDAR's
+    "early_stop": {"decoding/config.py", "decoding/base.py",  # the table; the canvas, where it acts
+                   "decoding/llada.py", "decoding/block.py"},  # LLaDA's and SDAR's configs beside their samplers
+    "tau": {"decoding/config.py", "decoding/codila.py", "eval/settings.py",  # CoDiLA's rule; the paper's grid
+            "decoding/block.py"},  # CoDiLA inside a block-diffusion model's blocks
     "max_middle_tokens": {"decoding/config.py", "decoding/dreamon.py",
                           "eval/settings.py",  # eval's own length flag sets it
                           "serve/requests.py"},  # OpenAI's max_tokens sets it

@@ -41,7 +41,7 @@ def test_numeric_flags_at_zero_negative_and_absurd(tiny, flag, value):
     assert r.stderr.startswith("Error:") and "Traceback" not in r.stderr and r.stdout == ""
 
 
-@pytest.mark.parametrize("flag,value", [("--initial-masks", "0"), ("--max-middle-tokens", "-1"),
+@pytest.mark.parametrize("flag,value", [("--initial-masks", "-1"), ("--max-middle-tokens", "-1"),
                                         ("--initial-masks", "100"), ("--steps", "0")])
 def test_infill_numeric_flags(tiny, tmp_path, flag, value):
     f = tmp_path / "a.py"

@@ -122,7 +122,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         if opt.lookup(key)[1] in ("env", "config") and not GEN_KNOBS[key].in_range(opt(key)):
             raise _where(f"invalid {key} {opt(key)!r}", opt)
     try:
-        configs = _configs(opt, chosen, sampling, alg_name)
+        configs = _configs(opt, chosen, sampling, alg_name, _trained_block(dlm_name))
     except ValueError as exc:  # a flag only another decoder reads may be the cause: say that first
         raise _flag_of_another_decoder(chosen, opt.sources(), helper=ar_name) or _where(str(exc), opt) from None
     if chosen == "dream" and opt("cache") != "none":
@@ -166,7 +166,7 @@ def _flag_of_another_decoder(decoder: str, sources: Mapping[str, str], *, helper
         readers = [d for d in reads if knob.name in reads[d]]
         if sources.get(knob.name) == "flag" and readers and decoder not in readers:
             need = "" if helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
-            return UsageError(f"{knob.option} is a setting of the {' and '.join(readers)} decoder"
+            return UsageError(f"{knob.option} is a setting of the {' and '.join([', '.join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)} decoder"
                               f"{'s' if len(readers) > 1 else ''}, and {decoder} runs",
                               hint=f"add --decoder {([d for d in readers if d != 'llada'] or readers)[-1]}{need}, "
                                    f"or drop {knob.option}")
@@ -185,14 +185,17 @@ def _where(message: str, opt: Layers) -> UsageError:
     return UsageError(message, hint="see `codila gen --help` for the allowed values")
 
 
-def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str) -> dict[str, Any]:
+def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, dlm_block: int | None = None) -> dict[str, Any]:
     """Every decoder's config, each knob read through the layers (``knobs.build``), so a bad value is an
     error whichever decoder runs. The few rules between knobs: the sampling config is shared; a knob
     the table marks ``follows`` takes its target's value (Layers); CoDiLA has no ``origin`` rule; a
     cache (which the helper may recommend) applies to CoDiLA only when it runs."""
+    from codila_cli.decoding.block import BlockConfig
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
     from codila_cli.decoding.knobs import build
     from codila_cli.decoding.llada import LladaConfig
+
+    fixed = {k for k, v in opt.sources().items() if v != "default"}
 
     shared = {"sampling": sampling, "stop": tuple(opt("stop") or ())}
     # CoDiLA's config when another decoder runs: no cache, and what means nothing without one unset
@@ -201,35 +204,54 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str) -> dict[str
         "dream": build(DreamConfig, opt, alg=alg_name, **shared),
         "threshold": build(ThresholdConfig, opt, **shared),
         "codila": build(CodilaConfig, opt, alg=alg_name if alg_name != "origin" else "entropy", **idle, **shared),
-        "llada": build(LladaConfig, opt, **shared).fitted({k for k, v in opt.sources().items() if v != "default"}),
+        "llada": build(LladaConfig, opt, **shared).fitted(fixed),
+        "block": build(BlockConfig, opt, **shared).fitted(fixed, dlm_block),
     }
 
 
-DECODER_CONFIGS = ("dream", "threshold", "codila", "llada")  # the --decoder values besides auto
+DECODER_CONFIGS = ("dream", "threshold", "codila", "llada", "block")  # the --decoder values besides auto
 
 
 def decoder_configs() -> dict[str, type]:
     """Each decoder's config class (what it reads: knobs.knob_fields)."""
+    from codila_cli.decoding.block import BlockConfig
     from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
     from codila_cli.decoding.llada import LladaConfig
 
-    return {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig, "llada": LladaConfig}
+    return {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig, "llada": LladaConfig,
+            "block": BlockConfig}
 
 
-def own_decoder(dlm: str) -> str:
-    """The sampler of the DLM's family (models/families.py): llada for a LLaDA checkpoint, else dream;
-    dream when the name cannot be resolved here (loading then says why)."""
+def _trained_block(dlm: str) -> int | None:
+    """A block-diffusion DLM's trained block size (models/sdar.py), None for any other model."""
+    cfg, path = dlm_config(dlm)
+    if str(cfg.get("model_type", "")).lower() != "sdar":
+        return None
+    from codila_cli.models.sdar import trained_block
+
+    return trained_block(cfg, path)
+
+
+def dlm_config(dlm: str) -> tuple[dict, Any]:
+    """The DLM's config.json and directory; ({}, None) when the name cannot be resolved here (loading then
+    says why)."""
     from codila_cli.errors import CodilaError
     from codila_cli.models.cache import resolve_local_dir
-    from codila_cli.models.families import family_of
     from codila_cli.models.loading import read_config
     from codila_cli.models.registry import resolve_spec
 
     try:
         path = resolve_local_dir(resolve_spec(dlm, kind="dlm"))
-        family = family_of(read_config(path, name=dlm))
+        return read_config(path, name=dlm), path
     except CodilaError:
-        return "dream"
+        return {}, None
+
+
+def own_decoder(dlm: str) -> str:
+    """The sampler of the DLM's family (models/families.py): llada for LLaDA, block for SDAR, else dream."""
+    from codila_cli.models.families import family_of
+
+    family = family_of(dlm_config(dlm)[0])
     return family.decoders[0] if family is not None else "dream"
 
 

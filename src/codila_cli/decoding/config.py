@@ -36,7 +36,8 @@ _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.",
 
 GEN_KNOBS = KnobTable(
     Knob("decoder", str, "auto", "auto = codila when an AR helper is configured, else the DLM's own sampler "
-         "(dream; llada for a LLaDA model).", choices=("auto", "dream", "threshold", "codila", "llada")),
+         "(dream; llada for a LLaDA model; block for a block-diffusion model such as SDAR).",
+         choices=("auto", "dream", "threshold", "codila", "llada", "block")),
     Knob("max_new_tokens", int, 128, "Canvas length (generated tokens).", lo=1, hi=MAX_CANVAS, model=True),
     Knob("tokens_per_step", int, None, "exactly K tokens per DLM forward.", optional=True, lo=1, hi=MAX_CANVAS,
          short="K", letter="-K"),
@@ -52,8 +53,10 @@ GEN_KNOBS = KnobTable(
          show=True),
     Knob("block_length", int, 32, "block length (llada: semi-autoregressive blocks; it must divide "
          "--max-new-tokens).", lo=1, hi=MAX_CANVAS, short="block", show=True, grid=True),
-    Knob("remasking", str, "low_confidence", "which masked slots a step reveals: the most probable "
-         "(low_confidence) or random ones.", choices=("low_confidence", "random"), short="remask"),
+    Knob("remasking", str, "low_confidence", "which masked slots a step reveals: the step's quota of the most "
+         "probable (low_confidence), of random ones, from the first masked slot on (sequential), or every slot "
+         "above --threshold when they are at least the quota (dynamic: SDAR's default).",
+         choices=("low_confidence", "random", "dynamic", "sequential"), short="remask"),
     Knob("cfg_scale", float, 0.0, "unsupervised classifier-free guidance w (0 = off; each forward also runs "
          "the prompt masked: u + (w + 1)(c - u)).", lo=0, hi=100, short="cfg"),
     _BLOCK_SIZE,

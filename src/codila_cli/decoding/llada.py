@@ -12,7 +12,9 @@ the first m % s forwards one more: LLaDA's linear schedule). Per forward:
   logits' full shape (the official order of random draws);
 * confidence p(x0) under softmax(logits) (``low_confidence``) or a uniform per position (``random``),
   −inf outside the block's masked slots; the top-k on that sequence-long row [N] picks the slots (ties
-  and draws depend on that layout, as in the official loop).
+  and draws depend on that layout, as in the official loop). codila adds SDAR's two rules (decoding/block.py):
+  ``dynamic``, every slot above ``threshold`` when they are at least the quota, and ``sequential``, the
+  quota from the block's first masked slot on.
 
 Every forward runs, as in the official loop (a forward whose quota is 0 still draws its noise at T > 0).
 Intended differences (docs/decoders.md, "Parity"): the mask token is never chosen (its logit is the fp32
@@ -49,6 +51,7 @@ class LladaConfig:
     steps: int | None = _g("steps")
     block_length: int = _g("block_length")
     remasking: str = _g("remasking")
+    threshold: float = _g("threshold")  # --remasking dynamic's
     cfg_scale: float = _g("cfg_scale")
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = _g("early_stop")
@@ -62,6 +65,8 @@ class LladaConfig:
                 raise ValueError(f"{name} must be between 1 and {MAX_CANVAS}, got {value}")
         if self.remasking not in REMASKING:
             raise ValueError(f"remasking must be one of {', '.join(REMASKING)}, got {self.remasking!r}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
         if not 0.0 <= self.cfg_scale <= 100.0:
             raise ValueError(f"cfg-scale must be between 0 and 100, got {self.cfg_scale}")
 
@@ -133,7 +138,7 @@ def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, genera
                 x0 = (logits.double().exp() / (-torch.log(noise)) ** temp).argmax(-1)
             else:
                 x0 = logits.argmax(-1)
-            if config.remasking == "low_confidence":
+            if config.remasking != "random":
                 conf = torch.softmax(logits, dim=-1).gather(-1, x0[:, None]).squeeze(-1)
             else:
                 conf = torch.rand((1, c.x.shape[1]), generator=generator, device=logits.device)[0]
@@ -143,8 +148,13 @@ def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, genera
             row[lo:hi] = torch.where(masked, block_conf.float(), float("-inf"))
             if c.wants_proposals:
                 c.propose(masked.nonzero().flatten() + lo - P, block_x0[masked])
-            if quota[k]:
-                picked = torch.topk(row, quota[k]).indices
+            if config.remasking == "dynamic" and int((row > config.threshold).sum()) >= quota[k]:
+                picked = (row > config.threshold).nonzero().flatten()
+            elif config.remasking == "sequential":
+                picked = (masked.nonzero().flatten() + lo)[: quota[k]]
+            else:
+                picked = torch.topk(row, quota[k]).indices if quota[k] else row[:0].long()
+            if len(picked):
                 c.commit(picked - P, x0[picked - start], source="dlm", block=(lo - P, hi - P))
             if c.done():
                 return c.result()

@@ -14,7 +14,7 @@ from codila_cli.engine.models import Models
 from codila_cli.engine.prompts import decode_text, encode_prompt
 from codila_cli.errors import UsageError
 
-DECODERS = ("dream", "threshold", "codila", "llada")
+DECODERS = ("dream", "threshold", "codila", "llada", "block")
 SCHEMA_VERSION = 1
 
 
@@ -82,6 +82,11 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
         from codila_cli.decoding.dream import decode_dream
 
         return decode_dream(dlm, ids, config=config, generator=gen, on_step=on_step)
+    if getattr(dlm, "block_diffusion", False):
+        return _decode_blocks(models, dlm, ar, ids, decoder=decoder, config=config, gen=gen, on_step=on_step, raw=raw)
+    if decoder == "block":
+        raise UsageError(f"--decoder block runs block-diffusion models (SDAR); {dlm.name} is not one",
+                         hint="drop --decoder to use the model's own sampler")
     if decoder == "llada":
         from codila_cli.decoding.llada import decode_llada
 
@@ -102,6 +107,27 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
         writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
     raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
+
+
+def _decode_blocks(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
+                   on_step: OnStep, raw: bool) -> Any:
+    """A block-diffusion DLM (models/sdar.py): its own sampler, or CoDiLA inside each block of -B slots (the
+    helper writes every block, or with --tau its low-entropy prefix; decoding/block.py)."""
+    from codila_cli.decoding.block import decode_block, decode_block_codila
+
+    if decoder == "block":
+        return decode_block(dlm, ids, config=config, generator=gen, on_step=on_step)
+    if decoder != "codila":
+        raise UsageError(f"{dlm.name} is a block-diffusion model: --decoder {decoder} does not run it",
+                         hint="use --decoder block (its own sampler) or --decoder codila with an AR helper")
+    if ar is None:
+        raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (a Qwen3 helper shares SDAR's vocabulary)")
+    from codila_cli.decoding.rules import build_rules
+    from codila_cli.decoding.soft_ar import SoftBlockWriter
+
+    rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar), raw=raw)
+    writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
+    return decode_block_codila(dlm, ids, config=config, writer=writer, generator=gen, on_step=on_step)
 
 
 def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
@@ -148,6 +174,8 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
 
     from codila_cli.decoding.metrics import MetricsRecorder
 
+    if getattr(models.dlm, "block_diffusion", False):  # a cache per row: decoded alone, not in the shared batch
+        batcher = None
     ids, mode = _prepare(models, prompt, config, system, messages)
     dlm = models.dlm
     seed = secrets.randbelow(2**31) if seed is None else seed
@@ -222,7 +250,7 @@ def generate_many(models: Models, prompts: list[str], *, decoder: str, config: A
 
     if len(prompts) != len(seeds) or not prompts:
         raise ValueError("generate_many needs one seed per prompt and at least one prompt")
-    if not batched or len(prompts) == 1:
+    if not batched or len(prompts) == 1 or getattr(models.dlm, "block_diffusion", False):
         t0 = time.perf_counter()
         results = [generate(models, p, decoder=decoder, config=config, seed=s, system=system,
                             on_step=on_step if i == 0 else no_op) for i, (p, s) in enumerate(zip(prompts, seeds))]

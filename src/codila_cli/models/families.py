@@ -30,6 +30,9 @@ FAMILIES: tuple[Family, ...] = (
            codila=False,
            cache="none", licence="MIT (LLaDA-8B-Base/-Instruct, LLaDA-1.5)",
            note="its own 126k vocabulary: no AR helper shares it, so no CoDiLA yet"),
+    Family("sdar", ("sdar",), ("block", "codila"), infill="no", plan=False, codila=True,
+           cache="exact (committed blocks)", licence="Apache-2.0 (SDAR-1.7B-Chat)",
+           note="block diffusion on Qwen3's network and vocabulary: a Qwen3 helper needs no bridge"),
 )
 
 
@@ -49,11 +52,15 @@ def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> Any:
         from codila_cli.models.llada import load_llada
 
         return load_llada(path, cfg, name=name, device=device, dtype=dtype)
+    if family is not None and family.name == "sdar":
+        from codila_cli.models.sdar import load_sdar
+
+        return load_sdar(path, cfg, name=name, device=device, dtype=dtype)
     if family is None:
         raise ModelLoadError(
             f"'{name}' is a '{cfg.get('model_type')}' model, not a diffusion model codila runs",
-            hint="use --dlm with a Dream or LLaDA checkpoint (model_type \"Dream\" or \"llada\"; `codila models` "
-                 "lists the families), e.g. dream-coder or bundled-dlm",
+            hint="use --dlm with a Dream, LLaDA or SDAR checkpoint (`codila models` lists the families), e.g. "
+                 "dream-coder or bundled-dlm",
         )
     from codila_cli.models.dream import load_dream
 

@@ -207,8 +207,8 @@ def engine_for(path: Path, cfg: dict) -> str:
     supported = NativeConfig.from_dict(cfg) is not None
     from codila_cli.models.llada_layout import is_llada
 
-    if is_llada(cfg):
-        return "native"  # transformers has no LLaDA class, and codila runs no remote code
+    if is_llada(cfg) or str(cfg.get("model_type", "")).lower() == "sdar":
+        return "native"  # transformers has no LLaDA or SDAR class, and codila runs no remote code
     if choice == "native":
         return "native" if supported else "transformers"
     bundled = path.resolve().is_relative_to(BUNDLED_DIR.resolve())

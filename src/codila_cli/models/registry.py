@@ -43,6 +43,8 @@ ALIASES: dict[str, ModelSpec] = {
                                revision="0f2787f2d87eac5eed8a087d5ecd24277e6255b2"),
     "llada-1.5": ModelSpec("llada-1.5", "dlm", repo_id="GSAI-ML/LLaDA-1.5",
                            revision="43716255dd5ce01192bcfc073a2557e969a2f271"),
+    "sdar-8b": ModelSpec("sdar-8b", "dlm", repo_id="JetLM/SDAR-8B-Chat",  # block diffusion (models/sdar.py)
+                         revision="ac4528d2c076b04e02a03e6f430efa4385331ce8"),
 }
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"

@@ -17,7 +17,7 @@ from codila_cli.errors import IncompatibleModelsError, ModelLoadError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-MASK_STRINGS = ("<|mask|>", "<|mdm_mask|>", "<mask>", "[MASK]")
+MASK_STRINGS = ("<|mask|>", "<|mdm_mask|>", "<|MASK|>", "<mask>", "[MASK]")  # Dream, LLaDA, SDAR, …
 EXPAND_STRINGS = ("<|expand|>",)
 END_OF_TURN_STRINGS = ("<|im_end|>", "<|eot_id|>")
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

@@ -1,0 +1,175 @@
+"""Block diffusion with an exact KV cache (SDAR, arXiv 2510.06303; the official ``block_diffusion_generate``
+of JetAstra/SDAR ``generate.py``), and CoDiLA inside each block.
+
+Blocks of B tokens are aligned to absolute positions from 0, the prompt included: the canvas is the prompt
+then masks up to a whole number of blocks (so the output may run a few tokens past max_new_tokens). The
+prompt's whole blocks are prefilled once (models/sdar.py::prefill); then, block by block, starting with the
+one that holds the prompt's end:
+
+* up to ``steps`` + 1 forwards of the block alone against the cache (logits [1, B, V], no shift). Each
+  draws x0 per slot (temperature, top-k, top-p, then one categorical draw per row; codila: argmax at T 0,
+  where the official code divides by zero) with p(x0) as confidence, and reveals a quota (B // steps, the
+  first B % steps steps one more) of masked slots: ``low_confidence`` the most confident; ``dynamic``
+  (SDAR's default, "low_confidence_dynamic") every slot above ``threshold`` when they are at least the
+  quota, else the most confident; ``random`` at random; ``sequential`` from the first masked slot on. The
+  ranking runs on the block's own row [B], −inf outside the masked slots (the official layout).
+* once nothing is masked, one more forward appends the block's keys and values (models/sdar.py::extend).
+
+With a ``writer`` (CoDiLA, docs/codila.md) each block's first forward gives the marginals from which the AR
+helper writes the block (static, tau None), or its longest low-entropy prefix (dynamic; else the block's
+own step). Intended differences: the mask is never chosen; a quota larger than the masked slots left
+never reaches past them (the official top-k then picks −inf slots and rewrites the prompt's or the
+block's committed tokens); early stop after a block that holds an end-of-text token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from codila_cli.decoding.config import GEN_KNOBS, MAX_CANVAS, SamplingConfig
+from codila_cli.decoding.events import OnStep, no_op
+
+if TYPE_CHECKING:
+    import torch
+
+    from codila_cli.decoding.base import DecodeResult
+
+_g = GEN_KNOBS.default
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    """``--decoder block``. ``block_length``: the commands make it the model's trained block size when
+    nobody set it (:meth:`fitted`); ``steps`` None = the block length (one slot per forward);
+    ``threshold``: ``--remasking dynamic``'s."""
+
+    max_new_tokens: int = _g("max_new_tokens")
+    block_length: int = _g("block_length")
+    steps: int | None = _g("steps")
+    remasking: str = _g("remasking")
+    threshold: float = _g("threshold")
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    early_stop: bool = _g("early_stop")
+    stop: tuple[str, ...] = _g("stop")
+    needs_helper: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        for name, value in (("max-new-tokens", self.max_new_tokens), ("block-length", self.block_length),
+                            ("steps", self.steps)):
+            if value is not None and not 1 <= value <= MAX_CANVAS:
+                raise ValueError(f"{name} must be between 1 and {MAX_CANVAS}, got {value}")
+        if self.remasking not in GEN_KNOBS["remasking"].choices:
+            raise ValueError(f"remasking must be one of {', '.join(GEN_KNOBS['remasking'].choices)}, got {self.remasking!r}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+
+    def draws(self) -> bool:
+        return self.sampling.temperature > 0 or self.remasking == "random"
+
+    @classmethod
+    def for_codila(cls, cfg: Any) -> BlockConfig:
+        """The block schedule CoDiLA runs on a block-diffusion model: blocks of its -B slots, its length,
+        sampling and stops (decoding/config.py::CodilaConfig ``cfg``)."""
+        return cls(max_new_tokens=cfg.max_new_tokens, block_length=cfg.block_size, sampling=cfg.sampling,
+                   early_stop=cfg.early_stop, stop=cfg.stop)
+
+    def fitted(self, fixed: Collection[str], trained: int | None) -> BlockConfig:
+        """This config with the model's ``trained`` block size when nobody set the block length (it is not
+        in ``fixed``, the knobs a flag, variable, config file or request gave)."""
+        return self if "block_length" in fixed or trained is None else replace(self, block_length=trained)
+
+
+def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 and p(x0) per row of ``logits`` [B, V]: SDAR's order (temperature, top-k, top-p, softmax, one
+    categorical draw per row), argmax at T 0."""
+    import torch
+
+    from codila_cli.decoding.marginals import process_logits
+
+    probs = torch.softmax(process_logits(logits, s), dim=-1)
+    x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1) if s.temperature > 0 else probs.argmax(-1)
+    return x0, probs.gather(-1, x0[:, None]).squeeze(-1)
+
+
+def _reveal(conf: torch.Tensor, masked: torch.Tensor, quota: int, cfg: BlockConfig, gen: Any) -> torch.Tensor:
+    """The block slots [k] this step reveals (``conf`` [B] p(x0), ``masked`` [B] bool)."""
+    import torch
+
+    quota = min(quota, int(masked.sum()))
+    if cfg.remasking == "sequential":
+        return masked.nonzero().flatten()[:quota]
+    if cfg.remasking == "random":
+        conf = torch.rand(conf.shape, generator=gen, device=conf.device)
+    row = torch.where(masked, conf.float(), float("-inf"))
+    if cfg.remasking == "dynamic" and int((row > cfg.threshold).sum()) >= quota:
+        return (row > cfg.threshold).nonzero().flatten()
+    return torch.topk(row, quota).indices
+
+
+def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, generator: Any = None,
+                 on_step: OnStep = no_op, writer: Any = None, tau: float | None = None) -> DecodeResult:
+
+    from codila_cli.decoding.base import Canvas
+
+    B = config.block_length
+    P, steps = len(prompt_ids), config.steps or B
+    total = -(-(P + config.max_new_tokens) // B) * B  # whole blocks
+    c = Canvas.start(prompt_ids=prompt_ids, config=replace(config, max_new_tokens=total - P), dlm=dlm,
+                     ar=writer.ar if writer is not None else None, on_step=on_step)
+    quotas = [B // steps + (k < B % steps) for k in range(steps)]
+    first = P // B
+    past = dlm.prefill(c.x[:, : first * B], B) if first else None
+    for b in range(first, total // B):
+        lo, hi = b * B, (b + 1) * B
+        for k in range(steps + 1):
+            masked = c.x[0, lo:hi] == c.mask_id
+            if not bool(masked.any()):
+                break
+            logits = dlm.block_logits(c.x[:, lo:hi], lo, past)[0]  # [B, V]
+            if writer is not None and _ar_writes(c, writer, logits, masked, lo, tau, generator):
+                continue
+            x0, p = _sample(logits, config.sampling, generator)
+            if c.wants_proposals:
+                c.propose(masked.nonzero().flatten() + lo - P, x0[masked])
+            picked = _reveal(p, masked, quotas[min(k, steps - 1)], config, generator)
+            c.commit(picked + lo - P, x0[picked], source="dlm", block=(max(lo, P) - P, hi - P))
+        past = dlm.extend(c.x[:, lo:hi], lo, past)
+        if c.done():
+            break
+    return c.result()
+
+
+def decode_block_codila(dlm: Any, prompt_ids: list[int], *, config: Any, writer: Any, generator: Any = None,
+                        on_step: OnStep = no_op) -> DecodeResult:
+    """CoDiLA (decoding/config.py::CodilaConfig ``config``) on a block-diffusion model: blocks of its -B
+    slots, the helper writing each (static) or its low-entropy prefix (``--tau``)."""
+    return decode_block(dlm, prompt_ids, config=BlockConfig.for_codila(config), generator=generator,
+                        on_step=on_step, writer=writer, tau=config.tau)
+
+
+def _ar_writes(c: Any, writer: Any, logits: torch.Tensor, masked: torch.Tensor, lo: int, tau: float | None,
+               gen: Any) -> bool:
+    """CoDiLA in the block: the AR writes the block's masked slots from the marginals (every one when
+    ``tau`` is None; else the longest low-entropy prefix, k >= 2); False when it writes nothing."""
+    import torch
+
+    from codila_cli.decoding.marginals import entropy
+
+    probs = torch.softmax(logits, dim=-1)
+    slots = masked.nonzero().flatten()
+    if tau is not None:
+        h = entropy(probs, logits)[slots]
+        k = next((n for n in range(len(slots), 1, -1) if float(h[:n].mean()) <= tau), 0)
+        if k < 2:
+            return False
+        slots = slots[:k]
+    start, end = int(slots[0]), int(slots[-1]) + 1
+    forced = [None if bool(masked[i]) else int(c.x[0, lo + i]) for i in range(start, end)]
+    out = writer.write(probs[start:end], forced, generator=gen)
+    P = c.prompt_len
+    keep = [i for i in range(start, end) if bool(masked[i])]
+    c.commit(torch.tensor(keep, device=c.x.device) + lo - P, out[[i - start for i in keep]].to(c.x.device),
+             source="ar", block=(lo + start - P, lo + end - P))
+    return True
