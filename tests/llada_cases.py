@@ -10,27 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import cache
-from pathlib import Path
+from functools import partial
 
 import torch
+from golden_cases import FIXTURES, cases, fixture_dlm, target  # noqa: F401 -- target: the tests import it here
 
-LLADA_DIR = Path(__file__).resolve().parent / "fixtures" / "llada"
-CASES = [json.loads(line) for line in (LLADA_DIR / "llada_cases.jsonl").read_text().splitlines()]
-
-
-@cache
-def dlm(checkpoint: str, dtype: str):
-    from codila_cli.models.families import load_dlm
-
-    return load_dlm(LLADA_DIR / "checkpoints" / checkpoint, name=checkpoint, device=torch.device("cpu"),
-                    dtype=getattr(torch, dtype))
-
-
-def target(case: dict) -> tuple[list[int], int]:
-    if case["mask_ban_changes_output"]:
-        return case["expected_ids_mask_banned"][0], case["forwards_mask_banned"]
-    return case["expected_ids"][0], case["forwards"]
+LLADA_DIR = FIXTURES / "llada"
+CASES = cases("llada", "llada_cases.jsonl")
+FAST = cases("llada", "fastdllm_llada_cases.jsonl")
+dlm = partial(fixture_dlm, "llada")
 
 
 def run(case: dict) -> tuple[list[int], int]:
@@ -47,6 +35,22 @@ def run(case: dict) -> tuple[list[int], int]:
     torch.manual_seed(case["seed"])
     res = decode_llada(dlm(case["checkpoint"], case["dtype"]), ids, config=cfg,
                        generator=torch.Generator().manual_seed(case["seed"]))
+    return ids + res.canvas, res.dlm_forwards
+
+
+def run_fast(case: dict) -> tuple[list[int], int]:
+    """codila's threshold decoder, Fast-dLLM convention, on a Fast-dLLM LLaDA golden (decoding/llada_fast.py)."""
+    from codila_cli.decoding.config import SamplingConfig, ThresholdConfig
+    from codila_cli.decoding.threshold import decode_threshold
+
+    s = case["settings"]
+    cfg = ThresholdConfig(max_new_tokens=s["gen_length"], block_length=s["block_length"], threshold=s["threshold"],
+                          sampling=SamplingConfig(temperature=s["temperature"]), cache=s["cache"],
+                          convention="fast-dllm", early_stop=False)
+    ids = case["input_ids"][0]
+    torch.manual_seed(case["seed"])
+    res = decode_threshold(dlm(case["checkpoint"], case["dtype"]), ids, config=cfg,
+                           generator=torch.Generator().manual_seed(case["seed"]))
     return ids + res.canvas, res.dlm_forwards
 
 
@@ -89,4 +93,6 @@ if __name__ == "__main__":
     out: dict = {"_sha": {c["id"]: first_forward_sha(c) for c in CASES}, "_gemm": gemm_fingerprint()}
     for case in CASES:
         out[case["id"]] = run(case)
+    for case in FAST:
+        out[case["id"]] = run_fast(case)
     print(json.dumps(out))

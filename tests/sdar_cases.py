@@ -9,28 +9,15 @@ prints one JSON object: case id -> [ids, forwards].
 from __future__ import annotations
 
 import json
-from functools import cache
-from pathlib import Path
+from functools import partial
 
 import torch
+from golden_cases import FIXTURES, cases, fixture_dlm, target  # noqa: F401 -- target: the tests import it here
 
-SDAR_DIR = Path(__file__).resolve().parent / "fixtures" / "sdar"
-CASES = [json.loads(line) for line in (SDAR_DIR / "sdar_cases.jsonl").read_text().splitlines()]
+SDAR_DIR = FIXTURES / "sdar"
+CASES = cases("sdar", "sdar_cases.jsonl")
+dlm = partial(fixture_dlm, "sdar")
 REMASKING = {"low_confidence_static": "low_confidence", "low_confidence_dynamic": "dynamic", "sequential": "sequential"}
-
-
-@cache
-def dlm(checkpoint: str, dtype: str):
-    from codila_cli.models.families import load_dlm
-
-    return load_dlm(SDAR_DIR / "checkpoints" / checkpoint, name=checkpoint, device=torch.device("cpu"),
-                    dtype=getattr(torch, dtype))
-
-
-def target(case: dict) -> tuple[list[int], int]:
-    if case["mask_ban_changes_output"]:
-        return case["expected_ids_mask_banned"][0], case["forwards_mask_banned"]
-    return case["expected_ids"][0], case["forwards"]
 
 
 def run(case: dict) -> tuple[list[int], int]:

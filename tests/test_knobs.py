@@ -198,8 +198,8 @@ SHARED = {
     "alg": {"decoding/config.py", "decoding/dream.py", "decoding/codila.py", "decoding/dreamon.py",
             "decoding/marginals.py",  # the confidence rules themselves
             "resolve.py"},  # CoDiLA has no origin rule: the one cross-knob rule between decoders
-    "block_length": {"decoding/config.py", "decoding/threshold.py", "decoding/llada.py",  # the three block
-                     "decoding/block.py"},  # decoders with a block length: Fast-dLLM's, LLaDA's, SDAR's
+    "block_length": {"decoding/config.py", "decoding/threshold.py", "decoding/llada.py",  # the block decoders
+                     "decoding/block.py", "decoding/llada_fast.py"},  # Fast-dLLM's (Dream's, LLaDA's), LLaDA's, SDAR's
     "early_stop": {"decoding/config.py", "decoding/base.py",  # the table; the canvas, where it acts
                    "decoding/llada.py", "decoding/block.py"},  # LLaDA's and SDAR's configs beside their samplers
     "tau": {"decoding/config.py", "decoding/codila.py", "eval/settings.py",  # CoDiLA's rule; the paper's grid

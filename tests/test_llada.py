@@ -5,31 +5,24 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from llada_cases import CASES, LLADA_DIR, target
+from golden_cases import AVX2, PINNED, run_pinned
+from llada_cases import CASES, FAST, LLADA_DIR, target
 
 from codila_cli.errors import ModelLoadError
 from codila_cli.models.families import load_dlm
 
-AVX2 = platform.machine() in ("x86_64", "AMD64") and Path("/proc/cpuinfo").is_file() \
-    and "avx2" in Path("/proc/cpuinfo").read_text(errors="ignore")
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 needs_avx2 = pytest.mark.skipif(not AVX2, reason="the goldens are pinned to torch's AVX2 CPU kernels")
 
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    r = subprocess.run([sys.executable, str(Path(__file__).parent / "llada_cases.py")], capture_output=True,
-                       text=True, env={**os.environ, **PINNED}, timeout=300, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout)
+    return run_pinned("llada_cases.py")
 
 
 @needs_avx2
@@ -60,6 +53,21 @@ def test_the_first_forward_is_the_official_one_bit_for_bit(results):
         pytest.skip(f"fp32 hashes not compared: this CPU's fp32 GEMM rounds differently (fingerprint "
                     f"{results['_gemm'][:12]}…, goldens' {GOLDEN_GEMM[:12]}…)")
     assert results["_sha"] == want
+
+
+@needs_avx2
+@pytest.mark.parametrize("case", FAST, ids=lambda c: f"{c['id']}-{c['settings']['cache']}-{c['group']}")
+def test_fast_dllm_llada_decoding_matches_the_official_code(case, results):
+    """Fast-dLLM's LLaDA path (llada/generate.py: threshold decoding without a cache, with its prefix and its
+    dual cache) vs `--decoder threshold --threshold-convention fast-dllm`: the same ids and forwards."""
+    ids, forwards = results[case["id"]]
+    assert ids == target(case)[0] and forwards == target(case)[1]
+
+
+def test_the_fast_dllm_goldens_cover_every_cache_greedy_and_sampled():
+    assert len(FAST) == 24 and {c["settings"]["cache"] for c in FAST} == {"none", "prefix", "dual"}
+    assert {c["settings"]["temperature"] > 0 for c in FAST} == {True, False}
+    assert any(c["forwards"] < c["settings"]["gen_length"] // 2 for c in FAST)  # several slots per forward
 
 
 def test_the_goldens_exercise_what_they_claim():
@@ -161,13 +169,21 @@ def test_llada_through_the_cli_every_decoder_and_what_it_refuses():
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["metrics"]["tokens"] >= 1
     r = _gen("--decoder", "threshold", "--cache", "prefix", "def f(x):")
-    assert r.returncode == 2 and "runs Dream-family models only" in r.stderr and "Hint: drop --cache" in r.stderr
+    assert r.returncode == 2 and "runs Dream-family models" in r.stderr and "--threshold-convention fast-dllm" in r.stderr
+    r = _gen("--decoder", "threshold", "--threshold-convention", "fast-dllm", "--cache", "dual", "--max-new-tokens", "16",
+             "--block-length", "8", "--json", "def f(x):")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["metrics"]["dlm_forwards"] >= 2
     r = _gen("--block-length", "7", "--max-new-tokens", "16", "def f(x):")
     assert r.returncode == 2 and "--block-length 7 does not divide --max-new-tokens 16" in r.stderr
     r = _gen("--steps", "6", "--block-length", "8", "--max-new-tokens", "32", "def f(x):")
     assert r.returncode == 2 and "6 is not a multiple of 4" in r.stderr
-    r = _gen("--decoder", "codila", "--ar", "bundled-ar", "def f(x):")
-    assert r.returncode != 0 and "does not share a vocabulary" in r.stderr and "Traceback" not in r.stderr
+    # CoDiLA on LLaDA: the bundled helper's pieces are the fixture's under other ids, bridged by strings; its
+    # card's approximate cache (Dream-only) is not applied to a LLaDA model
+    r = _gen("--decoder", "codila", "--ar", "bundled-ar", "--max-new-tokens", "16", "--json", "def f(x):")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["decoder"] == "codila" and doc["metrics"]["ar_forwards"] >= 1 and doc["settings"]["cache"] == "none"
     r = _gen("--remasking", "random", "--temperature", "0.5", "--max-new-tokens", "16", "--json", "def f(x):")
     assert r.returncode == 0 and json.loads(r.stdout)["settings"]["remasking"] == "random"
 

@@ -178,15 +178,20 @@ def test_dream_given_as_ar_is_refused(tiny):
         load_ar(tiny["dlm"], name="dlm", device=CPU, dtype=torch.float32)
 
 
-def test_incompatible_vocabularies_refused(tiny, tmp_path):
+def test_two_bpes_of_one_corpus_are_bridged_by_token_strings(tiny, tmp_path):
+    """A helper whose ids mean other strings no longer refuses when its pieces are the DLM's under other
+    ids: models/token_map.py pairs them by string (tests/test_token_map.py: refused when too few pair)."""
     from codila_cli.engine.models import load_models
-    from codila_cli.models.tokens import VocabBridge
+    from codila_cli.models.token_map import TokenMap
     from codila_cli.train.tiny import build_tiny
 
     other = build_tiny(tmp_path / "other", vocab_size=300)  # a different BPE: ids mean other strings
-    with pytest.raises(IncompatibleModelsError):
-        load_models(dlm=str(tiny["dlm"]), ar=str(other["ar"]), device="cpu", dtype="float32")
-    assert VocabBridge  # imported for the reader: the bridge is what refuses
+    models = load_models(dlm=str(tiny["dlm"]), ar=str(other["ar"]), device="cpu", dtype="float32")
+    assert isinstance(models.bridge, TokenMap) and 0.25 <= models.bridge.coverage < 1.0
+    d, a = models.dlm.tokenizer, models.ar.tokenizer
+    pairs = list(zip(models.bridge.dlm_ids.tolist(), models.bridge.ar_ids.tolist()))
+    assert pairs and all(d.convert_ids_to_tokens(i) == a.convert_ids_to_tokens(j) for i, j in pairs[:50])
+    assert IncompatibleModelsError  # what a helper sharing too few pieces raises
 
 
 def test_bridge_cuts_control_tokens(tiny_models):

@@ -5,8 +5,6 @@ over committed blocks, decoding/block.py reproduces the official block_diffusion
 from __future__ import annotations
 
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -14,13 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from golden_cases import AVX2, run_pinned
 from sdar_cases import CASES, SDAR_DIR, target
 
 from codila_cli.models.families import load_dlm
 
-AVX2 = platform.machine() in ("x86_64", "AMD64") and Path("/proc/cpuinfo").is_file() \
-    and "avx2" in Path("/proc/cpuinfo").read_text(errors="ignore")
-PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 needs_avx2 = pytest.mark.skipif(not AVX2, reason="the goldens are pinned to torch's AVX2 CPU kernels")
 A = SDAR_DIR / "checkpoints" / "sdar-tiny-a"
 # the cases codila answers as the official code does: fp32, and no official step that rewrote a slot that
@@ -30,10 +26,7 @@ EXACT = [c for c in CASES if c["dtype"] == "float32" and not c["official_rewrite
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    r = subprocess.run([sys.executable, str(Path(__file__).parent / "sdar_cases.py")], capture_output=True,
-                       text=True, env={**os.environ, **PINNED}, timeout=300, check=False)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout)
+    return run_pinned("sdar_cases.py")
 
 
 @needs_avx2

@@ -109,6 +109,8 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
     if chosen == "codila":
         opt.recommended.update(recommended_decoding(ar_name, block_size=opt.given("block_size")))  # user's B, if set
+        if own_decoder(dlm_name) != "dream":  # a helper's cache is codila's Dream-only approximate cache
+            opt.recommended.pop("cache", None)
         _drop_inert(opt)
     opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None
                                     or opt.given("tokens_per_step") is not None,

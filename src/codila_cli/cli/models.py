@@ -38,11 +38,12 @@ def models(
     elif quiet:
         sys.stdout.write("".join(f"{r['alias']}\n" for r in rows if r["cached"]))
     else:
-        sys.stdout.write(f"{'alias':<15} {'kind':<7} {'available':<10} {'size':>9}  {'default for':<16} repository\n")
+        w = max(15, *(len(r["alias"]) for r in rows))
+        sys.stdout.write(f"{'alias':<{w}} {'kind':<7} {'available':<10} {'size':>9}  {'default for':<16} repository\n")
         for r in rows:
             size = f"{r['size_bytes'] / 2**20:.1f} MiB" if r["size_bytes"] else "-"
             default = ", ".join(r["default_for"]) or "-"
-            sys.stdout.write(f"{r['alias']:<15} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>9}  "
+            sys.stdout.write(f"{r['alias']:<{w}} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>9}  "
                              f"{default:<16} {r['repo']}\n")
         if any(r["demonstration"] for r in rows):
             sys.stdout.write("\nbundled-*: demonstration models (a few M parameters, trained on a CPU) that run every "

@@ -56,14 +56,7 @@ class BlockConfig:
     needs_helper: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        for name, value in (("max-new-tokens", self.max_new_tokens), ("block-length", self.block_length),
-                            ("steps", self.steps)):
-            if value is not None and not 1 <= value <= MAX_CANVAS:
-                raise ValueError(f"{name} must be between 1 and {MAX_CANVAS}, got {value}")
-        if self.remasking not in GEN_KNOBS["remasking"].choices:
-            raise ValueError(f"remasking must be one of {', '.join(GEN_KNOBS['remasking'].choices)}, got {self.remasking!r}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        check_block_settings(self)
 
     def draws(self) -> bool:
         return self.sampling.temperature > 0 or self.remasking == "random"
@@ -79,6 +72,20 @@ class BlockConfig:
         """This config with the model's ``trained`` block size when nobody set the block length (it is not
         in ``fixed``, the knobs a flag, variable, config file or request gave)."""
         return self if "block_length" in fixed or trained is None else replace(self, block_length=trained)
+
+
+def check_block_settings(cfg: Any) -> None:
+    """The checks LLaDA's and SDAR's configs share: lengths and steps in range, a remasking rule the knob
+    table names, a threshold in (0, 1] (a ValueError naming the flag)."""
+    for name, value in (("max-new-tokens", cfg.max_new_tokens), ("block-length", cfg.block_length),
+                        ("steps", cfg.steps)):
+        if value is not None and not 1 <= value <= MAX_CANVAS:
+            raise ValueError(f"{name} must be between 1 and {MAX_CANVAS}, got {value}")
+    choices = GEN_KNOBS["remasking"].choices
+    if cfg.remasking not in choices:
+        raise ValueError(f"remasking must be one of {', '.join(choices)}, got {cfg.remasking!r}")
+    if not 0.0 < cfg.threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {cfg.threshold}")
 
 
 def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any) -> tuple[torch.Tensor, torch.Tensor]:

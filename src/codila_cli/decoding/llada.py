@@ -28,7 +28,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from codila_cli.decoding.config import GEN_KNOBS, MAX_CANVAS, SamplingConfig
+from codila_cli.decoding.config import GEN_KNOBS, SamplingConfig
 from codila_cli.decoding.events import OnStep, no_op
 
 if TYPE_CHECKING:  # torch is imported where decoding runs: the config is read by --help, which must not load it
@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # torch is imported where decoding runs: the config is read b
 
     from codila_cli.decoding.base import DecodeResult
 
-REMASKING = GEN_KNOBS["remasking"].choices
 _g = GEN_KNOBS.default
 
 
@@ -59,14 +58,9 @@ class LladaConfig:
     needs_helper: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        for name, value in (("max-new-tokens", self.max_new_tokens), ("block-length", self.block_length),
-                            ("steps", 1 if self.steps is None else self.steps)):
-            if not 1 <= value <= MAX_CANVAS:
-                raise ValueError(f"{name} must be between 1 and {MAX_CANVAS}, got {value}")
-        if self.remasking not in REMASKING:
-            raise ValueError(f"remasking must be one of {', '.join(REMASKING)}, got {self.remasking!r}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        from codila_cli.decoding.block import check_block_settings
+
+        check_block_settings(self)
         if not 0.0 <= self.cfg_scale <= 100.0:
             raise ValueError(f"cfg-scale must be between 0 and 100, got {self.cfg_scale}")
 

@@ -17,6 +17,10 @@ from codila_cli.decoding.marginals import sample_scored
 
 def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
                      on_step: OnStep = no_op) -> DecodeResult:
+    if config.convention == "fast-dllm" and not getattr(dlm, "shifted", True):  # a LLaDA model: its own path
+        from codila_cli.decoding.llada_fast import decode_fast_dllm_llada
+
+        return decode_fast_dllm_llada(dlm, prompt_ids, config=config, generator=generator, on_step=on_step)
     if config.convention == "fast-dllm":
         return decode_fast_dllm(dlm, prompt_ids, config=config, generator=generator, on_step=on_step)
     c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)

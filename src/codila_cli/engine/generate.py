@@ -68,10 +68,14 @@ def context_overflow(models: Models, prompt: str, *, config: Any, system: str | 
     return _overflow(models, len(ids), config)
 
 
-def text_end_ids(dlm: Any, ar: Any) -> tuple[int, ...]:
-    """The ids that end the text in a CoDiLA decode: the DLM's stop ids and the helper's (either ends it)."""
+def text_end_ids(dlm: Any, ar: Any, bridge: Any = None) -> tuple[int, ...]:
+    """The ids that end the text in a CoDiLA decode: the DLM's stop ids and the helper's (either ends it),
+    in the helper's ids when a TokenMap bridges two vocabularies (the choice rules read those)."""
     base = getattr(ar, "_ar", ar)  # a RowAR view (decoding/batch.py): its helper's
-    return tuple(sorted(set(dlm.specials.stop_ids) | set(getattr(getattr(base, "specials", None), "stop_ids", ()))))
+    own = list(dlm.specials.stop_ids)
+    if hasattr(bridge, "ids_to_ar"):
+        own = bridge.ids_to_ar(own)
+    return tuple(sorted(set(own) | set(getattr(getattr(base, "specials", None), "stop_ids", ()))))
 
 
 def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
@@ -96,15 +100,15 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
         return decode_threshold(dlm, ids, config=config, generator=gen, on_step=on_step)
     if decoder == "codila":
+        from codila_cli.decoding.bridged import make_writer
         from codila_cli.decoding.codila import decode_codila
-        from codila_cli.decoding.soft_ar import SoftBlockWriter
 
         if ar is None:
             raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
         from codila_cli.decoding.rules import build_rules
 
-        rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar), raw=raw)
-        writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
+        rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar, models.bridge), raw=raw)
+        writer = make_writer(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
         return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
     raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
 
@@ -122,11 +126,11 @@ def _decode_blocks(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder
                          hint="use --decoder block (its own sampler) or --decoder codila with an AR helper")
     if ar is None:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (a Qwen3 helper shares SDAR's vocabulary)")
+    from codila_cli.decoding.bridged import make_writer
     from codila_cli.decoding.rules import build_rules
-    from codila_cli.decoding.soft_ar import SoftBlockWriter
 
-    rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar), raw=raw)
-    writer = SoftBlockWriter(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
+    rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar, models.bridge), raw=raw)
+    writer = make_writer(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
     return decode_block_codila(dlm, ids, config=config, writer=writer, generator=gen, on_step=on_step)
 
 

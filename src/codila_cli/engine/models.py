@@ -20,14 +20,23 @@ class Models:
     bundled: tuple[str, ...] = ()  # the bundled aliases among the loaded models (demonstration-size)
 
     def attach_helper(self, ar: Any) -> None:
-        """Use the loaded helper ``ar`` with this DLM (and the vocabulary bridge between them)."""
+        """Use the loaded helper ``ar`` with this DLM, and the vocabulary bridge between them: equal ids
+        (models/tokens.py::VocabBridge), else equal token strings (models/token_map.py::TokenMap)."""
+        from codila_cli.errors import IncompatibleModelsError
+        from codila_cli.models.token_map import TokenMap
         from codila_cli.models.tokens import VocabBridge
 
         self.ar = ar
-        self.bridge = VocabBridge(
-            dlm_tokenizer=self.dlm.tokenizer, ar_tokenizer=ar.tokenizer, dlm_specials=self.dlm.specials,
-            ar_specials=ar.specials, dlm_vocab_rows=self.dlm.vocab_rows, ar_vocab_rows=ar.vocab_rows,
-            dlm_name=self.dlm.name, ar_name=ar.name)
+        pair = {"dlm_tokenizer": self.dlm.tokenizer, "ar_tokenizer": ar.tokenizer, "dlm_specials": self.dlm.specials,
+                "ar_specials": ar.specials, "dlm_vocab_rows": self.dlm.vocab_rows, "ar_vocab_rows": ar.vocab_rows,
+                "dlm_name": self.dlm.name, "ar_name": ar.name}
+        try:
+            self.bridge = VocabBridge(**pair)
+        except IncompatibleModelsError as same_ids:
+            try:
+                self.bridge = TokenMap(**pair)
+            except IncompatibleModelsError as by_strings:
+                raise IncompatibleModelsError(f"{same_ids}; by token strings: {by_strings}", hint=by_strings.hint) from None
 
     def describe(self) -> dict:
         out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path)}}

@@ -59,10 +59,10 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
     if config.needs_helper:
         if models.ar is None:
             raise UsageError("CoDiLA infill needs an AR helper, and none is loaded", hint="load one with the DLM (--ar)")
-        from codila_cli.decoding.soft_ar import SoftBlockWriter
+        from codila_cli.decoding.bridged import make_writer
 
         # the helper samples at the same temperature as DreamOn's own steps (greedy at 0)
-        writer = SoftBlockWriter(models.ar, models.bridge, temperature=config.sampling.temperature)
+        writer = make_writer(models.ar, models.bridge, temperature=config.sampling.temperature)
     if batcher is None:
         res = decode_dreamon(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, writer=writer, generator=gen,
                              on_step=on_step)

@@ -153,7 +153,11 @@ class BlockCache:
 
     def __init__(self, dlm: DreamDenoiser, mode: str) -> None:
         if not getattr(dlm, "shifted", True):
-            dlm.kv_call()  # a LLaDA model: says why, as a usage error
+            from codila_cli.errors import UsageError
+
+            raise UsageError(f"codila's approximate KV cache runs Dream-family models; {dlm.name} is not one",
+                             hint="for LLaDA: --decoder threshold --threshold-convention fast-dllm --cache prefix|dual "
+                                  "(Fast-dLLM's own LLaDA caches), or drop --cache")
         if mode not in ("prefix", "dual"):
             raise ValueError(f"cache mode must be 'prefix' or 'dual', got {mode!r}")
         self.dlm, self.mode = dlm, mode

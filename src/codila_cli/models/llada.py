@@ -43,12 +43,6 @@ class LladaDenoiser(DreamDenoiser):
                              position_ids=position_ids, use_cache=False, logits_to_keep=keep)
         return self.emittable(out.logits)
 
-    def kv_call(self, *_: Any, **__: Any) -> Any:
-        from codila_cli.errors import UsageError
-
-        raise UsageError(f"the approximate KV cache (--cache prefix|dual) runs Dream-family models only; {self.name} is LLaDA",
-                         hint="drop --cache (or set cache = \"none\")")
-
 
 def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any) -> LladaDenoiser:
     """A LLaDA checkpoint (safetensors, its own tensor names, no remote code) on models/native.py."""

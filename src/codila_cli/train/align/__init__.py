@@ -174,9 +174,11 @@ class Pair:
 
 def inspect_pair(cfg: AlignConfig) -> Pair:
     """Resolve both specs like `codila gen`, and check what CoDiLA needs from their tokenizers."""
+    from codila_cli.errors import IncompatibleModelsError
     from codila_cli.models.cache import identity, resolve_local_dirs
     from codila_cli.models.loading import engine_for, is_dream, read_config
     from codila_cli.models.registry import resolve_spec
+    from codila_cli.models.token_map import TokenMap
     from codila_cli.models.tokens import VocabBridge, load_tokenizer, resolve_special_tokens
 
     dspec, aspec = resolve_spec(cfg.dlm, kind="dlm"), resolve_spec(cfg.ar, kind="ar")
@@ -184,9 +186,9 @@ def inspect_pair(cfg: AlignConfig) -> Pair:
     if cfg.output.resolve() in (dpath.resolve(), apath.resolve()):
         raise UsageError("--output is one of the models' own directories", hint="give a new directory")
     dcfg, acfg = read_config(dpath, name=cfg.dlm), read_config(apath, name=cfg.ar)
-    if not is_dream(dcfg):
-        raise UsageError(f"--dlm {cfg.dlm} is a '{dcfg.get('model_type')}' model, not a Dream-family DLM",
-                         hint="give a diffusion model (model_type Dream), e.g. dream-coder")
+    if str(dcfg.get("model_type", "")).lower() not in ("dream", "llada"):
+        raise UsageError(f"--dlm {cfg.dlm} is a '{dcfg.get('model_type')}' model, not a Dream- or LLaDA-family DLM",
+                         hint="give a diffusion model (model_type Dream or llada), e.g. dream-coder")
     if is_dream(acfg):
         raise UsageError(f"--ar {cfg.ar} is a diffusion model", hint="give an autoregressive helper, e.g. qwen3-0.6b")
     dtok = load_tokenizer(dpath, name=cfg.dlm, native=engine_for(dpath, dcfg) == "native")
@@ -194,9 +196,13 @@ def inspect_pair(cfg: AlignConfig) -> Pair:
     try:
         dspecials = resolve_special_tokens(dtok, dcfg, require_mask=True, name=cfg.dlm)
         aspecials = resolve_special_tokens(atok, acfg, require_mask=False, name=cfg.ar)
-        bridge = VocabBridge(dlm_tokenizer=dtok, ar_tokenizer=atok, dlm_specials=dspecials, ar_specials=aspecials,
-                             dlm_vocab_rows=int(dcfg.get("vocab_size", len(dtok))),
-                             ar_vocab_rows=int(acfg.get("vocab_size", len(atok))), dlm_name=cfg.dlm, ar_name=cfg.ar)
+        sides = {"dlm_tokenizer": dtok, "ar_tokenizer": atok, "dlm_specials": dspecials, "ar_specials": aspecials,
+                 "dlm_vocab_rows": int(dcfg.get("embedding_size") or dcfg.get("vocab_size") or len(dtok)),
+                 "ar_vocab_rows": int(acfg.get("vocab_size", len(atok))), "dlm_name": cfg.dlm, "ar_name": cfg.ar}
+        try:
+            bridge = VocabBridge(**sides)
+        except IncompatibleModelsError:  # other ids for the same pieces: bridged by token strings
+            bridge = TokenMap(**sides)
     except CodilaError as exc:  # no mask token, tokenizers that share too few ids: the user's choice of pair
         raise UsageError(exc.message, hint=exc.hint or "choose another pair") from None
     return Pair(dpath, apath, identity(dspec, dpath), identity(aspec, apath), dtok, dspecials, aspecials, bridge)

@@ -56,6 +56,7 @@ def cache_key(cfg: Any, pair: Any, *, dtype: str) -> dict:
     shared = pair.bridge.shared_ids.tolist()
     return {"dlm": fingerprint(pair.dlm_path) or str(pair.dlm_path.resolve()), "dlm_dtype": dtype,
             "train_stream": stream_digest(cfg.state_dir / "data" / "train.npy"), "shared_ids": _digest(shared),
+            **({"helper_ids": _digest(pair.bridge.ar_ids.tolist())} if hasattr(pair.bridge, "ar_ids") else {}),
             "shared_count": len(shared), "bos": pair.dlm_specials.bos, "mask": pair.dlm_specials.mask,
             "seed": cfg.seed, "seq_len": cfg.seq_len, "block_sizes": list(cfg.block_sizes),
             "blocks_per_row": cfg.blocks_per_row, "frontier": cfg.frontier,

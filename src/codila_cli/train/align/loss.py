@@ -47,8 +47,19 @@ class PairIds:
     mask: int  # the DLM's mask id
     open_ids: tuple[int, ...]  # the helper's <think> (one special token, or the literal's pieces)
     close_ids: tuple[int, ...]
-    shared: torch.Tensor  # S [|S|] long, sorted
+    shared: torch.Tensor  # S [|S|] long, sorted: the DLM's ids of the pairs
     contiguous: bool  # S == 0 … |S|−1 (the real Dream/Qwen3 pair): views instead of gathers
+    ar_shared: torch.Tensor | None = None  # the helper's ids of the same pairs (models/token_map.py); None: S
+    to_ar: torch.Tensor | None = None  # [V_dlm] DLM id -> helper id, the unpaired -> ``ar_fill``; None: identity
+    ar_fill: int = 0  # the helper id an unpaired DLM token is fed as (its end-of-text; never scored)
+    shifted: bool = True  # Dream's shift: hidden row i − 1 gives token i (LLaDA's row i gives token i)
+
+    def helper_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """DLM ids -> the helper's ids (the same ids unless a TokenMap bridges two vocabularies)."""
+        if self.to_ar is None:
+            return ids
+        mapped = self.to_ar.to(ids.device)[ids]
+        return torch.where(mapped >= 0, mapped, self.ar_fill)
 
 
 class SoftEmbed(torch.autograd.Function):
@@ -150,11 +161,12 @@ def _layout(x0: torch.Tensor, plans: list[RowPlan], *, block: int):
 
 
 def _block_hidden(dlm, x0: torch.Tensor, masked: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, *,
-                  mask: int) -> torch.Tensor:
-    """hidden [m, B, d] of the scored blocks: the DLM on x_t under no-grad, row i−1 for token i."""
+                  mask: int, shifted: bool = True) -> torch.Tensor:
+    """hidden [m, B, d] of the scored blocks: the DLM on x_t under no-grad, row i−1 for token i (Dream's
+    shift; row i for a model without it, LLaDA)."""
     xt = torch.where(masked, torch.full_like(x0, mask), x0)
     with torch.no_grad():
-        return final_hidden(dlm, xt)[rows[:, None], cols - 1]
+        return final_hidden(dlm, xt)[rows[:, None], cols - 1 if shifted else cols]
 
 
 def block_topk(dlm, x0: torch.Tensor, plans: list[RowPlan], *, ids: PairIds, block: int, head_s: torch.Tensor,
@@ -162,7 +174,7 @@ def block_topk(dlm, x0: torch.Tensor, plans: list[RowPlan], *, ids: PairIds, blo
     """The k most likely shared ids of each scored position and their probabilities renormalised over
     the k, rounded to float16 (what ``--marginals-cache`` stores): (idx [m, B, k] long into S,
     probs [m, B, k] float32)."""
-    hidden = _block_hidden(dlm, x0, *_layout(x0, plans, block=block), mask=ids.mask)
+    hidden = _block_hidden(dlm, x0, *_layout(x0, plans, block=block), mask=ids.mask, shifted=ids.shifted)
     m = hidden.shape[0]
     h = hidden.reshape(m * block, -1)
     idx = torch.empty(m * block, k, dtype=torch.long, device=h.device)
@@ -188,20 +200,22 @@ def alignment_loss(dlm, ar, x0: torch.Tensor, plans: list[RowPlan], *, ids: Pair
     device = x0.device
     masked, rows, cols = _layout(x0, plans, block=block)
     m = len(rows)
-    emb_s = ar_embedding[: len(ids.shared)] if ids.contiguous else ar_embedding[ids.shared.to(device)]
+    emb_s = (ar_embedding[: len(ids.shared)] if ids.contiguous and ids.ar_shared is None else
+             ar_embedding[(ids.shared if ids.ar_shared is None else ids.ar_shared).to(device)])
     if topk is None:
-        hidden = _block_hidden(dlm, x0, masked, rows, cols, mask=ids.mask)
+        hidden = _block_hidden(dlm, x0, masked, rows, cols, mask=ids.mask, shifted=ids.shifted)
         soft = SoftEmbed.apply(hidden.reshape(m * block, -1), head_s, emb_s, CHUNK).view(m, block, -1)
     else:  # Σ_{top-k} π̂(v)·E_AR[v]
         idx, probs = (t.to(device) for t in topk)
         soft = (probs[..., None] * emb_s[idx].float()).sum(-2)
-    tgt = x0[rows[:, None], cols]  # [m, B]
+    tgt = x0[rows[:, None], cols]  # [m, B] DLM ids
+    tgt_ar = ids.helper_ids(tgt)  # what the helper reads and is scored on
     blk_masked = masked[rows[:, None], cols]
-    soft = torch.where(blk_masked[..., None], soft, ar_embedding[tgt].float())  # committed: one-hot
+    soft = torch.where(blk_masked[..., None], soft, ar_embedding[tgt_ar].float())  # committed: one-hot
     dtype = ar_embedding.dtype
     open_e = ar_embedding[torch.tensor(ids.open_ids, device=device)].expand(m, -1, -1)
     close_e = ar_embedding[torch.tensor(ids.close_ids, device=device)].expand(m, -1, -1)
-    body = torch.cat([open_e, soft.to(dtype), close_e, ar_embedding[tgt[:, :-1]]], dim=1)
+    body = torch.cat([open_e, soft.to(dtype), close_e, ar_embedding[tgt_ar[:, :-1]]], dim=1)
     ctx_len = [c for p in plans for c in p.context]
     C = max(ctx_len, default=0)
     if C == 0:
@@ -212,7 +226,7 @@ def alignment_loss(dlm, ar, x0: torch.Tensor, plans: list[RowPlan], *, ids: Pair
         attn = torch.ones(m, C + body.shape[1], dtype=torch.long, device=device)
         for j, (r, s, c) in enumerate(zip(rows.tolist(), starts, ctx_len)):
             if c:
-                ctx[j, C - c :] = ar_embedding[x0[r, s - c : s]]
+                ctx[j, C - c :] = ar_embedding[ids.helper_ids(x0[r, s - c : s])]
             attn[j, : C - c] = 0
         position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
         out = ar(inputs_embeds=torch.cat([ctx, body], 1), attention_mask=attn, position_ids=position_ids,
@@ -220,7 +234,7 @@ def alignment_loss(dlm, ar, x0: torch.Tensor, plans: list[RowPlan], *, ids: Pair
     out = out[:, -block:].float()
     if banned is not None:
         out = out.masked_fill(banned[: out.shape[-1]].to(device), torch.finfo(out.dtype).min)
-    ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt.reshape(-1), reduction="none").view(m, block)
+    ce = F.cross_entropy(out.reshape(-1, out.shape[-1]), tgt_ar.reshape(-1), reduction="none").view(m, block)
     in_s = torch.zeros(max(int(ids.shared[-1]) + 1, int(tgt.max()) + 1), dtype=torch.bool, device=device)
     in_s[ids.shared.to(device)] = True
     weight = torch.tensor([p.weight for p in plans for _ in p.starts], device=device)[:, None]

@@ -96,10 +96,15 @@ class Models:
         bridge = pair.bridge
         head = self.dlm.lm_head.weight
         self.head_s = head[: len(bridge.shared_ids)] if bridge.contiguous else head[bridge.shared_ids.to(device)]
-        self.banned = ~bridge.ar_allowed.to(device)
         open_ids, close_ids = self.helper.wrapper_ids()  # what the decoder feeds at inference
+        mapped = getattr(bridge, "inner", None)  # a TokenMap (models/token_map.py): two vocabularies
+        self.banned = ~(mapped or bridge).ar_allowed.to(device)
         self.ids = PairIds(mask=pair.dlm_specials.mask, open_ids=open_ids, close_ids=close_ids,
-                           shared=bridge.shared_ids, contiguous=bridge.contiguous)
+                           shared=bridge.shared_ids, contiguous=bridge.contiguous,
+                           ar_shared=bridge.ar_ids if mapped is not None else None,
+                           to_ar=bridge.to_ar if mapped is not None else None,
+                           ar_fill=bridge.ar_eos if mapped is not None else 0,
+                           shifted=getattr(self.denoiser, "shifted", True))
 
     def loss(self, wrapped: Any, x0: torch.Tensor, step: Step, plans: list, *, weighting: str,
              topk: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:

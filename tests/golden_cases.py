@@ -1,0 +1,46 @@
+"""What the golden-case suites of the LLaDA and SDAR fixtures share (tests/test_llada.py, tests/test_sdar.py):
+loading a fixture checkpoint, a case's target (the mask-banned official result where the ban changes it),
+and running a case file in a subprocess pinned to torch's AVX2 kernels (tests/parity_cases.py says why)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import torch
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+AVX2 = platform.machine() in ("x86_64", "AMD64") and Path("/proc/cpuinfo").is_file() \
+    and "avx2" in Path("/proc/cpuinfo").read_text(errors="ignore")
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def cases(family: str, name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / family / name).read_text().splitlines()]
+
+
+@cache
+def fixture_dlm(family: str, checkpoint: str, dtype: str):
+    from codila_cli.models.families import load_dlm
+
+    return load_dlm(FIXTURES / family / "checkpoints" / checkpoint, name=checkpoint, device=torch.device("cpu"),
+                    dtype=getattr(torch, dtype))
+
+
+def target(case: dict) -> tuple[list[int], int]:
+    if case["mask_ban_changes_output"]:
+        return case["expected_ids_mask_banned"][0], case["forwards_mask_banned"]
+    return case["expected_ids"][0], case["forwards"]
+
+
+def run_pinned(script: str) -> dict:
+    """The JSON a case script (tests/<script>) prints, run with one thread under the AVX2 variables."""
+    r = subprocess.run([sys.executable, str(Path(__file__).parent / script)], capture_output=True, text=True,
+                       env={**os.environ, **PINNED}, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
