@@ -180,6 +180,50 @@ def test_fim_on_a_typescript_file_reports_typescript_and_no_language_means_no_re
     assert r.model_extra["codila"]["choices"][0]["syntax"]["language"] == "typescript"
 
 
+def test_a_token_limit_past_the_context_is_clamped_not_refused(server, client):
+    """Continue sends a limit of 4,096 unless told otherwise; the bundled model's context is shorter. As
+    llama.cpp and Ollama do, the limit is lowered to the room the prompt leaves, and the answer says so."""
+    ctx = httpx.post(server.url + "/infill", json={"input_prefix": "x = 1\n", "input_suffix": "", "n_predict": 1},
+                     timeout=60).json()["generation_settings"]["n_ctx"]
+    fim = httpx.post(server.url + "/api/generate", json={"model": "codila", "prompt": "def f(a):\n", "suffix": "\n",
+                                                         "stream": False, "options": {"num_predict": 4096}}, timeout=120)
+    assert fim.status_code == 200, fim.text
+    assert fim.json()["done"] and fim.json()["codila"]["max_tokens_clamped_to"] == ctx - 2 - 16
+    r = client.completions.create(model="codila", prompt="def f(a):", max_tokens=4096, seed=0)
+    info = r.model_extra["codila"]["choices"][0]
+    assert info["max_tokens_clamped_to"] == ctx - r.usage.prompt_tokens and r.usage.completion_tokens <= ctx
+    llama = httpx.post(server.url + "/infill", json={"input_prefix": "def f(a):\n", "input_suffix": "\n",
+                                                     "n_predict": 4096}, timeout=120).json()
+    assert llama["truncated"] is True and llama["generation_settings"]["n_predict"] == ctx - 2 - 16
+
+
+def test_the_endpoints_clients_probe_and_the_fields_editors_read(server, client):
+    assert httpx.get(server.url + "/").text.startswith("codila is running")
+    assert httpx.get(server.url + "/api/version").json()["version"]
+    loaded = httpx.get(server.url + "/api/ps").json()["models"]
+    assert loaded and loaded[0]["name"] == "bundled-dlm:latest" and "expires_at" in loaded[0]
+    assert client.models.retrieve("codila").id == "codila"
+    missing = httpx.get(server.url + "/v1/models/nope")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+    load = httpx.post(server.url + "/api/generate", json={"model": "codila"}).json()  # Ollama's load request
+    assert load["done"] is True and load["done_reason"] == "load" and load["response"] == ""
+    card = httpx.post(server.url + "/api/show", json={"name": "codila"}).text
+    assert str(Path(__file__).resolve().parents[1]) not in card and '"FROM /' not in card  # no server paths
+    prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    body = {"input_prefix": prefix, "input_suffix": suffix, "n_predict": 16, "seed": 5}
+    llama = httpx.post(server.url + "/infill", json=body, timeout=60).json()
+    assert llama["generation_settings"]["n_ctx"] > 0 and llama["tokens_cached"] == 0 and llama["truncated"] is False
+    assert {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms"} <= set(llama["timings"])
+    if llama["content"]:  # Ollama's FIM honours options.stop (it cut nothing before)
+        stopped = httpx.post(server.url + "/api/generate", json={
+            "model": "codila", "prompt": prefix, "suffix": suffix, "stream": False,
+            "options": {"num_predict": 16, "seed": 5, "stop": [llama["content"][0]]}}, timeout=60).json()
+        assert stopped["response"] == ""
+    text = httpx.get(server.url + "/metrics").text
+    for route in ("/api/show", "/api/ps", "/v1/models/{model_id:path}", "/infill"):
+        assert f'endpoint="{route}"' in text, route
+
+
 def test_editor_clients_request_shapes(server):
     """What the editors send, as their sources build it: llama.vscode's /infill (with its n_predict 0
     cache warm-up, samplers, n_indent, t_max_* fields), a stop list; Continue's Ollama provider
@@ -291,7 +335,7 @@ def test_codila_request_object_and_unknown_fields(client):
     ('{"prompt": ', 400, "not valid JSON"),
     ('{"prompt": 5}', 400, "prompt"),
     ('{"prompt": "def f():", "max_tokens": "many"}', 400, "max_tokens"),
-    ('{"prompt": "def f():", "max_tokens": 100000}', 400, "context"),
+    ('{"prompt": "def f():", "max_tokens": 100001}', 400, "max_tokens"),  # over the knob's range (100000 is clamped)
     ('{"prompt": "' + "x = 1\\n" * 400 + '", "max_tokens": 16}', 400, "context"),
     ('{"prompt": "def f():", "model": "gpt-9"}', 404, "not served"),
     ('{"prompt": "def f():", "n": 99}', 400, "n"),
@@ -506,3 +550,25 @@ def test_request_settings_layer_on_the_servers(tmp_path):
     for bad in ({"bogus": 1}, {"decoder": "dream", "block_size": 4}, {"decoder": "nope"}, {"block_size": -1}):
         with pytest.raises(ValueError):
             gen_settings(base, max_tokens=None, temperature=None, top_p=None, codila=bad)
+
+
+def test_a_port_in_use_fails_before_loading_with_its_documented_code(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "codila_cli", "serve", "--port", str(port)], capture_output=True,
+                           text=True, timeout=60)
+    assert r.returncode == 1 and f"Error: port {port} on 127.0.0.1 is in use" in r.stderr
+    assert "Hint: stop it, or pass --port" in r.stderr and "Traceback" not in r.stderr
+    assert "| 1 | runtime error | `codila serve`: the port is in use" in (
+        Path(__file__).resolve().parents[1] / "docs" / "exit-codes.md").read_text()
+
+
+def test_curl_d_with_its_form_content_type_is_read_as_json(server):
+    """`curl -d '{…}'` sends application/x-www-form-urlencoded: the body is JSON all the same."""
+    r = httpx.post(server.url + "/api/generate", content=json.dumps({"model": "codila", "prompt": "def f():\n",
+                                                                     "stream": False, "options": {"num_predict": 8}}),
+                   headers={"Content-Type": "application/x-www-form-urlencoded"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["done"] is True

@@ -53,6 +53,12 @@ class IncompatibleModelsError(CodilaError):
     exit_code = EXIT_RUNTIME
 
 
+class PortInUseError(CodilaError):
+    """``codila serve``'s address is taken by another process: exit 1, before any model loads."""
+
+    exit_code = EXIT_RUNTIME
+
+
 class StrictSyntaxError(CodilaError):
     """``--strict`` was given and the result does not parse: exit 4."""
 

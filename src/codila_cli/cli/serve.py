@@ -86,7 +86,15 @@ def serve(
         say(f"codila serve: {what} ({base.decoder}){fill}; loaded in "
                          f"{engine.models.load_seconds:.1f} s; max batch {max_batch}, {engine.lanes} lane(s)\n")
     _announce(server, host, quiet=quiet)
-    server.run()
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind: the port was taken after the check above
+        if server.started:
+            raise
+        from codila_cli.errors import PortInUseError
+
+        raise PortInUseError(f"cannot listen on {host}:{port} (taken since codila checked it)",
+                             hint="pass another --port") from None
 
 
 def _lanes(asked: int, engine: Any) -> int:
@@ -130,6 +138,26 @@ def _check(*, host: str, port: int, api_key: str | None, no_auth: bool, max_batc
     if not _loopback(host) and not api_key and not no_auth:
         raise UsageError(f"listening on {host} would let anyone on the network use the models",
                          hint="pass --api-key KEY (clients send Authorization: Bearer KEY), or --no-auth to allow it")
+    if port:
+        _check_port(host, port)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind ``host:port`` once, as uvicorn will, so a taken port fails in milliseconds, not after the load."""
+    import errno
+    import socket
+
+    from codila_cli.errors import PortInUseError
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUseError(f"port {port} on {host} is in use (another server listens there)",
+                                     hint=f"stop it, or pass --port {port + 1} (--port 0 takes any free port)") from None
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}", hint="check --host and --port") from None
 
 
 def _default_infill(dlm: str) -> str | None:

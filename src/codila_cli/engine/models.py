@@ -22,21 +22,13 @@ class Models:
     def attach_helper(self, ar: Any) -> None:
         """Use the loaded helper ``ar`` with this DLM, and the vocabulary bridge between them: equal ids
         (models/tokens.py::VocabBridge), else equal token strings (models/token_map.py::TokenMap)."""
-        from codila_cli.errors import IncompatibleModelsError
-        from codila_cli.models.token_map import TokenMap
-        from codila_cli.models.tokens import VocabBridge
+        from codila_cli.models.token_map import bridge_between
 
         self.ar = ar
-        pair = {"dlm_tokenizer": self.dlm.tokenizer, "ar_tokenizer": ar.tokenizer, "dlm_specials": self.dlm.specials,
-                "ar_specials": ar.specials, "dlm_vocab_rows": self.dlm.vocab_rows, "ar_vocab_rows": ar.vocab_rows,
-                "dlm_name": self.dlm.name, "ar_name": ar.name}
-        try:
-            self.bridge = VocabBridge(**pair)
-        except IncompatibleModelsError as same_ids:
-            try:
-                self.bridge = TokenMap(**pair)
-            except IncompatibleModelsError as by_strings:
-                raise IncompatibleModelsError(f"{same_ids}; by token strings: {by_strings}", hint=by_strings.hint) from None
+        self.bridge = bridge_between(
+            dlm_tokenizer=self.dlm.tokenizer, ar_tokenizer=ar.tokenizer, dlm_specials=self.dlm.specials,
+            ar_specials=ar.specials, dlm_vocab_rows=self.dlm.vocab_rows, ar_vocab_rows=ar.vocab_rows,
+            dlm_name=self.dlm.name, ar_name=ar.name)
 
     def describe(self) -> dict:
         out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path)}}

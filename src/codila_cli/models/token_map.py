@@ -17,6 +17,22 @@ from typing import Any
 MIN_COVERAGE = 0.25
 
 
+def bridge_between(**pair: Any) -> Any:
+    """The bridge for a DLM / helper pair (models/tokens.py::VocabBridge's keyword arguments): equal ids,
+    else equal token strings (:class:`TokenMap`); IncompatibleModelsError with both measures when neither."""
+    from codila_cli.errors import IncompatibleModelsError
+    from codila_cli.models.tokens import VocabBridge
+
+    try:
+        return VocabBridge(**pair)
+    except IncompatibleModelsError as same_ids:
+        try:
+            return TokenMap(**pair)
+        except IncompatibleModelsError as by_strings:
+            raise IncompatibleModelsError(f"{same_ids.message}; by token strings: {by_strings.message}",
+                                          hint=by_strings.hint) from None
+
+
 class TokenMap:
     """DLM id <-> AR id for equal token strings. ``dlm_ids`` / ``ar_ids`` [|S|] are the pairs;
     ``to_ar`` [V_dlm] and ``to_dlm`` [V_ar] hold the partner or −1."""

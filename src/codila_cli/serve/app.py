@@ -39,7 +39,7 @@ class ServeConfig:
 class Gate:
     """Pure ASGI middleware around the app (no BaseHTTPMiddleware: that one wraps every response body in
     a task of its own, and a stream must run undisturbed until its client leaves): a POST without a
-    content type is read as JSON (``curl -d``, as Ollama's docs send it); a body over ``config.max_body``
+    content type, or with curl -d's form type, is read as JSON (as Ollama's docs send it); a body over ``config.max_body``
     bytes is a 413, by Content-Length or while it streams in; the API key; a codila bug is a 500 with
     its message; the request metric and one stderr line when the response has been sent."""
 
@@ -52,8 +52,10 @@ class Gate:
         t0 = time.perf_counter()
         path = scope.get("path", "")
         headers = dict(scope.get("headers") or [])
-        if scope.get("method") == "POST" and b"content-type" not in headers:
-            scope = {**scope, "headers": [*scope.get("headers", []), (b"content-type", b"application/json")]}
+        form = headers.get(b"content-type", b"").startswith(b"application/x-www-form-urlencoded")  # curl -d's default
+        if scope.get("method") == "POST" and (b"content-type" not in headers or form):
+            kept = [(k, v) for k, v in scope.get("headers", []) if k != b"content-type"]
+            scope = {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
         status = 0
 
         async def sent(message: dict) -> None:
@@ -159,9 +161,11 @@ def create_app(engine: Any, config: ServeConfig) -> FastAPI:
         return JSONResponse(error_body(request.url.path, exc.status_code, str(exc.detail), kind),
                             status_code=exc.status_code)
 
+    from codila_cli.serve.meta import router as meta
     from codila_cli.serve.routes import router
 
     app.include_router(router)
+    app.include_router(meta)
     return Gate(app, config, metrics)  # type: ignore[return-value]
 
 
@@ -172,9 +176,15 @@ def _authorised(headers: dict, key: str) -> bool:
 
 
 def _endpoint(path: str) -> str:
-    known = ("/health", "/v1/models", "/v1/completions", "/v1/chat/completions", "/infill", "/api/generate",
-             "/api/tags", "/metrics")
-    return path if path in known else "other"
+    """The route a path belongs to, as declared (``/v1/models/{model_id:path}``), for the metrics' label;
+    "other" for a path no route serves (a scan must not grow the label set)."""
+    from codila_cli.serve.meta import router as meta
+    from codila_cli.serve.routes import router
+
+    for route in (*router.routes, *meta.routes):
+        if route.path_regex.match(path):
+            return route.path
+    return "other"
 
 
 def _version() -> str:

@@ -45,10 +45,20 @@ def document(job: Any, style: str, outs: list) -> dict:
     o = outs[0]
     if style == "llama":
         ms = o.codila.get("wall_seconds", 0.0) * 1000
+        from codila_cli.serve.requests import token_limit
+
+        cut = o.codila.get("context") or {}
+        truncated = job.clamped is not None or cut.get("prefix_kept", 0) < cut.get("prefix_tokens", 0) \
+            or cut.get("suffix_kept", 0) < cut.get("suffix_tokens", 0)
+        models = job.engine.models if job.kind == "gen" else job.engine.infill_models
         return {"content": o.text, "stop": True, "stop_type": "eos" if o.finish_reason == "stop" else "limit",
-                "tokens_predicted": o.completion_tokens, "tokens_evaluated": o.prompt_tokens, "truncated": False,
-                "model": job.model, "codila": o.codila,
-                "timings": {"prompt_n": o.prompt_tokens, "predicted_n": o.completion_tokens, "predicted_ms": ms,
+                "tokens_predicted": o.completion_tokens, "tokens_evaluated": o.prompt_tokens, "tokens_cached": 0,
+                "truncated": bool(truncated), "model": job.model, "codila": o.codila,
+                # what llama.vscode and llama.vim read: the context size, the limit, the timings
+                "generation_settings": {"n_ctx": models.dlm.context_length, "model": job.model,
+                                        "n_predict": token_limit(job.settings)},
+                "timings": {"prompt_n": o.prompt_tokens, "prompt_ms": 0.0, "prompt_per_second": 0.0,
+                            "predicted_n": o.completion_tokens, "predicted_ms": ms,
                             "predicted_per_second": o.completion_tokens / ms * 1000 if ms else 0.0}}
     return _ollama_final(job, style, o)
 

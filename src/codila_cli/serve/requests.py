@@ -52,6 +52,20 @@ class GenSettings:
     config: Any
 
 
+def token_limit(settings: Any) -> int:
+    """The most tokens a job's settings let it write: a fill's longest middle, a completion's canvas."""
+    return settings.max_middle_tokens if hasattr(settings, "max_middle_tokens") else settings.config.max_new_tokens
+
+
+def served_name(name: str) -> str:
+    """A model's name as the server shows it: a directory given by an absolute or home-relative path is
+    shown by its last part (an answer never reveals the server's file system); aliases and repo ids as given."""
+    import os
+    from pathlib import PurePath
+
+    return PurePath(name).name if os.path.isabs(name) or name.startswith(("~", "./", "../")) else name
+
+
 def stop_strings(stop: Any) -> tuple[str, ...]:
     """OpenAI's ``stop``: None, one string, or a list of at most 16 non-empty strings."""
     if stop is None:
@@ -132,8 +146,10 @@ def infill_settings(*, max_middle: int | None, temperature: float | None, top_p:
         raise ValueError("codila.stop_lines applies to completions, not to a fill-in-the-middle")
     sampling = SamplingConfig(temperature=0.0 if temperature is None else float(temperature),
                               top_p=None if top_p is None or top_p >= 1.0 else float(top_p))
-    n = default_max if max_middle is None or max_middle < 0 else max_middle
-    return InfillConfig(max_middle_tokens=max(1, n), sampling=sampling, **codila)
+    n = max(1, default_max if max_middle is None or max_middle < 0 else max_middle)
+    if "initial_masks" not in codila:  # a limit under the default start (n_predict 1 or 2): start there
+        codila["initial_masks"] = min(n, INFILL_KNOBS.default("initial_masks"))
+    return InfillConfig(max_middle_tokens=n, sampling=sampling, **codila)
 
 
 # fill-in-the-middle templates that clients put into a plain prompt (Tabby's prompt_template, Continue's

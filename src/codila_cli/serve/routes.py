@@ -19,7 +19,7 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from codila_cli.serve.errors import APIError
@@ -142,10 +142,12 @@ def _state(request: Request) -> Any:
 
 
 def _names(request: Request) -> list[str]:
+    from codila_cli.serve.requests import served_name
+
     st = _state(request)
-    names = [st.engine.models.dlm.name, "codila"]
+    names = [served_name(st.engine.models.dlm.name), "codila"]
     if st.engine.infill_models is not None:
-        names.append(st.engine.infill_models.dlm.name)
+        names.append(served_name(st.engine.infill_models.dlm.name))
     return names
 
 
@@ -184,12 +186,15 @@ async def models(request: Request) -> dict:
 
 @router.get("/api/tags")
 async def tags(request: Request) -> dict:
+    from codila_cli.serve.requests import served_name
+
     st = _state(request)
     out = []
     for m in [st.engine.models] + ([st.engine.infill_models] if st.engine.infill_models is not None else []):
         path = m.dlm.ckpt.path
         size = sum(f.stat().st_size for f in path.glob("*.safetensors")) if path.is_dir() else 0
-        out.append({"name": f"{m.dlm.name}:latest", "model": f"{m.dlm.name}:latest", "size": size,
+        name = served_name(m.dlm.name)
+        out.append({"name": f"{name}:latest", "model": f"{name}:latest", "size": size,
                     "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "digest": uuid.uuid5(uuid.NAMESPACE_URL, str(path)).hex,
                     "details": {"format": "safetensors", "family": "dream", "families": ["dream"]}})
@@ -219,7 +224,7 @@ async def show(body: OllamaShow, request: Request) -> dict:
     st = _state(request)
     dlm = st.engine.models.dlm
     fim = st.engine.infill_models is not None
-    return {"modelfile": f"FROM {dlm.ckpt.path}\n", "parameters": f"num_ctx {dlm.context_length}",
+    return {"modelfile": f"FROM {_names(request)[0]}\n", "parameters": f"num_ctx {dlm.context_length}",
             "template": "{{ .Prompt }}" + ("{{ .Suffix }}" if fim else ""),
             "details": {"format": "safetensors", "family": "dream", "families": ["dream"]},
             "model_info": {"general.architecture": "dream", "dream.context_length": dlm.context_length},
@@ -287,9 +292,13 @@ async def llama_completion(body: LlamaCompletion, request: Request) -> Response:
 async def generate(body: OllamaGenerate, request: Request) -> Response:
     _check_model(request, body.model)
     o = body.options
+    if not body.prompt and not body.suffix and not body.system:  # Ollama's load request: nothing to decode
+        return JSONResponse({"model": body.model, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             "response": "", "done": True, "done_reason": "load"})
     if body.suffix:
         job = Job.infill(request, prefix=body.prompt, suffix=body.suffix, max_middle=o.num_predict,
-                         temperature=o.temperature, top_p=o.top_p, seed=o.seed, codila=body.codila, model=body.model)
+                         temperature=o.temperature, top_p=o.top_p, seed=o.seed, codila=body.codila, model=body.model,
+                         stop=o.stop)
     else:
         job = Job.completion(request, prompt=body.prompt, suffix=None,
                              max_tokens=o.num_predict if o.num_predict is None or o.num_predict >= 0 else None,

@@ -46,6 +46,7 @@ class Job:
     language: Any = None  # languages.Language the syntax report checks (located); None: not checked
     named: str | None = None  # the language or file name the request gave, as given
     context: int = 0  # characters at the start of ``prompt`` that are other files' text (/infill's input_extra)
+    clamped: int | None = None  # the token limit a request asked beyond the context was lowered to
     nothing: bool = False  # asked for 0 tokens (llama.vscode's cache warm-up): answered empty, nothing decoded
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
@@ -61,11 +62,14 @@ class Job:
             return cls.infill(request, prefix=fim[0], suffix=fim[1], max_middle=max_tokens, temperature=temperature,
                               top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
         st = request.app.state
-        settings = _settings(st.engine.settings, max_tokens=max_tokens or None, temperature=temperature, top_p=top_p,
-                             codila=codila)
-        _check_context(st.engine.models, prompt, settings.config, system=system, messages=None)
+        def settings_for(limit: int | None) -> Any:
+            return _settings(st.engine.settings, max_tokens=limit, temperature=temperature, top_p=top_p, codila=codila)
+
+        settings, clamped = _fitted(st.engine.models, prompt, settings_for(max_tokens or None), settings_for,
+                                    system=system, messages=None)
         return cls("gen", st.engine, settings, n=n, prompt=prompt, system=system, stops=_stop_strings(stop),
-                   seed=seed, model=model or st.engine.models.dlm.name, nothing=max_tokens == 0)
+                   seed=seed, model=model or _served(st.engine.models.dlm.name), nothing=max_tokens == 0,
+                   clamped=clamped)
 
     @classmethod
     def chat(cls, request: Request, *, messages: list[dict], max_tokens: int | None, temperature: float | None,
@@ -73,15 +77,17 @@ class Job:
         from codila_cli.engine.prompts import is_chat
 
         st = request.app.state
-        settings = _settings(st.engine.settings, max_tokens=max_tokens, temperature=temperature, top_p=top_p, codila=codila)
+        def settings_for(limit: int | None) -> Any:
+            return _settings(st.engine.settings, max_tokens=limit, temperature=temperature, top_p=top_p, codila=codila)
+
         models = st.engine.models
         if is_chat(models.dlm.tokenizer):
             prompt, msgs = "", messages
         else:  # a raw code model: the conversation's text, in order, is the prompt it continues
             prompt, msgs = "\n\n".join(m["content"] for m in messages if m["content"]), None
-        _check_context(models, prompt, settings.config, system=None, messages=msgs)
+        settings, clamped = _fitted(models, prompt, settings_for(max_tokens), settings_for, system=None, messages=msgs)
         return cls("gen", st.engine, settings, n=n, prompt=prompt, messages=msgs, stops=_stop_strings(stop),
-                   seed=seed, model=model or models.dlm.name)
+                   seed=seed, model=model or _served(models.dlm.name), clamped=clamped)
 
     @classmethod
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
@@ -100,13 +106,16 @@ class Job:
         if cfg.needs_helper and models.ar is None:
             raise APIError(400, "codila.tau (CoDiLA infill) needs an AR helper, and this server has none",
                            param="codila")
-        problem = cfg.room_problem(models.dlm.context_length)
-        if problem:
-            raise APIError(400, problem, param="max_tokens")
+        clamped = None
+        if cfg.room_problem(models.dlm.context_length):  # more than the context leaves: the most it does leave
+            clamped = models.dlm.context_length - 2 - 16
+            if clamped < 1:
+                raise APIError(400, cfg.room_problem(models.dlm.context_length), param="max_tokens")
+            cfg = infill_settings(max_middle=clamped, temperature=temperature, top_p=top_p, codila=codila)
         if not (prefix or suffix).strip():
             raise APIError(400, "the prefix and the suffix are both empty", param="prompt")
         return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=_stop_strings(stop), seed=seed,
-                   model=model or models.dlm.name, nothing=max_middle == 0)
+                   model=model or _served(models.dlm.name), nothing=max_middle == 0, clamped=clamped)
 
     def located(self, language: str | None, filename: str | None) -> Job:
         """This job, told the request's ``language`` / ``filename`` (one codila does not know: not checked)."""
@@ -128,6 +137,10 @@ class Job:
             return result.syntax.to_dict()
         return check_code(text, language=lang, span=span).to_dict()
 
+    def _clamp_info(self) -> dict:
+        """``max_tokens_clamped_to``: the limit the request's own was lowered to (its context was shorter)."""
+        return {"max_tokens_clamped_to": self.clamped} if self.clamped is not None else {}
+
     def seed_of(self, i: int) -> int | None:
         return None if self.seed is None else self.seed + i
 
@@ -146,7 +159,7 @@ class Job:
                 m = r.metrics
                 info = {"decoder": s.decoder, "seed": r.seed, "dlm_forwards": m["dlm_forwards"],
                         "ar_forwards": m["ar_forwards"], "tokens_per_forward": round(m.get("tokens_per_step", 0.0), 3),
-                        "wall_seconds": round(m["wall_seconds"], 4),
+                        "wall_seconds": round(m["wall_seconds"], 4), **self._clamp_info(),
                         "syntax": self.syntax(r.text, (len(self.prompt), len(r.text)) if r.mode != "chat" else None, r)}
                 return RowOut(text, "stop" if hit or m["ended"] else "length", r.prompt_tokens, m["tokens"], info)
             res, cut, seed = self.engine.infill_tokens(self.prompt, self.suffix, config=self.settings,
@@ -158,7 +171,7 @@ class Job:
                     "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
                     "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
                     "expansions": res.expansions, "deletions": res.deletions, "context": cut,
-                    "wall_seconds": round(res.seconds, 4),
+                    "wall_seconds": round(res.seconds, 4), **self._clamp_info(),
                     "syntax": self.syntax(self.prompt[self.context:] + text + self.suffix,
                                           (len(self.prompt) - self.context, len(self.prompt) - self.context + len(text)))}
             return RowOut(text, "length" if res.truncated and not hit else "stop",
@@ -178,6 +191,12 @@ class Job:
                          lines=lines, at_line_start=start)
 
 
+def _served(name: str) -> str:
+    from codila_cli.serve.requests import served_name
+
+    return served_name(name)
+
+
 def _settings(base: Any, **kw: Any) -> Any:
     from codila_cli.serve.requests import gen_settings, request_terms
 
@@ -194,6 +213,24 @@ def _stop_strings(stop: Any) -> tuple[str, ...]:
         return stop_strings(stop)
     except ValueError as exc:
         raise APIError(400, str(exc), param="stop") from None
+
+
+def _fitted(models: Any, prompt: str, settings: Any, settings_for: Any, *, system: str | None,
+            messages: list | None) -> tuple[Any, int | None]:
+    """``settings``, or when its canvas is longer than the context the prompt leaves, ``settings_for(room)``
+    (as llama.cpp and Ollama clamp a token limit; Continue asks for 4,096 by default) and the room; a
+    prompt that fills the context alone is a 400."""
+    from codila_cli.engine.prompts import encode_prompt
+
+    if prompt.strip() or messages:
+        ids, _ = encode_prompt(models.dlm.tokenizer, models.dlm.specials, prompt, system=system, messages=messages)
+        room = models.dlm.context_length - len(ids)
+        if 0 < room < settings.config.max_new_tokens:
+            settings = settings_for(room)
+            _check_context(models, prompt, settings.config, system=system, messages=messages)
+            return settings, room
+    _check_context(models, prompt, settings.config, system=system, messages=messages)
+    return settings, None
 
 
 def _check_context(models: Any, prompt: str, config: Any, *, system: str | None, messages: list | None) -> None:

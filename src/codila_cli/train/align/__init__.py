@@ -174,12 +174,11 @@ class Pair:
 
 def inspect_pair(cfg: AlignConfig) -> Pair:
     """Resolve both specs like `codila gen`, and check what CoDiLA needs from their tokenizers."""
-    from codila_cli.errors import IncompatibleModelsError
     from codila_cli.models.cache import identity, resolve_local_dirs
     from codila_cli.models.loading import engine_for, is_dream, read_config
     from codila_cli.models.registry import resolve_spec
-    from codila_cli.models.token_map import TokenMap
-    from codila_cli.models.tokens import VocabBridge, load_tokenizer, resolve_special_tokens
+    from codila_cli.models.token_map import bridge_between
+    from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
     dspec, aspec = resolve_spec(cfg.dlm, kind="dlm"), resolve_spec(cfg.ar, kind="ar")
     dpath, apath = resolve_local_dirs([dspec, aspec])  # one error naming every missing model, as gen's
@@ -199,10 +198,7 @@ def inspect_pair(cfg: AlignConfig) -> Pair:
         sides = {"dlm_tokenizer": dtok, "ar_tokenizer": atok, "dlm_specials": dspecials, "ar_specials": aspecials,
                  "dlm_vocab_rows": int(dcfg.get("embedding_size") or dcfg.get("vocab_size") or len(dtok)),
                  "ar_vocab_rows": int(acfg.get("vocab_size", len(atok))), "dlm_name": cfg.dlm, "ar_name": cfg.ar}
-        try:
-            bridge = VocabBridge(**sides)
-        except IncompatibleModelsError:  # other ids for the same pieces: bridged by token strings
-            bridge = TokenMap(**sides)
+        bridge = bridge_between(**sides)  # equal ids, else equal token strings
     except CodilaError as exc:  # no mask token, tokenizers that share too few ids: the user's choice of pair
         raise UsageError(exc.message, hint=exc.hint or "choose another pair") from None
     return Pair(dpath, apath, identity(dspec, dpath), identity(aspec, apath), dtok, dspecials, aspecials, bridge)
