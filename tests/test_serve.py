@@ -463,20 +463,45 @@ def test_a_server_without_a_helper_refuses_codila_requests_naming_the_field():
         s.stop()
 
 
-def test_sigterm_stops_the_server_within_seconds_while_a_request_runs():
+def test_sigterm_ends_every_running_request_properly_within_seconds():
+    """SIGTERM cancels what runs at once: a stream ends with an error event and `[DONE]`, a plain request
+    gets a 503 JSON error (never a 500 or a cut body), and the process exits within seconds."""
     s = Server("-q")
     slow = {"prompt": "def parse(line):", "max_tokens": 400, "codila": {"early_stop": False}}
-    with ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(lambda: httpx.post(s.url + "/v1/completions", json=slow, timeout=60))
-        while httpx.get(s.url + "/health").json()["running"] == 0:
+
+    def streamed() -> list[str]:
+        with httpx.stream("POST", s.url + "/v1/completions", json={**slow, "stream": True}, timeout=60) as r:
+            return [line for line in r.iter_lines() if line.startswith("data: ")]
+
+    with ThreadPoolExecutor(2) as pool:
+        plain = pool.submit(lambda: httpx.post(s.url + "/v1/completions", json=slow, timeout=60))
+        stream = pool.submit(streamed)
+        while httpx.get(s.url + "/health").json()["running"] < 2:
             time.sleep(0.02)
         t0 = time.time()
         code = s.stop()
         assert time.time() - t0 < 10 and code is not None
-        try:
-            fut.result()
-        except httpx.HTTPError:
-            pass  # the connection was closed: cancelled cleanly
+        r = plain.result()
+        assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutdown"
+        lines = stream.result()
+    assert lines[-1] == "data: [DONE]" and json.loads(lines[-2][6:])["error"]["code"] == "server_shutdown"
+    assert not any("Traceback" in line for line in s.lines)
+
+
+def test_a_stream_past_its_deadline_ends_with_an_error_event_in_each_format():
+    s = Server("--timeout", "1", "-q")
+    try:
+        slow = {"prompt": "def parse(line):", "max_tokens": 400, "codila": {"early_stop": False}, "stream": True}
+        with httpx.stream("POST", s.url + "/v1/completions", json=slow, timeout=60) as r:
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]" and json.loads(lines[-2][6:])["error"]["code"] == "deadline_exceeded"
+        body = {"model": "codila", "prompt": "def parse(line):", "options": {"num_predict": 400},
+                "codila": {"early_stop": False}}
+        with httpx.stream("POST", s.url + "/api/generate", json=body, timeout=60) as r:
+            last = json.loads([line for line in r.iter_lines() if line][-1])
+        assert "deadline" in last["error"]  # Ollama's NDJSON: its error object, no [DONE]
+    finally:
+        s.stop()
 
 
 def test_api_fuzz_finds_no_server_error(server):

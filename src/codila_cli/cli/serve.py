@@ -79,7 +79,8 @@ def serve(
                                                deadline_s=timeout, max_body=max_body, quiet=quiet))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=5, lifespan="on")
-    server = uvicorn.Server(config)
+    server = _server_class()(config)
+    server.runner = app.app.state.runner
     if not quiet:
         what = f"{base.dlm} + {base.ar}" if base.ar else base.dlm
         fill = f", infill {infill_name}" if infill_name else ", no infill model"
@@ -95,6 +96,23 @@ def serve(
 
         raise PortInUseError(f"cannot listen on {host}:{port} (taken since codila checked it)",
                              hint="pass another --port") from None
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server that cancels the running requests as soon as SIGTERM / SIGINT arrives (their
+        streams end with an error event), instead of after its graceful wait for their connections."""
+
+        runner: Any = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.runner is not None:
+                self.runner.stop_now()
+            super().handle_exit(sig, frame)
+
+    return Server
 
 
 def _lanes(asked: int, engine: Any) -> int:

@@ -130,17 +130,16 @@ def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, genera
     past = dlm.prefill(c.x[:, : first * B], B) if first else None
     for b in range(first, total // B):
         lo, hi = b * B, (b + 1) * B
-        for k in range(steps + 1):
-            masked = c.x[0, lo:hi] == c.mask_id
-            if not bool(masked.any()):
-                break
+        k = 0
+        while bool((masked := c.x[0, lo:hi] == c.mask_id).any()):  # the official loop ends within steps + 1
+            k += 1
             logits = dlm.block_logits(c.x[:, lo:hi], lo, past)[0]  # [B, V]
             if writer is not None and _ar_writes(c, writer, logits, masked, lo, tau, generator):
                 continue
             x0, p = _sample(logits, config.sampling, generator)
             if c.wants_proposals:
                 c.propose(masked.nonzero().flatten() + lo - P, x0[masked])
-            picked = _reveal(p, masked, quotas[min(k, steps - 1)], config, generator)
+            picked = _reveal(p, masked, quotas[min(k - 1, steps - 1)], config, generator)
             c.commit(picked + lo - P, x0[picked], source="dlm", block=(max(lo, P) - P, hi - P))
         past = dlm.extend(c.x[:, lo:hi], lo, past)
         if c.done():

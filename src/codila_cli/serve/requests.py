@@ -43,7 +43,9 @@ def request_terms(message: str) -> str:
 
     fields = {k.option: _OWN_FIELD.get(k.name, k.name) if k.name in _OWN else f"codila.{k.name}"
               for t in (GEN_KNOBS, INFILL_KNOBS) for k in t.values() if k.option}
-    return re.sub(r"(?<![\w-])--[a-z][a-z-]*", lambda m: fields.get(m[0], m[0]), message)
+    message = re.sub(r"(?<![\w-])--[a-z][a-z-]*", lambda m: fields.get(m[0], m[0]), message)
+    # a config's range check names the flag without its dashes ("max-new-tokens must be …")
+    return re.sub(r"^([a-z]+(?:-[a-z]+)+)(?= must)", lambda m: fields.get("--" + m[1], m[1]), message)
 
 
 @dataclass(frozen=True)

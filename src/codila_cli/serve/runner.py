@@ -171,6 +171,13 @@ class Runner:
             self.metrics.cancelled.labels("cancelled").inc()
             raise
 
+    def stop_now(self) -> None:
+        """At SIGTERM, before the server waits for its connections: refuse new requests and cancel the
+        running ones, so every stream ends at once with an error event instead of being cut later."""
+        self.stopping = True
+        for t in list(self._tickets):
+            t.cancel("shutdown")
+
     async def shutdown(self) -> None:
         """Refuse new requests and cancel the running ones (their rows end at their next model call)."""
         self.stopping = True

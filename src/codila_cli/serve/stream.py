@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from codila_cli.serve.checks import fitted, request_settings, served, stop_list
 from codila_cli.serve.errors import APIError
 
 
@@ -63,12 +64,12 @@ class Job:
                               top_p=top_p, seed=seed, codila=codila, model=model, n=n, stop=stop)
         st = request.app.state
         def settings_for(limit: int | None) -> Any:
-            return _settings(st.engine.settings, max_tokens=limit, temperature=temperature, top_p=top_p, codila=codila)
+            return request_settings(st.engine.settings, max_tokens=limit, temperature=temperature, top_p=top_p, codila=codila)
 
-        settings, clamped = _fitted(st.engine.models, prompt, settings_for(max_tokens or None), settings_for,
+        settings, clamped = fitted(st.engine.models, prompt, settings_for(max_tokens or None), settings_for,
                                     system=system, messages=None)
-        return cls("gen", st.engine, settings, n=n, prompt=prompt, system=system, stops=_stop_strings(stop),
-                   seed=seed, model=model or _served(st.engine.models.dlm.name), nothing=max_tokens == 0,
+        return cls("gen", st.engine, settings, n=n, prompt=prompt, system=system, stops=stop_list(stop),
+                   seed=seed, model=model or served(st.engine.models.dlm.name), nothing=max_tokens == 0,
                    clamped=clamped)
 
     @classmethod
@@ -78,16 +79,16 @@ class Job:
 
         st = request.app.state
         def settings_for(limit: int | None) -> Any:
-            return _settings(st.engine.settings, max_tokens=limit, temperature=temperature, top_p=top_p, codila=codila)
+            return request_settings(st.engine.settings, max_tokens=limit, temperature=temperature, top_p=top_p, codila=codila)
 
         models = st.engine.models
         if is_chat(models.dlm.tokenizer):
             prompt, msgs = "", messages
         else:  # a raw code model: the conversation's text, in order, is the prompt it continues
             prompt, msgs = "\n\n".join(m["content"] for m in messages if m["content"]), None
-        settings, clamped = _fitted(models, prompt, settings_for(max_tokens), settings_for, system=None, messages=msgs)
-        return cls("gen", st.engine, settings, n=n, prompt=prompt, messages=msgs, stops=_stop_strings(stop),
-                   seed=seed, model=model or _served(models.dlm.name), clamped=clamped)
+        settings, clamped = fitted(models, prompt, settings_for(max_tokens), settings_for, system=None, messages=msgs)
+        return cls("gen", st.engine, settings, n=n, prompt=prompt, messages=msgs, stops=stop_list(stop),
+                   seed=seed, model=model or served(models.dlm.name), clamped=clamped)
 
     @classmethod
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
@@ -114,8 +115,8 @@ class Job:
             cfg = infill_settings(max_middle=clamped, temperature=temperature, top_p=top_p, codila=codila)
         if not (prefix or suffix).strip():
             raise APIError(400, "the prefix and the suffix are both empty", param="prompt")
-        return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=_stop_strings(stop), seed=seed,
-                   model=model or _served(models.dlm.name), nothing=max_middle == 0, clamped=clamped)
+        return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=stop_list(stop), seed=seed,
+                   model=model or served(models.dlm.name), nothing=max_middle == 0, clamped=clamped)
 
     def located(self, language: str | None, filename: str | None) -> Job:
         """This job, told the request's ``language`` / ``filename`` (one codila does not know: not checked)."""
@@ -191,59 +192,6 @@ class Job:
                          lines=lines, at_line_start=start)
 
 
-def _served(name: str) -> str:
-    from codila_cli.serve.requests import served_name
-
-    return served_name(name)
-
-
-def _settings(base: Any, **kw: Any) -> Any:
-    from codila_cli.serve.requests import gen_settings, request_terms
-
-    try:
-        return gen_settings(base, **kw)
-    except (ValueError, TypeError) as exc:
-        raise APIError(400, request_terms(str(exc)), param="codila") from None
-
-
-def _stop_strings(stop: Any) -> tuple[str, ...]:
-    from codila_cli.serve.requests import stop_strings
-
-    try:
-        return stop_strings(stop)
-    except ValueError as exc:
-        raise APIError(400, str(exc), param="stop") from None
-
-
-def _fitted(models: Any, prompt: str, settings: Any, settings_for: Any, *, system: str | None,
-            messages: list | None) -> tuple[Any, int | None]:
-    """``settings``, or when its canvas is longer than the context the prompt leaves, ``settings_for(room)``
-    (as llama.cpp and Ollama clamp a token limit; Continue asks for 4,096 by default) and the room; a
-    prompt that fills the context alone is a 400."""
-    from codila_cli.engine.prompts import encode_prompt
-
-    if prompt.strip() or messages:
-        ids, _ = encode_prompt(models.dlm.tokenizer, models.dlm.specials, prompt, system=system, messages=messages)
-        room = models.dlm.context_length - len(ids)
-        if 0 < room < settings.config.max_new_tokens:
-            settings = settings_for(room)
-            _check_context(models, prompt, settings.config, system=system, messages=messages)
-            return settings, room
-    _check_context(models, prompt, settings.config, system=system, messages=messages)
-    return settings, None
-
-
-def _check_context(models: Any, prompt: str, config: Any, *, system: str | None, messages: list | None) -> None:
-    from codila_cli.engine.generate import _prepare
-    from codila_cli.errors import CodilaError
-
-    try:
-        _prepare(models, prompt, config, system, messages)
-    except CodilaError as exc:
-        raise APIError(400, str(exc), param="prompt", code="context_length_exceeded"
-                       if "context" in str(exc) else None) from None
-
-
 async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Response:
     from codila_cli.serve.runner import QueueFull
 
@@ -302,13 +250,15 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
             raise _as_api_error(exc) from None
         finally:
             await finish()
-        if any(o is None for o in outs):  # cancelled: the client went away; nobody reads this
+        if any(o is None for o in outs):  # cancelled: by a stopping server, else the client went away
+            if ticket.reason == "shutdown":
+                raise _stopped()
             return Response(status_code=499)
         _count(st, outs)
         from codila_cli.serve import formats
 
         return JSONResponse(formats.document(job, style, outs))
-    return StreamingResponse(_events(job, style, queue, finish, st, t0),
+    return StreamingResponse(_events(job, style, queue, finish, st, t0, ticket),
                              media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -325,7 +275,15 @@ def _nothing(job: Job, style: str, stream: bool) -> Response:
     return StreamingResponse(iter(chunks), media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream")
 
 
-async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: Any, t0: float):
+def _stopped() -> APIError:
+    return APIError(503, "the server is stopping: this request was cancelled; send it again", kind="server_error",
+                    code="server_shutdown")
+
+
+async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: Any, t0: float, ticket: Any):
+    """The stream's chunks; it always ends in the format's way: the last chunks and ``[DONE]``, or an error
+    event (and ``[DONE]`` where the format has it) when the request failed, ran past the deadline or the
+    server stopped. A client that went away gets nothing more."""
     from codila_cli.serve import formats
 
     outs: dict[int, RowOut] = {}
@@ -343,10 +301,18 @@ async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: A
                 yield formats.piece(job, style, i, value)
             elif kind == "error":
                 yield formats.failure(job, style, _as_api_error(value))
+                for chunk in _done(style):
+                    yield chunk
                 return
             else:
                 out, ft = value
                 if out is None:
+                    if ticket.reason in ("deadline", "shutdown"):
+                        yield formats.failure(job, style, _stopped() if ticket.reason == "shutdown" else APIError(
+                            504, f"the request ran past the server's deadline of {st.runner.deadline_s:g} s",
+                            kind="timeout_error", code="deadline_exceeded"))
+                        for chunk in _done(style):
+                            yield chunk
                     return
                 rest = ft.rest(out.text)
                 if rest:
@@ -359,6 +325,11 @@ async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: A
             yield chunk
     finally:
         await finish()
+
+
+def _done(style: str) -> list[str]:
+    """OpenAI's end of stream after an error event (the other formats have none)."""
+    return ["data: [DONE]\n\n"] if style.startswith("openai") else []
 
 
 def _count(st: Any, outs: list) -> None:
