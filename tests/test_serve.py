@@ -597,3 +597,32 @@ def test_curl_d_with_its_form_content_type_is_read_as_json(server):
                    headers={"Content-Type": "application/x-www-form-urlencoded"}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["done"] is True
+
+
+def test_llama_vim_requests_as_its_source_builds_them(server):
+    """llama.vim (ggml-org/llama.vim, autoload/llama.vim): its context warm-up (/infill, everything empty,
+    n_predict 0), its instruction warm-up (/v1/chat/completions with llama.cpp's n_predict 0) and its FIM
+    request with response_fields, read the way it reads them (flat "timings/…" keys)."""
+    warm = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": [], "prompt": "", "n_predict": 0,
+            "temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True, "t_max_prompt_ms": 1,
+            "t_max_predict_ms": 1, "response_fields": [""]}
+    r = httpx.post(server.url + "/infill", json=warm, timeout=10)
+    assert r.status_code == 200 and r.json() == {}
+    t0 = time.time()
+    chat = httpx.post(server.url + "/v1/chat/completions", json={
+        "id_slot": 1, "messages": [{"role": "user", "content": "write a loop"}], "samplers": [], "n_predict": 0,
+        "stream": False, "cache_prompt": True, "response_fields": [""]}, timeout=30)
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"] == "" and time.time() - t0 < 5
+    fields = ["content", "timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_token_ms",
+              "timings/prompt_per_second", "timings/predicted_n", "timings/predicted_ms",
+              "timings/predicted_per_token_ms", "timings/predicted_per_second", "truncated", "tokens_cached"]
+    fim = httpx.post(server.url + "/infill", json={
+        "id_slot": 0, "input_prefix": "def add(a, b):\n", "input_suffix": "\n", "input_extra": [], "prompt": "    ",
+        "n_predict": 16, "stop": [], "n_indent": 4, "top_k": 40, "top_p": 0.90, "samplers": ["top_k", "top_p", "infill"],
+        "stream": False, "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1000,
+        "response_fields": fields}, timeout=60).json()
+    assert set(fim) <= set(fields) and isinstance(fim["content"], str) and fim["tokens_cached"] == 0
+    for key in ("timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_second", "timings/predicted_n",
+                "timings/predicted_ms", "timings/predicted_per_second"):  # its condition for showing stats
+        assert key in fim, key
+    assert fim["timings/predicted_n"] >= 1

@@ -76,6 +76,21 @@ def _ollama_final(job: Any, style: str, o: Any, text: str | None = None) -> dict
             "eval_count": o.completion_tokens, "eval_duration": int(seconds * 1e9), "codila": o.codila}
 
 
+def select(doc: dict, fields: list[str] | None) -> dict:
+    """llama.cpp's ``response_fields``: only the listed fields, each under its own path as the key
+    (``"timings/predicted_n"``); a path that names nothing is left out; no list: the whole answer."""
+    if not fields:
+        return doc
+    out = {}
+    for name in fields:
+        value: Any = doc
+        for part in name.split("/"):
+            value = value.get(part, select) if isinstance(value, dict) else select
+        if value is not select and name:
+            out[name] = value
+    return out
+
+
 def opening(job: Any, style: str) -> list[str]:
     """Chunks sent before any text (OpenAI chat: the assistant role of each choice)."""
     if style != "openai-chat":

@@ -59,6 +59,7 @@ class _OpenAIRequest(_Located):
     seed: Seed = None
     stream: bool = False
     codila: dict[str, Any] | None = None
+    n_predict: Count = None  # llama.cpp's name for max_tokens, which its OpenAI endpoints take too (llama.vim)
 
 
 class CompletionRequest(_OpenAIRequest):
@@ -93,6 +94,7 @@ class InfillRequest(_Located):
     stop: list[str] | None = None
     stream: bool = False
     codila: dict[str, Any] | None = None
+    response_fields: list[str] | None = None  # llama.cpp: answer only these ("timings/predicted_n": a path)
 
 
 class LlamaCompletion(_Located):
@@ -241,7 +243,8 @@ async def metrics(request: Request) -> Response:
 async def completions(body: CompletionRequest, request: Request) -> Response:
     _check_model(request, body.model)
     prompt = _one_prompt(body.prompt)
-    job = Job.completion(request, prompt=prompt, suffix=body.suffix, max_tokens=body.max_tokens,
+    job = Job.completion(request, prompt=prompt, suffix=body.suffix,
+                         max_tokens=body.max_tokens if body.max_tokens is not None else body.n_predict,
                          temperature=body.temperature, top_p=body.top_p, stop=body.stop, n=body.n, seed=body.seed,
                          codila=body.codila, model=body.model)
     return await run_job(request, job.located(body.language, body.filename), style="openai-completion",
@@ -251,7 +254,8 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 @router.post("/v1/chat/completions")
 async def chat(body: ChatRequest, request: Request) -> Response:
     _check_model(request, body.model)
-    job = Job.chat(request, messages=_messages(body.messages), max_tokens=body.max_completion_tokens or body.max_tokens,
+    limits = (body.max_completion_tokens, body.max_tokens, body.n_predict)
+    job = Job.chat(request, messages=_messages(body.messages), max_tokens=next((n for n in limits if n is not None), None),
                    temperature=body.temperature, top_p=body.top_p, stop=body.stop, n=body.n, seed=body.seed,
                    codila=body.codila, model=body.model)
     return await run_job(request, job.located(body.language, body.filename), style="openai-chat", stream=body.stream)
@@ -265,6 +269,7 @@ async def infill(body: InfillRequest, request: Request) -> Response:
                      seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None,
                      stop=body.stop or None)
     job.context = len(extra)  # the other files' text: the model reads it, the syntax report does not
+    job.fields = body.response_fields
     return await run_job(request, job.located(body.language, body.filename), style="llama", stream=body.stream)
 
 

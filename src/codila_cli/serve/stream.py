@@ -48,6 +48,7 @@ class Job:
     named: str | None = None  # the language or file name the request gave, as given
     context: int = 0  # characters at the start of ``prompt`` that are other files' text (/infill's input_extra)
     clamped: int | None = None  # the token limit a request asked beyond the context was lowered to
+    fields: list[str] | None = None  # llama.cpp's response_fields: the answer holds only these paths
     nothing: bool = False  # asked for 0 tokens (llama.vscode's cache warm-up): answered empty, nothing decoded
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
@@ -86,9 +87,10 @@ class Job:
             prompt, msgs = "", messages
         else:  # a raw code model: the conversation's text, in order, is the prompt it continues
             prompt, msgs = "\n\n".join(m["content"] for m in messages if m["content"]), None
-        settings, clamped = fitted(models, prompt, settings_for(max_tokens), settings_for, system=None, messages=msgs)
+        settings, clamped = fitted(models, prompt, settings_for(max_tokens or None), settings_for, system=None,
+                                   messages=msgs)
         return cls("gen", st.engine, settings, n=n, prompt=prompt, messages=msgs, stops=stop_list(stop),
-                   seed=seed, model=model or served(models.dlm.name), clamped=clamped)
+                   seed=seed, model=model or served(models.dlm.name), clamped=clamped, nothing=max_tokens == 0)
 
     @classmethod
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
@@ -113,7 +115,7 @@ class Job:
             if clamped < 1:
                 raise APIError(400, cfg.room_problem(models.dlm.context_length), param="max_tokens")
             cfg = infill_settings(max_middle=clamped, temperature=temperature, top_p=top_p, codila=codila)
-        if not (prefix or suffix).strip():
+        if not (prefix or suffix).strip() and max_middle != 0:  # llama.vim's warm-up (n_predict 0) may be empty
             raise APIError(400, "the prefix and the suffix are both empty", param="prompt")
         return cls("infill", st.engine, cfg, n=n, prompt=prefix, suffix=suffix, stops=stop_list(stop), seed=seed,
                    model=model or served(models.dlm.name), nothing=max_middle == 0, clamped=clamped)
@@ -257,7 +259,7 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
         _count(st, outs)
         from codila_cli.serve import formats
 
-        return JSONResponse(formats.document(job, style, outs))
+        return JSONResponse(formats.select(formats.document(job, style, outs), job.fields))
     return StreamingResponse(_events(job, style, queue, finish, st, t0, ticket),
                              media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -269,7 +271,7 @@ def _nothing(job: Job, style: str, stream: bool) -> Response:
 
     outs = [RowOut("", "length", 0, 0, {"decoder": None, "dlm_forwards": 0, "ar_forwards": 0})] * job.n
     if not stream:
-        return JSONResponse(formats.document(job, style, outs))
+        return JSONResponse(formats.select(formats.document(job, style, outs), job.fields))
     chunks = [*formats.opening(job, style), *(formats.last(job, style, i, o) for i, o in enumerate(outs)),
               *formats.closing(job, style, outs)]
     return StreamingResponse(iter(chunks), media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream")
