@@ -203,6 +203,8 @@ def test_the_endpoints_clients_probe_and_the_fields_editors_read(server, client)
     loaded = httpx.get(server.url + "/api/ps").json()["models"]
     assert loaded and loaded[0]["name"] == "bundled-dlm:latest" and "expires_at" in loaded[0]
     assert client.models.retrieve("codila").id == "codila"
+    props = httpx.get(server.url + "/props").json()  # llama.vscode reads the context size here
+    assert props["default_generation_settings"]["n_ctx"] > 0 and props["total_slots"] == 8
     missing = httpx.get(server.url + "/v1/models/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     load = httpx.post(server.url + "/api/generate", json={"model": "codila"}).json()  # Ollama's load request

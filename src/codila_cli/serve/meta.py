@@ -1,6 +1,7 @@
 """The endpoints clients call to find a server and its models (no decoding): ``GET /`` (Ollama's liveness
-text), ``GET /api/version``, ``GET /api/ps`` (the loaded models) and ``GET /v1/models/{id}`` (OpenAI's
-model object; an unknown id is a 404 in OpenAI's error schema)."""
+text), ``GET /api/version``, ``GET /api/ps`` (the loaded models), ``GET /props`` (llama.cpp's server
+properties) and ``GET /v1/models/{id}`` (OpenAI's model object; an unknown id is a 404 in OpenAI's error
+schema)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ async def _tags(request: Request) -> dict:
     from codila_cli.serve.routes import tags
 
     return await tags(request)
+
+
+@router.get("/props")
+@router.get("/v1/props")
+async def props(request: Request) -> dict:
+    """llama.cpp's server properties: llama.vscode reads ``default_generation_settings.n_ctx`` here."""
+    st = _state(request)
+    dlm = st.engine.models.dlm
+    return {"default_generation_settings": {"n_ctx": dlm.context_length, "n_predict": st.engine.settings.config.max_new_tokens,
+                                            "model": _names(request)[0]},
+            "total_slots": st.config.max_batch, "model_alias": _names(request)[0], "build_info": "codila"}
 
 
 @router.get("/v1/models/{model_id:path}")
