@@ -627,4 +627,37 @@ def test_llama_vim_requests_as_its_source_builds_them(server):
     for key in ("timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_second", "timings/predicted_n",
                 "timings/predicted_ms", "timings/predicted_per_second"):  # its condition for showing stats
         assert key in fim, key
-    assert fim["timings/predicted_n"] >= 1
+    assert isinstance(fim["timings/predicted_n"], int)
+
+
+def test_a_fill_past_its_time_limit_returns_its_whole_committed_lines_and_n_indent_ends_the_block(slow_codila):
+    """llama.cpp's t_max_predict_ms and n_indent on /infill (sent by llama.vscode and llama.vim): with every
+    forward slowed to 0.1 s and a 300 ms limit, the fill returns what is committed left to right by then
+    (whole lines where there are any), marked truncated, long before the full fill would end; n_indent
+    cuts the middle before a line indented less."""
+    from codila_cli.serve.editor import cut_indent
+
+    assert cut_indent("x = 1\n    y = 2\nz = 3\n", 4) == ("x = 1\n    y = 2\n", True)
+    assert cut_indent("    a\n\n    b\n", 4) == ("    a\n\n    b\n", False)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(slow_codila), "serve", "--port", str(port), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "CODILA_TEST_DELAY": "0.1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                httpx.get(url + "/health")
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        body = {"input_prefix": "def f(xs):\n", "input_suffix": "\n", "n_predict": 64, "seed": 1,
+                "codila": {"initial_masks": 32}}
+        timed = httpx.post(url + "/infill", json={**body, "t_max_predict_ms": 300}, timeout=120).json()
+        full = httpx.post(url + "/infill", json=body, timeout=300).json()
+        assert timed["codila"]["stopped_at_ms"] == 300 and timed["truncated"] is True
+        assert full["content"].startswith(timed["content"]) and len(timed["content"]) < len(full["content"])
+        assert timed["codila"]["wall_seconds"] < full["codila"]["wall_seconds"] / 2  # it stopped at its limit
+    finally:
+        proc.terminate()
+        proc.wait(15)

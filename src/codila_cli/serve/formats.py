@@ -48,7 +48,8 @@ def document(job: Any, style: str, outs: list) -> dict:
         from codila_cli.serve.requests import token_limit
 
         cut = o.codila.get("context") or {}
-        truncated = job.clamped is not None or cut.get("prefix_kept", 0) < cut.get("prefix_tokens", 0) \
+        truncated = job.clamped is not None or "stopped_at_ms" in o.codila \
+            or cut.get("prefix_kept", 0) < cut.get("prefix_tokens", 0) \
             or cut.get("suffix_kept", 0) < cut.get("suffix_tokens", 0)
         models = job.engine.models if job.kind == "gen" else job.engine.infill_models
         return {"content": o.text, "stop": True, "stop_type": "eos" if o.finish_reason == "stop" else "limit",

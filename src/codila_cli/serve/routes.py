@@ -95,6 +95,8 @@ class InfillRequest(_Located):
     stream: bool = False
     codila: dict[str, Any] | None = None
     response_fields: list[str] | None = None  # llama.cpp: answer only these ("timings/predicted_n": a path)
+    t_max_predict_ms: int | None = Field(None, ge=0)  # a fill returns what is committed by then (0: no limit)
+    n_indent: int | None = Field(None, ge=0)  # a fill ends before a later line indented less
 
 
 class LlamaCompletion(_Located):
@@ -269,7 +271,7 @@ async def infill(body: InfillRequest, request: Request) -> Response:
                      seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None,
                      stop=body.stop or None)
     job.context = len(extra)  # the other files' text: the model reads it, the syntax report does not
-    job.fields = body.response_fields
+    job.fields, job.deadline_ms, job.n_indent = body.response_fields, body.t_max_predict_ms or None, body.n_indent
     return await run_job(request, job.located(body.language, body.filename), style="llama", stream=body.stream)
 
 

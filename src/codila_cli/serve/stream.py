@@ -49,6 +49,8 @@ class Job:
     context: int = 0  # characters at the start of ``prompt`` that are other files' text (/infill's input_extra)
     clamped: int | None = None  # the token limit a request asked beyond the context was lowered to
     fields: list[str] | None = None  # llama.cpp's response_fields: the answer holds only these paths
+    deadline_ms: int | None = None  # llama.cpp's t_max_predict_ms: a fill returns what is committed by then
+    n_indent: int | None = None  # llama.cpp's n_indent: a fill ends before a line indented less (serve/editor.py)
     nothing: bool = False  # asked for 0 tokens (llama.vscode's cache warm-up): answered empty, nothing decoded
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
@@ -165,22 +167,40 @@ class Job:
                         "wall_seconds": round(m["wall_seconds"], 4), **self._clamp_info(),
                         "syntax": self.syntax(r.text, (len(self.prompt), len(r.text)) if r.mode != "chat" else None, r)}
                 return RowOut(text, "stop" if hit or m["ended"] else "length", r.prompt_tokens, m["tokens"], info)
-            res, cut, seed = self.engine.infill_tokens(self.prompt, self.suffix, config=self.settings,
-                                                       seed=self.seed_of(i), on_step=on_step, batched=True,
-                                                       on_row=on_row)
-            tok = self.engine.infill_models.dlm.tokenizer
-            text, hit = cut_at_stop(tok.decode(res.middle, skip_special_tokens=True), self.stops)
-            info = {"decoder": "codila" if self.settings.needs_helper else "dreamon", "seed": seed,
-                    "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
-                    "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
-                    "expansions": res.expansions, "deletions": res.deletions, "context": cut,
-                    "wall_seconds": round(res.seconds, 4), **self._clamp_info(),
-                    "syntax": self.syntax(self.prompt[self.context:] + text + self.suffix,
-                                          (len(self.prompt) - self.context, len(self.prompt) - self.context + len(text)))}
-            return RowOut(text, "length" if res.truncated and not hit else "stop",
-                          cut["prefix_kept"] + cut["suffix_kept"], len(res.middle), info)
+            return self._fill(i, on_step, on_row)
         except Cancelled:
             return None
+
+    def _fill(self, i: int, on_step: Any, on_row: Any) -> RowOut:
+        """Row ``i`` of a fill-in-the-middle: DreamOn (or CoDiLA on its marginals), the client's stop strings,
+        ``n_indent`` and time limit (serve/editor.py)."""
+        from codila_cli.serve.editor import Deadline, OutOfTime, cut_indent
+        from codila_cli.serve.requests import cut_at_stop
+
+        tok = self.engine.infill_models.dlm.tokenizer
+        timed = Deadline(on_step, self.tracker(), self.deadline_ms) if self.deadline_ms else None
+        try:
+            res, cut, seed = self.engine.infill_tokens(self.prompt, self.suffix, config=self.settings,
+                                                       seed=self.seed_of(i), on_step=timed or on_step, batched=True,
+                                                       on_row=on_row)
+        except OutOfTime:  # what is committed, left to right, by the client's time limit
+            text = cut_indent(cut_at_stop(timed.text, self.stops)[0], self.n_indent)[0]
+            return RowOut(text, "length", 0, len(tok.encode(text, add_special_tokens=False)),
+                          {"decoder": "codila" if self.settings.needs_helper else "dreamon", "seed": self.seed_of(i),
+                           "stopped_at_ms": self.deadline_ms, "wall_seconds": round(timed.seconds, 4),
+                           **self._clamp_info()})
+        text, hit = cut_at_stop(tok.decode(res.middle, skip_special_tokens=True), self.stops)
+        text, short = cut_indent(text, self.n_indent)
+        hit = hit or short
+        info = {"decoder": "codila" if self.settings.needs_helper else "dreamon", "seed": seed,
+                "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
+                "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
+                "expansions": res.expansions, "deletions": res.deletions, "context": cut,
+                "wall_seconds": round(res.seconds, 4), **self._clamp_info(),
+                "syntax": self.syntax(self.prompt[self.context:] + text + self.suffix,
+                                      (len(self.prompt) - self.context, len(self.prompt) - self.context + len(text)))}
+        return RowOut(text, "length" if res.truncated and not hit else "stop",
+                      cut["prefix_kept"] + cut["suffix_kept"], len(res.middle), info)
 
     def tracker(self) -> Any:
         from codila_cli.decoding.stops import ends_line
