@@ -630,6 +630,20 @@ def test_llama_vim_requests_as_its_source_builds_them(server):
     assert isinstance(fim["timings/predicted_n"], int)
 
 
+def test_llama_vscode_asks_for_alternatives_and_reads_them_as_its_source_does(server):
+    """llama.vscode (src/llama-server.ts) sends n_cmpl (max_parallel_completions, 3 by default) and reads
+    either one answer's `content` or a list of answers (src/completion.ts::getComplFromContent)."""
+    body = {"id_slot": 0, "input_prefix": "def add(a, b):\n", "input_suffix": "\n", "input_extra": [], "prompt": "",
+            "n_predict": 16, "n_cmpl": 3, "temperature": 0.8, "seed": 4, "t_max_prompt_ms": 500}
+    answers = httpx.post(server.url + "/infill", json=body, timeout=120).json()
+    assert isinstance(answers, list) and len(answers) == 3
+    assert all(isinstance(a["content"], str) and a["codila"]["seed"] == 4 + i for i, a in enumerate(answers))
+    one = httpx.post(server.url + "/infill", json={**body, "n_cmpl": 1}, timeout=120).json()
+    assert one["content"] == answers[0]["content"]  # the first alternative is the single answer
+    r = httpx.post(server.url + "/infill", json={**body, "stream": True}, timeout=30)
+    assert r.status_code == 400 and "n_cmpl" in r.json()["error"]["message"]
+
+
 def test_a_fill_past_its_time_limit_returns_its_whole_committed_lines_and_n_indent_ends_the_block(slow_codila):
     """llama.cpp's t_max_predict_ms and n_indent on /infill (sent by llama.vscode and llama.vim): with every
     forward slowed to 0.1 s and a 300 ms limit, the fill returns what is committed left to right by then
@@ -658,6 +672,40 @@ def test_a_fill_past_its_time_limit_returns_its_whole_committed_lines_and_n_inde
         assert timed["codila"]["stopped_at_ms"] == 300 and timed["truncated"] is True
         assert full["content"].startswith(timed["content"]) and len(timed["content"]) < len(full["content"])
         assert timed["codila"]["wall_seconds"] < full["codila"]["wall_seconds"] / 2  # it stopped at its limit
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def test_a_newer_fill_in_the_same_slot_cancels_the_earlier_one(slow_codila):
+    """llama.vscode and llama.vim send id_slot with every /infill; when the user types on, the next request
+    replaces the last: codila cancels the earlier fill of that client's slot (an empty answer at once,
+    llama.cpp's shape) and decodes the newer one; another slot is left alone."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(slow_codila), "serve", "--port", str(port), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "CODILA_TEST_DELAY": "0.05"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                httpx.get(url + "/health")
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        body = {"id_slot": 0, "input_prefix": "def f(xs):\n", "input_suffix": "\n", "n_predict": 32, "seed": 1}
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(lambda: httpx.post(url + "/infill", json=body, timeout=120))
+            while httpx.get(url + "/health").json()["running"] == 0:
+                time.sleep(0.02)
+            other = pool.submit(lambda: httpx.post(url + "/infill", json={**body, "id_slot": 1}, timeout=120))
+            second = pool.submit(lambda: httpx.post(url + "/infill", json={**body, "input_prefix": "def g(xs):\n"},
+                                                    timeout=120))
+            old, new, kept = first.result(), second.result(), other.result()
+        assert old.status_code == 200 and old.json()["codila"] == {"cancelled": "superseded"} and old.json()["content"] == ""
+        assert new.status_code == 200 and new.json()["codila"]["dlm_forwards"] > 0
+        assert kept.status_code == 200 and kept.json()["codila"]["dlm_forwards"] > 0  # another slot: untouched
+        assert 'codila_cancelled_total{reason="superseded"} 1.0' in httpx.get(url + "/metrics").text
     finally:
         proc.terminate()
         proc.wait(15)

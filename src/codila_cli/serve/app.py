@@ -137,6 +137,7 @@ def create_app(engine: Any, config: ServeConfig) -> FastAPI:
                   description="Diffusion-LM code generation with CoDiLA: OpenAI, llama.cpp and Ollama endpoints.")
     app.state.engine, app.state.config = engine, config
     app.state.runner, app.state.metrics = runner, metrics
+    app.state.slots, app.state.slot_seq = {}, {}  # a client's /infill slot: its running ticket, its latest request
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:

@@ -31,8 +31,8 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def document(job: Any, style: str, outs: list) -> dict:
-    """The whole (non-streamed) answer."""
+def document(job: Any, style: str, outs: list) -> dict | list:
+    """The whole (non-streamed) answer; llama.cpp's for several completions (``n_cmpl``) is a list of them."""
     if style == "openai-completion":
         return {"id": job.id, "object": "text_completion", "created": job.created, "model": job.model,
                 "choices": [{"text": o.text, "index": i, "logprobs": None, "finish_reason": o.finish_reason}
@@ -42,26 +42,31 @@ def document(job: Any, style: str, outs: list) -> dict:
                 "choices": [{"index": i, "message": {"role": "assistant", "content": o.text}, "logprobs": None,
                              "finish_reason": o.finish_reason} for i, o in enumerate(outs)],
                 "usage": _usage(outs), "codila": _codila(outs)}
-    o = outs[0]
     if style == "llama":
-        ms = o.codila.get("wall_seconds", 0.0) * 1000
-        from codila_cli.serve.requests import token_limit
+        return _llama(job, outs[0]) if len(outs) == 1 else [_llama(job, o) for o in outs]
+    return _ollama_final(job, style, outs[0])
 
-        cut = o.codila.get("context") or {}
-        truncated = job.clamped is not None or "stopped_at_ms" in o.codila \
-            or cut.get("prefix_kept", 0) < cut.get("prefix_tokens", 0) \
-            or cut.get("suffix_kept", 0) < cut.get("suffix_tokens", 0)
-        models = job.engine.models if job.kind == "gen" else job.engine.infill_models
-        return {"content": o.text, "stop": True, "stop_type": "eos" if o.finish_reason == "stop" else "limit",
-                "tokens_predicted": o.completion_tokens, "tokens_evaluated": o.prompt_tokens, "tokens_cached": 0,
-                "truncated": bool(truncated), "model": job.model, "codila": o.codila,
-                # what llama.vscode and llama.vim read: the context size, the limit, the timings
-                "generation_settings": {"n_ctx": models.dlm.context_length, "model": job.model,
-                                        "n_predict": token_limit(job.settings)},
-                "timings": {"prompt_n": o.prompt_tokens, "prompt_ms": 0.0, "prompt_per_second": 0.0,
-                            "predicted_n": o.completion_tokens, "predicted_ms": ms,
-                            "predicted_per_second": o.completion_tokens / ms * 1000 if ms else 0.0}}
-    return _ollama_final(job, style, o)
+
+def _llama(job: Any, o: Any) -> dict:
+    """One llama.cpp answer: the text, and the fields llama.vscode and llama.vim read."""
+    from codila_cli.serve.requests import token_limit
+
+    ms = o.codila.get("wall_seconds", 0.0) * 1000
+
+    cut = o.codila.get("context") or {}
+    truncated = job.clamped is not None or "stopped_at_ms" in o.codila \
+        or cut.get("prefix_kept", 0) < cut.get("prefix_tokens", 0) \
+        or cut.get("suffix_kept", 0) < cut.get("suffix_tokens", 0)
+    models = job.engine.models if job.kind == "gen" else job.engine.infill_models
+    return {"content": o.text, "stop": True, "stop_type": "eos" if o.finish_reason == "stop" else "limit",
+            "tokens_predicted": o.completion_tokens, "tokens_evaluated": o.prompt_tokens, "tokens_cached": 0,
+            "truncated": bool(truncated), "model": job.model, "codila": o.codila,
+            # what llama.vscode and llama.vim read: the context size, the limit, the timings
+            "generation_settings": {"n_ctx": models.dlm.context_length, "model": job.model,
+                                    "n_predict": token_limit(job.settings)},
+            "timings": {"prompt_n": o.prompt_tokens, "prompt_ms": 0.0, "prompt_per_second": 0.0,
+                        "predicted_n": o.completion_tokens, "predicted_ms": ms,
+                        "predicted_per_second": o.completion_tokens / ms * 1000 if ms else 0.0}}
 
 
 def _ollama_text(style: str, text: str) -> dict:
@@ -77,11 +82,13 @@ def _ollama_final(job: Any, style: str, o: Any, text: str | None = None) -> dict
             "eval_count": o.completion_tokens, "eval_duration": int(seconds * 1e9), "codila": o.codila}
 
 
-def select(doc: dict, fields: list[str] | None) -> dict:
+def select(doc: dict | list, fields: list[str] | None) -> dict | list:
     """llama.cpp's ``response_fields``: only the listed fields, each under its own path as the key
     (``"timings/predicted_n"``); a path that names nothing is left out; no list: the whole answer."""
     if not fields:
         return doc
+    if isinstance(doc, list):
+        return [select(d, fields) for d in doc]
     out = {}
     for name in fields:
         value: Any = doc

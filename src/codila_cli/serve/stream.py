@@ -10,6 +10,7 @@ block. The last chunk carries ``finish_reason`` and ``usage``.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from codila_cli.serve.checks import fitted, request_settings, served, stop_list
+from codila_cli.serve.editor import claim_slot, superseded
 from codila_cli.serve.errors import APIError
 
 
@@ -51,6 +53,7 @@ class Job:
     fields: list[str] | None = None  # llama.cpp's response_fields: the answer holds only these paths
     deadline_ms: int | None = None  # llama.cpp's t_max_predict_ms: a fill returns what is committed by then
     n_indent: int | None = None  # llama.cpp's n_indent: a fill ends before a line indented less (serve/editor.py)
+    slot: tuple | None = None  # (client address, id_slot): a newer fill in the same slot cancels this one
     nothing: bool = False  # asked for 0 tokens (llama.vscode's cache warm-up): answered empty, nothing decoded
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
@@ -224,12 +227,18 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
     if job.n > runner.max_batch:  # it could never be admitted
         raise APIError(400, f"n = {job.n} is more than this server decodes at once (--max-batch {runner.max_batch})",
                        param="n")
+    mine = claim_slot(st, job)
     try:
         await runner.admit(job.n)
     except QueueFull as exc:
         raise APIError(429, f"the server is busy: {exc}; try again shortly", kind="rate_limit_error",
                        code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+    if job.slot is not None and st.slot_seq.get(job.slot) != mine:  # superseded while it waited
+        await runner.release(job.n)
+        return JSONResponse(superseded())
     ticket = runner.ticket()
+    if job.slot is not None:
+        st.slots[job.slot] = ticket
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     t0 = time.perf_counter()
@@ -262,6 +271,8 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
                 t.exception()  # retrieved (a stream already answered it): no "never retrieved" warning
         ticket.cancel("finished")
         runner.done(ticket)
+        if job.slot is not None and st.slots.get(job.slot) is ticket:
+            del st.slots[job.slot]
         await runner.release(job.n)
         st.metrics.latency.labels(request.url.path).observe(time.perf_counter() - t0)
 
@@ -275,6 +286,8 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
         if any(o is None for o in outs):  # cancelled: by a stopping server, else the client went away
             if ticket.reason == "shutdown":
                 raise _stopped()
+            if ticket.reason == "superseded":
+                return JSONResponse(superseded())
             return Response(status_code=499)
         _count(st, outs)
         from codila_cli.serve import formats
@@ -329,6 +342,8 @@ async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: A
             else:
                 out, ft = value
                 if out is None:
+                    if ticket.reason == "superseded":  # llama.cpp's stream (the one format with slots): its end
+                        yield f"data: {json.dumps(superseded())}\n\n"
                     if ticket.reason in ("deadline", "shutdown"):
                         yield formats.failure(job, style, _stopped() if ticket.reason == "shutdown" else APIError(
                             504, f"the request ran past the server's deadline of {st.runner.deadline_s:g} s",
