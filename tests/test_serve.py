@@ -31,9 +31,12 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, *args: str, env: dict | None = None) -> None:
+    def __init__(self, *args: str, env: dict | None = None, program: Path | None = None) -> None:
+        """``codila serve ARGS`` on a free port; ``program``: a script run instead of ``-m codila_cli`` (the
+        slow_codila fixture's, whose forwards are slowed down)."""
         self.port = _free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "codila_cli", "serve", "--port", str(self.port), *args],
+        command = [str(program)] if program is not None else ["-m", "codila_cli"]
+        self.proc = subprocess.Popen([sys.executable, *command, "serve", "--port", str(self.port), *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         self.lines: list[str] = []
@@ -653,18 +656,9 @@ def test_a_fill_past_its_time_limit_returns_its_whole_committed_lines_and_n_inde
 
     assert cut_indent("x = 1\n    y = 2\nz = 3\n", 4) == ("x = 1\n    y = 2\n", True)
     assert cut_indent("    a\n\n    b\n", 4) == ("    a\n\n    b\n", False)
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(slow_codila), "serve", "--port", str(port), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "CODILA_TEST_DELAY": "0.1"})
-    url = f"http://127.0.0.1:{port}"
+    s = Server("-q", program=slow_codila, env={"CODILA_TEST_DELAY": "0.1"})
+    url = s.url
     try:
-        for _ in range(600):
-            try:
-                httpx.get(url + "/health")
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         body = {"input_prefix": "def f(xs):\n", "input_suffix": "\n", "n_predict": 64, "seed": 1,
                 "codila": {"initial_masks": 32}}
         timed = httpx.post(url + "/infill", json={**body, "t_max_predict_ms": 300}, timeout=120).json()
@@ -673,26 +667,16 @@ def test_a_fill_past_its_time_limit_returns_its_whole_committed_lines_and_n_inde
         assert full["content"].startswith(timed["content"]) and len(timed["content"]) < len(full["content"])
         assert timed["codila"]["wall_seconds"] < full["codila"]["wall_seconds"] / 2  # it stopped at its limit
     finally:
-        proc.terminate()
-        proc.wait(15)
+        s.stop()
 
 
 def test_a_newer_fill_in_the_same_slot_cancels_the_earlier_one(slow_codila):
     """llama.vscode and llama.vim send id_slot with every /infill; when the user types on, the next request
     replaces the last: codila cancels the earlier fill of that client's slot (an empty answer at once,
     llama.cpp's shape) and decodes the newer one; another slot is left alone."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(slow_codila), "serve", "--port", str(port), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "CODILA_TEST_DELAY": "0.05"})
-    url = f"http://127.0.0.1:{port}"
+    s = Server("-q", program=slow_codila, env={"CODILA_TEST_DELAY": "0.05"})
+    url = s.url
     try:
-        for _ in range(600):
-            try:
-                httpx.get(url + "/health")
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         body = {"id_slot": 0, "input_prefix": "def f(xs):\n", "input_suffix": "\n", "n_predict": 32, "seed": 1}
         with ThreadPoolExecutor(3) as pool:
             first = pool.submit(lambda: httpx.post(url + "/infill", json=body, timeout=120))
@@ -707,5 +691,4 @@ def test_a_newer_fill_in_the_same_slot_cancels_the_earlier_one(slow_codila):
         assert kept.status_code == 200 and kept.json()["codila"]["dlm_forwards"] > 0  # another slot: untouched
         assert 'codila_cancelled_total{reason="superseded"} 1.0' in httpx.get(url + "/metrics").text
     finally:
-        proc.terminate()
-        proc.wait(15)
+        s.stop()
