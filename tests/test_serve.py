@@ -692,3 +692,15 @@ def test_a_newer_fill_in_the_same_slot_cancels_the_earlier_one(slow_codila):
         assert 'codila_cancelled_total{reason="superseded"} 1.0' in httpx.get(url + "/metrics").text
     finally:
         s.stop()
+
+
+def test_a_newline_stop_string_gives_a_single_line_middle(server):
+    """Editors ask for one line by a "\\n" stop string (and for a block without one): the middle ends
+    before its first line break, and the answer says it stopped."""
+    body = {"input_prefix": "def add(a, b):\n", "input_suffix": "\n\nprint(add(1, 2))\n", "n_predict": 32, "seed": 5,
+            "codila": {"initial_masks": 16}}
+    full = httpx.post(server.url + "/infill", json=body, timeout=60).json()
+    one = httpx.post(server.url + "/infill", json={**body, "stop": ["\n"]}, timeout=60).json()
+    assert "\n" not in one["content"] and full["content"].startswith(one["content"])
+    if "\n" in full["content"].rstrip("\n"):
+        assert one["content"] == full["content"].split("\n", 1)[0] and one["stop_type"] == "eos"
