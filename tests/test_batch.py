@@ -137,7 +137,8 @@ def test_rows_that_finish_leave_the_batch(tiny_models, lockstep):
 
 def test_stacked_rows_match_their_own_forwards(native_models):
     """models/batched.py: rows of other lengths, with and without cached K/V, bidirectional and causal,
-    give each row's own logits and K/V (left padding and the mask leave them unchanged)."""
+    give each row's own logits and K/V (each row attends to its own unpadded keys; the stacked matrix
+    products may round fp32's last bit otherwise than a lone row's)."""
     from codila_cli.models import batched
     from codila_cli.models.dream import shift_index
 
@@ -170,6 +171,23 @@ def test_stacked_rows_match_their_own_forwards(native_models):
                                  batched.KVCall(e2, torch.arange(2), None, torch.arange(1, 2))], causal=True)
     assert torch.allclose(got[0][0].float(), want1, atol=1e-4)
     assert torch.allclose(got[1][0].float(), want2, atol=1e-4)
+
+
+def test_a_batched_row_decodes_as_it_does_alone_in_bf16():
+    """The bundled DLM in bf16 (what --dtype auto runs on an AMX CPU and every GPU): four prompts of other
+    lengths decoded together give, row by row, the text each gives alone. Before rows attended to their
+    own unpadded keys, the padded, masked attention rounded otherwise in bf16 and row 0 differed (seen
+    on the build machine, bf16 forced on its AVX2 CPU)."""
+    from codila_cli.decoding.config import DreamConfig
+    from codila_cli.engine.generate import generate, generate_many
+    from codila_cli.engine.models import load_models
+
+    models = load_models(dlm="bundled-dlm", ar=None, device="cpu", dtype="bfloat16")
+    cfg = DreamConfig(max_new_tokens=32, tokens_per_step=2)
+    prompts = ["def fib(n):", "def is_prime(n):\n", "def parse(line):", "class Stack:\n"]
+    alone = [generate(models, p, decoder="dream", config=cfg, seed=0).completion for p in prompts]
+    together = generate_many(models, prompts, decoder="dream", config=cfg, seeds=[0] * 4, batched=True)
+    assert together.batched and [r.completion for r in together.results] == alone
 
 
 def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):

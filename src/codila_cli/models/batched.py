@@ -6,13 +6,15 @@ helper's context cache, or nothing), and the new rows it reads (``keep``). Rows 
 [R, n_max] forward, every part left-padded:
 
     keys   = [ past K/V, left-padded to T_max | new K/V, left-padded to n_max ]   [R, H, T_max + n_max, d]
-    mask   = row i may attend its own past columns and its own new columns (causally for the helper;
-             every new column for the bidirectional DLM); a pad query attends only to itself
 
-so each real query sees exactly the keys it would see alone, at the positions it would have alone
-(RoPE is applied from the explicit positions). Only the kept rows are projected onto the vocabulary.
-The results equal single-row forwards up to float summation order (tests/test_batch.py); a call made
-by one row alone never comes here (decoding/batch.py runs it as the row's own forward).
+The projections, norms and MLP run on the stacked tokens (a token's result does not depend on the other
+rows); attention runs row by row on each row's own unpadded keys (models/native.py::Ragged), with the mask
+it has alone (none for the bidirectional DLM, causal for the helper), at the positions it has alone (RoPE
+from the explicit positions); each call's kept rows are projected onto the vocabulary on their own. The
+stacked matrix products may still round fp32's last bit otherwise than a lone row's; in bf16, where the
+padded, masked attention used to round a row otherwise, the bundled DLM's rows now decode as alone
+(tests/test_batch.py). A call made by one row alone never comes here (decoding/batch.py runs it as the
+row's own forward).
 
 The native engine (models/native.py) runs it; other engines run their rows one by one
 (:func:`supports`).
@@ -55,24 +57,6 @@ def supports(model: Any) -> bool:
     return isinstance(model, NativeLM)
 
 
-def _mask(calls: list[KVCall], n: int, T: int, *, causal: bool, device: Any) -> torch.Tensor:
-    """[R, 1, n, T + n] bool: what each (left-padded) query row may attend to."""
-    R = len(calls)
-    mask = torch.zeros((R, 1, n, T + n), dtype=torch.bool, device=device)
-    diag = torch.arange(n, device=device)
-    mask[:, 0, diag, T + diag] = True  # every query sees itself (a pad row must see something)
-    for i, c in enumerate(calls):
-        p, m = c.cached, c.new
-        real = slice(n - m, n)
-        mask[i, 0, real, T - p : T] = True
-        if causal:
-            block = torch.ones((m, m), dtype=torch.bool, device=device).tril()
-            mask[i, 0, real, T + n - m :] = block
-        else:
-            mask[i, 0, real, T + n - m :] = True
-    return mask
-
-
 def run(model: Any, calls: list[KVCall], *, causal: bool) -> list[tuple[torch.Tensor, list | None]]:
     """Stacked forward of ``calls`` on a native ``model``; per call: (raw logits [1, k, V] in the
     model's dtype, the new tokens' per-layer (keys, values) [1, H, n, d] when ``want_kv``, else None)."""
@@ -102,13 +86,16 @@ def run(model: Any, calls: list[KVCall], *, causal: bool) -> list[tuple[torch.Te
                     keys[i, :, T - k.shape[2] :] = k[0]
                     values[i, :, T - v.shape[2] :] = v[0]
             cache.update(keys, values, layer)
-    mask = _mask(calls, n, T, causal=causal, device=device)
+    from codila_cli.models.native import Ragged
+
+    # each row attends to its own unpadded keys, as alone (native.Ragged): its result is its lone one
+    mask = Ragged(tuple((T - c.cached, n - c.new) for c in calls), T, causal)
     with torch.inference_mode():
         h, cache = model.hidden_states(inputs_embeds=x, attention_mask={"full_attention": mask}, position_ids=pos,
                                        cache=cache, use_cache=True)
-        index = torch.cat([(n - c.new) + c.keep.to(device) for c in calls])
-        row_of = torch.cat([torch.full((len(c.keep),), i, dtype=torch.long, device=device) for i, c in enumerate(calls)])
-        logits = F.linear(h[row_of, index], model.lm_head.weight)  # [Σk, V]: the kept rows only
+        # the kept rows only, each call's projected on its own (the shape it has alone)
+        logits = torch.cat([F.linear(h[i, (n - c.new) + c.keep.to(device)], model.lm_head.weight)
+                            for i, c in enumerate(calls)])  # [Σk, V]
     out = []
     start = 0
     for i, c in enumerate(calls):

@@ -177,9 +177,39 @@ class Attention(nn.Module):
         q, k = qk[:, :h], qk[:, h:]
         if cache is not None:
             k, v = cache.update(k, v, self.index)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None and n > 1,
-                                             enable_gqa=self.heads != self.kv_heads)
+        if isinstance(mask, Ragged):
+            out = mask.attend(q, k, v, gqa=self.heads != self.kv_heads)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None and n > 1,
+                                                 enable_gqa=self.heads != self.kv_heads)
         return F.linear(out.transpose(1, 2).reshape(b, n, -1), self.o_proj.weight, self.o_proj.bias)
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """Stacked rows of other lengths (models/batched.py), attended row by row without their padding: row i's
+    cached keys start at ``rows[i][0]`` of the T cached columns and its new tokens at ``rows[i][1]`` of the
+    n new ones. Each row's attention is then the very call it makes alone (the same shapes, no mask where
+    it has none), so a batched row gets its lone result bit for bit, in bf16 too, where a masked, padded
+    attention rounds otherwise (issue 52)."""
+
+    rows: tuple[tuple[int, int], ...]
+    cached: int  # T
+    causal: bool
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, gqa: bool) -> torch.Tensor:
+        out = torch.zeros_like(q)
+        T, n = self.cached, q.shape[2]
+        for i, (p0, n0) in enumerate(self.rows):
+            kk = torch.cat([k[i : i + 1, :, p0:T], k[i : i + 1, :, T + n0 :]], dim=2)
+            vv = torch.cat([v[i : i + 1, :, p0:T], v[i : i + 1, :, T + n0 :]], dim=2)
+            past, m = T - p0, n - n0
+            mask, is_causal = None, self.causal and past == 0 and m > 1  # as NativeLM._mask for one row
+            if self.causal and past and m > 1:
+                mask = (torch.arange(past + m, device=q.device)[None] <= torch.arange(past, past + m, device=q.device)[:, None])[None, None]
+            out[i : i + 1, :, n0:] = F.scaled_dot_product_attention(q[i : i + 1, :, n0:], kk, vv, attn_mask=mask,
+                                                                    is_causal=is_causal, enable_gqa=gqa)
+        return out
 
 
 class MLP(nn.Module):
@@ -267,6 +297,8 @@ class NativeLM(nn.Module):
             attention_mask = attention_mask.get("full_attention")
             if attention_mask is None:
                 return None, False  # explicit full attention (Dream)
+            if isinstance(attention_mask, Ragged):
+                return attention_mask, False
             return attention_mask.to(device=device, dtype=torch.bool), False
         keep = None
         if attention_mask is not None:  # 2-D padding mask over the keys
