@@ -175,19 +175,24 @@ def test_stacked_rows_match_their_own_forwards(native_models):
 
 def test_a_batched_row_decodes_as_it_does_alone_in_bf16():
     """The bundled DLM in bf16 (what --dtype auto runs on an AMX CPU and every GPU): four prompts of other
-    lengths decoded together give, row by row, the text each gives alone. Before rows attended to their
-    own unpadded keys, the padded, masked attention rounded otherwise in bf16 and row 0 differed (seen
-    on the build machine, bf16 forced on its AVX2 CPU)."""
-    from codila_cli.decoding.config import DreamConfig
+    lengths decoded together give, row by row, the text each gives alone, greedy and seeded (dream and
+    threshold). Before rows attended to their own unpadded keys, the padded, masked attention rounded
+    otherwise in bf16: greedy row 0 and seeded rows 2 and 3 differed (seen on the build machine, bf16
+    forced on its AVX2 CPU)."""
+    from codila_cli.decoding.config import DreamConfig, SamplingConfig, ThresholdConfig
     from codila_cli.engine.generate import generate, generate_many
     from codila_cli.engine.models import load_models
 
     models = load_models(dlm="bundled-dlm", ar=None, device="cpu", dtype="bfloat16")
-    cfg = DreamConfig(max_new_tokens=32, tokens_per_step=2)
     prompts = ["def fib(n):", "def is_prime(n):\n", "def parse(line):", "class Stack:\n"]
-    alone = [generate(models, p, decoder="dream", config=cfg, seed=0).completion for p in prompts]
-    together = generate_many(models, prompts, decoder="dream", config=cfg, seeds=[0] * 4, batched=True)
-    assert together.batched and [r.completion for r in together.results] == alone
+    hot = SamplingConfig(temperature=0.8)
+    for decoder, cfg, seeds in (("dream", DreamConfig(max_new_tokens=32, tokens_per_step=2), [0] * 4),
+                                # seeded sampling too (issue 54: rows 3 and 4 differed before)
+                                ("dream", DreamConfig(max_new_tokens=32, tokens_per_step=2, sampling=hot), [3, 4, 5, 6]),
+                                ("threshold", ThresholdConfig(max_new_tokens=32, block_length=8, sampling=hot), [3, 4, 5, 6])):
+        alone = [generate(models, p, decoder=decoder, config=cfg, seed=s).completion for p, s in zip(prompts, seeds)]
+        together = generate_many(models, prompts, decoder=decoder, config=cfg, seeds=seeds, batched=True)
+        assert together.batched and [r.completion for r in together.results] == alone, (decoder, cfg)
 
 
 def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):
