@@ -173,6 +173,21 @@ def test_stacked_rows_match_their_own_forwards(native_models):
     assert torch.allclose(got[1][0].float(), want2, atol=1e-4)
 
 
+def _bf16_gemm_depends_on_the_batch(model) -> str | None:
+    """Why rows cannot be batch-invariant on this CPU (None where they can): the stacked matrix products
+    (every linear layer of the model, on 4 rows of 40 tokens) give a row other bits than the row alone.
+    That is the kernel's rounding by batch size, outside codila; the AVX2 build machine has none."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    for name, w in model.named_parameters():
+        if w.dim() == 2 and "embed" not in name:
+            rows = (torch.randn((4, 40, w.shape[1]), generator=g) / 4).to(torch.bfloat16)
+            if not torch.equal(F.linear(rows, w)[0], F.linear(rows[:1], w)[0]):
+                return f"this CPU's bf16 matrix product rounds a row by the batch's size ({name}): not codila's"
+    return None
+
+
 def test_a_batched_row_decodes_as_it_does_alone_in_bf16():
     """The bundled DLM in bf16 (what --dtype auto runs on an AMX CPU and every GPU): four prompts of other
     lengths decoded together give, row by row, the text each gives alone, greedy and seeded (dream and
@@ -184,6 +199,8 @@ def test_a_batched_row_decodes_as_it_does_alone_in_bf16():
     from codila_cli.engine.models import load_models
 
     models = load_models(dlm="bundled-dlm", ar=None, device="cpu", dtype="bfloat16")
+    if (why := _bf16_gemm_depends_on_the_batch(models.dlm.model)) is not None:
+        pytest.skip(why)
     prompts = ["def fib(n):", "def is_prime(n):\n", "def parse(line):", "class Stack:\n"]
     hot = SamplingConfig(temperature=0.8)
     for decoder, cfg, seeds in (("dream", DreamConfig(max_new_tokens=32, tokens_per_step=2), [0] * 4),
