@@ -101,15 +101,17 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     dlm_name = dlm or user.get("models", "dlm") or default_dlm()
     ar_name = ar or user.get("models", "ar") or (default_ar() if dlm_name == "bundled-dlm" else None)
     chosen = opt("decoder")
-    if chosen not in ("auto", *DECODER_CONFIGS):
-        raise UsageError(f"invalid decoder {chosen!r} in {user.path}", hint=f"use auto, {', '.join(DECODER_CONFIGS)}")
+    if chosen not in ("auto", *decoder_configs()):
+        raise UsageError(f"invalid decoder {chosen!r} in {user.path}", hint=f"use auto, {', '.join(decoder_configs())}")
+    dlm_cfg, dlm_path = dlm_config(dlm_name)  # read once: the family's own sampler, an SDAR block size
+    own = own_decoder(dlm_cfg)
     if chosen == "auto":
-        chosen = "codila" if ar_name else own_decoder(dlm_name)
+        chosen = "codila" if ar_name else own
     if chosen == "codila" and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
     if chosen == "codila":
         opt.recommended.update(recommended_decoding(ar_name, block_size=opt.given("block_size")))  # user's B, if set
-        if own_decoder(dlm_name) != "dream":  # a helper's cache is codila's Dream-only approximate cache
+        if own != "dream":  # a helper's cache is codila's Dream-only approximate cache
             opt.recommended.pop("cache", None)
         _drop_inert(opt)
     opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None
@@ -124,7 +126,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         if opt.lookup(key)[1] in ("env", "config") and not GEN_KNOBS[key].in_range(opt(key)):
             raise _where(f"invalid {key} {opt(key)!r}", opt)
     try:
-        configs = _configs(opt, chosen, sampling, alg_name, _trained_block(dlm_name))
+        configs = _configs(opt, chosen, sampling, alg_name, _trained_block(dlm_cfg, dlm_path))
     except ValueError as exc:  # a flag only another decoder reads may be the cause: say that first
         raise _flag_of_another_decoder(chosen, opt.sources(), helper=ar_name) or _where(str(exc), opt) from None
     if chosen == "dream" and opt("cache") != "none":
@@ -168,7 +170,8 @@ def _flag_of_another_decoder(decoder: str, sources: Mapping[str, str], *, helper
         readers = [d for d in reads if knob.name in reads[d]]
         if sources.get(knob.name) == "flag" and readers and decoder not in readers:
             need = "" if helper or readers != ["codila"] else " --ar … (codila needs an AR helper)"
-            return UsageError(f"{knob.option} is a setting of the {' and '.join([', '.join(readers[:-1]), readers[-1]] if len(readers) > 1 else readers)} decoder"
+            named = readers[0] if len(readers) == 1 else f"{', '.join(readers[:-1])} and {readers[-1]}"
+            return UsageError(f"{knob.option} is a setting of the {named} decoder"
                               f"{'s' if len(readers) > 1 else ''}, and {decoder} runs",
                               hint=f"add --decoder {([d for d in readers if d != 'llada'] or readers)[-1]}{need}, "
                                    f"or drop {knob.option}")
@@ -211,9 +214,6 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, dlm_block: 
     }
 
 
-DECODER_CONFIGS = ("dream", "threshold", "codila", "llada", "block")  # the --decoder values besides auto
-
-
 def decoder_configs() -> dict[str, type]:
     """Each decoder's config class (what it reads: knobs.knob_fields)."""
     from codila_cli.decoding.block import BlockConfig
@@ -224,9 +224,9 @@ def decoder_configs() -> dict[str, type]:
             "block": BlockConfig}
 
 
-def _trained_block(dlm: str) -> int | None:
-    """A block-diffusion DLM's trained block size (models/sdar.py), None for any other model."""
-    cfg, path = dlm_config(dlm)
+def _trained_block(cfg: dict, path: Any) -> int | None:
+    """A block-diffusion DLM's trained block size (models/sdar.py; ``cfg`` its config.json), None for any
+    other model."""
     if str(cfg.get("model_type", "")).lower() != "sdar":
         return None
     from codila_cli.models.sdar import trained_block
@@ -249,11 +249,12 @@ def dlm_config(dlm: str) -> tuple[dict, Any]:
         return {}, None
 
 
-def own_decoder(dlm: str) -> str:
-    """The sampler of the DLM's family (models/families.py): llada for LLaDA, block for SDAR, else dream."""
+def own_decoder(cfg: dict) -> str:
+    """The sampler of the family of a DLM with config.json ``cfg`` (models/families.py): llada for LLaDA,
+    block for SDAR, else dream (also for a config that could not be read)."""
     from codila_cli.models.families import family_of
 
-    family = family_of(dlm_config(dlm)[0])
+    family = family_of(cfg)
     return family.decoders[0] if family is not None else "dream"
 
 
