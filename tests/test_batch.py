@@ -212,6 +212,30 @@ def test_a_batched_row_decodes_as_it_does_alone_in_bf16():
         assert together.batched and [r.completion for r in together.results] == alone, (decoder, cfg)
 
 
+def test_rows_of_other_lengths_are_not_padded_together_in_bf16_on_the_transformers_engine(tiny, lockstep):
+    """The engine the 7B checkpoints run on (transformers) stacks plain DLM forwards by padding; in bf16 the
+    padded, masked attention rounds a row otherwise, so there only rows of one length share a forward (as
+    they are alone), and four prompts of other lengths give, row by row, their lone texts; rows of one
+    length still share one. In fp32 every row shares the padded forward (tests above)."""
+    from codila_cli.engine.generate import _prepare, generate, generate_many
+    from codila_cli.engine.models import load_models
+    from codila_cli.models.batched import supports
+
+    models = load_models(dlm=str(tiny["dlm"]), ar=None, device="cpu", dtype="bfloat16")
+    assert not supports(models.dlm.model)
+    if (why := _bf16_gemm_depends_on_the_batch(models.dlm.model)) is not None:
+        pytest.skip(why)
+    prompts = ["def f(x):", "def is_prime(n):\n    return", "class Stack:\n", "x = [1, 2, 3]\nfor"]
+    cfg = DreamConfig(max_new_tokens=16, tokens_per_step=2, early_stop=False)
+    alone = [generate(models, p, decoder="dream", config=cfg, seed=0).completion for p in prompts]
+    together = generate_many(models, prompts, decoder="dream", config=cfg, seeds=[0] * 4, batched=True)
+    assert [r.completion for r in together.results] == alone
+    lengths = {len(_prepare(models, p, cfg, None)[0]) for p in prompts}
+    assert 1 < len(lengths) < 4 and together.batched_forwards == 8 * len(lengths)  # a forward per length and step
+    same = generate_many(models, ["def f(x):"] * 2, decoder="dream", config=cfg, seeds=[0, 0], batched=True)
+    assert same.batched_forwards == 8  # one length: one forward per step for both rows
+
+
 def test_an_error_in_one_row_is_raised_and_nothing_hangs(tiny_models):
     from codila_cli.decoding.batch import run_batched
 

@@ -74,3 +74,45 @@ def test_a_real_width_sdar_layer_loads_and_decodes(tmp_path):
                                                                                early_stop=False))
     assert len(res.canvas) == 10 and dlm.specials.mask not in res.canvas  # to the block boundary: 6 + 10 = 16
     assert res.dlm_forwards == 1 + 3 * (4 + 1) - 2  # prefill; blocks 1-3: their masked slots, then the store
+
+
+def test_a_real_width_dream_layer_decodes_batched_as_alone_in_bf16(tmp_path, monkeypatch):
+    """Issue 52 at Dream-Coder-7B's width (hidden 3584, 28 / 4 heads of 128, MLP 18944; one layer, a
+    2,000-word vocabulary; train/shaped.py's random checkpoint through the real loader), in bf16: three
+    prompts of other lengths decoded together give, row by row, the tokens each gives alone, greedy and
+    seeded, and a packed forward gives each row its lone logits bit for bit. Skipped, naming the layer, where this CPU's own bf16 matrix product rounds a row by batch size."""
+    from test_batch import _bf16_gemm_depends_on_the_batch
+
+    from codila_cli.decoding.config import DreamConfig, SamplingConfig
+    from codila_cli.engine.generate import generate, generate_many
+    from codila_cli.engine.models import load_models
+    from codila_cli.train.shaped import PRESETS, Shape, build_shaped
+
+    wide = PRESETS["dream-coder-7b"]
+    dlm_shape = Shape(hidden=wide.hidden, intermediate=wide.intermediate, layers=1, heads=wide.heads,
+                      kv_heads=wide.kv_heads, head_dim=wide.head_dim, extra_rows=wide.extra_rows, tied=False, dream=True)
+    ar_shape = Shape(hidden=32, intermediate=64, layers=1, heads=4, kv_heads=2, head_dim=8, extra_rows=293, tied=True,
+                     dream=False)
+    paths = build_shaped(tmp_path, dlm=dlm_shape, ar=ar_shape, ordinary=2000)
+    monkeypatch.setenv("CODILA_ENGINE", "native")  # the engine that stacks every call (packed rows)
+    models = load_models(dlm=str(paths["dlm"]), ar=None, device="cpu", dtype="bfloat16")
+    if (why := _bf16_gemm_depends_on_the_batch(models.dlm.model)) is not None:
+        pytest.skip(why)
+    from codila_cli.models import batched
+
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randint(0, 2000, (n,), generator=g) for n in (7, 29, 16)]
+    calls = [batched.KVCall(tokens=r, positions=torch.arange(len(r)), past=None, keep=torch.arange(len(r)))
+             for r in rows]
+    model = models.dlm.model
+    with torch.inference_mode():
+        for (logits, _), r in zip(batched.run(model, calls, causal=False), rows):  # every position's logits
+            assert torch.equal(logits[0], model(r[None]).logits[0]), len(r)  # bit for bit, as alone
+    prompts = ["t5 t17 t301 t9", "t44 t2 t1999 t7 t7 t80 t13 t600 t5 t11 t12", "t1000 t3 t3 t3 t4 t250"]
+    for cfg, seeds in ((DreamConfig(max_new_tokens=8, tokens_per_step=2, early_stop=False), [0, 0, 0]),
+                       (DreamConfig(max_new_tokens=8, tokens_per_step=2, early_stop=False,
+                                    sampling=SamplingConfig(temperature=0.8)), [3, 4, 5])):
+        alone = [generate(models, p, decoder="dream", config=cfg, seed=s).completion for p, s in zip(prompts, seeds)]
+        together = generate_many(models, prompts, decoder="dream", config=cfg, seeds=seeds, batched=True)
+        assert together.batched and together.batched_forwards == 4
+        assert [r.completion for r in together.results] == alone, cfg

@@ -269,6 +269,90 @@ def test_editor_clients_request_shapes(server):
     assert all("choices" in c for c in chunks) and chunks[-1]["choices"][0]["finish_reason"]
 
 
+def test_continue_defaults_work_as_its_source_sends_them(server):
+    """Continue's requests with its defaults (continuedev/continue: core/llm/constants.ts maxTokens 4,096,
+    temperature 0.5, context 32,768 until /api/show says otherwise; core/llm/llms/Ollama.ts and OpenAI.ts
+    build the bodies), read as Continue reads them: Ollama NDJSON lines' `response` (an `error` key
+    throws), OpenAI deltas' `choices[0].delta.content`. Its Ollama options may carry `stop` as one
+    string, which its type allows."""
+    prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
+    options = {"temperature": 0.5, "num_predict": 4096, "stop": ["\n\n\n"], "num_ctx": 32768}
+    for body in ({"model": "codila", "prompt": prefix, "suffix": suffix, "options": options, "keep_alive": 1800,
+                  "stream": True},  # autocomplete: _streamFim
+                 {"model": "codila", "prompt": prefix, "options": {**options, "stop": "\n\n\n"}, "keep_alive": 1800,
+                  "stream": True}):  # _streamComplete, one stop string
+        with httpx.stream("POST", server.url + "/api/generate", json=body,
+                          headers={"Content-Type": "application/json"}, timeout=120) as r:
+            lines = [json.loads(line) for line in r.iter_lines() if line.strip()]
+        assert r.status_code == 200 and not any("error" in j for j in lines), lines
+        assert "".join(j.get("response") or "" for j in lines) and lines[-1]["done"]
+    chat = {"messages": [{"role": "user", "content": "Write a Python function that adds two numbers."}],
+            "model": "codila", "max_tokens": 4096, "temperature": 0.5, "stream": True, "stop": ["```"]}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=chat,
+                      headers={"Content-Type": "application/json", "Authorization": "Bearer undefined",
+                               "api-key": ""}, timeout=120) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert r.status_code == 200
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert any(e["choices"] and e["choices"][0]["finish_reason"] for e in events)
+
+
+def test_zed_openai_compatible_requests_as_its_source_builds_them(server):
+    """Zed's OpenAI-compatible provider (zed-industries/zed crates/open_ai/src/open_ai.rs @ 8c91fc3): a chat
+    Request {model, messages (an assistant turn's content may be null), stream, max_tokens, temperature},
+    the stream read line by line up to `[DONE]`, each event parsed as its ResponseStreamEvent (created u32,
+    model, choices of {index, delta {role?, content?}, finish_reason}, usage?), and `complete`'s Response."""
+    messages = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "def add(a, b):"},
+                {"role": "assistant", "content": None}, {"role": "user", "content": "Finish it."}]
+    body = {"model": "codila", "messages": messages, "stream": True, "max_tokens": 64, "temperature": 1.0}
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer anything"}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers=headers, timeout=120) as r:
+        assert r.status_code == 200
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    events = [json.loads(line) for line in lines[:-1]]
+    for e in events:
+        assert 0 <= e["created"] < 2**32 and isinstance(e["model"], str) and isinstance(e["choices"], list)
+        for c in e["choices"]:
+            assert isinstance(c["index"], int) and set(c["delta"]) <= {"role", "content", "tool_calls"}
+            assert c["finish_reason"] is None or isinstance(c["finish_reason"], str)
+        assert e.get("usage") is None or {"prompt_tokens", "completion_tokens", "total_tokens"} <= set(e["usage"])
+    assert "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
+    whole = httpx.post(server.url + "/v1/chat/completions", json={**body, "stream": False}, headers=headers,
+                       timeout=120).json()
+    assert {"id", "object", "created", "model", "choices", "usage"} <= set(whole)
+    assert whole["choices"][0]["message"]["role"] == "assistant" and "finish_reason" in whole["choices"][0]
+
+
+def test_tabby_requests_as_its_source_builds_them(server):
+    """Tabby's HTTP completion kinds (TabbyML/tabby crates/http-api-bindings/src/completion): openai/completion
+    splits its prompt at its FIM marker and streams /v1/completions with a null suffix when there is none;
+    llama.cpp/completion streams /completion with a u64 seed and `penalty_last_n`. Each chunk is parsed as Tabby
+    parses it (every field it reads present, of its type) up to the first finish."""
+    for suffix in ("\n\nprint(add(1, 2))\n", None):
+        body = {"model": "codila", "prompt": "def add(a, b):\n", "suffix": suffix, "max_tokens": 64,
+                "temperature": 0.1, "stream": True, "presence_penalty": 0.0}
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+            assert r.status_code == 200
+            texts = []
+            for line in r.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                chunk = json.loads(line[6:])  # Tabby: serde_json::from_str(...).expect(...)
+                choice = chunk["choices"][0]
+                assert isinstance(choice["text"], str)
+                texts.append(choice["text"])
+                if choice["finish_reason"] is not None:
+                    break
+        assert "".join(texts)
+    body = {"seed": 2**64 - 1, "prompt": "<PRE> def add(a, b):\n <SUF>\n <MID>", "n_predict": 64, "temperature": 0.1,
+            "stream": True, "penalty_last_n": 0, "presence_penalty": 0.0}
+    with httpx.stream("POST", server.url + "/completion", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert all(isinstance(c["content"], str) and isinstance(c["stop"], bool) for c in chunks) and chunks[-1]["stop"]
+
+
 @pytest.mark.parametrize("template", ["<|fim_prefix|>{p}<|fim_suffix|>{s}<|fim_middle|>",
                                       "<fim_prefix>{p}<fim_suffix>{s}<fim_middle>", "<PRE> {p} <SUF>{s} <MID>"])
 def test_fim_templates_in_a_prompt_fill_the_middle(server, template):
@@ -647,6 +731,42 @@ def test_llama_vscode_asks_for_alternatives_and_reads_them_as_its_source_does(se
     assert r.status_code == 400 and "n_cmpl" in r.json()["error"]["message"]
 
 
+class _Chars:
+    """A tokenizer whose ids are code points (FinalText reads ``decode`` only)."""
+
+    @staticmethod
+    def decode(ids, skip_special_tokens=True):
+        return "".join(map(chr, ids))
+
+
+@pytest.mark.parametrize("text", ["    a = 1\n    b = 2\nc = 3\n", "x\n      \n    y\n  z\n", "one line only",
+                                  "  first\n\n\n    deep\n    also\nout\n"])
+def test_a_streamed_fill_sends_nothing_that_n_indent_or_the_time_limit_would_take_back(text):
+    """A stream sends final text only: with n_indent a later line goes out once its indentation is known
+    and nothing from the first line indented less; with a time limit (which keeps whole lines) nothing
+    after the last line break. Committed left to right, one character per step: what was sent is always a
+    prefix of the answer the fill would give if it ended (or ran out of time) at that step."""
+    from types import SimpleNamespace
+
+    from codila_cli.serve.editor import cut_indent
+    from codila_cli.serve.requests import FinalText
+
+    def whole_lines(t):
+        return t[: t.rindex("\n") + 1] if "\n" in t else t
+
+    ids = [ord(c) for c in text]
+    for n_indent, timed in ((4, False), (None, True), (4, True)):
+        ft = FinalText(tokenizer=_Chars(), mask_id=-1, stop_ids=frozenset(), n_indent=n_indent, whole_lines=timed)
+        final = cut_indent(text, n_indent)[0]
+        streamed = ""
+        for k in range(len(ids) + 1):
+            streamed += ft.new_text(SimpleNamespace(canvas=ids[:k] + [-1] * (len(ids) - k)))
+            assert final.startswith(streamed), (n_indent, timed, k, streamed)
+            if timed:  # the time limit may end the fill at this step: its answer keeps whole lines
+                assert cut_indent(whole_lines(text[:k]), n_indent)[0].startswith(streamed), (k, streamed)
+        assert streamed + ft.rest(final) == final
+
+
 def test_a_fill_past_its_time_limit_returns_its_whole_committed_lines_and_n_indent_ends_the_block(slow_codila):
     """llama.cpp's t_max_predict_ms and n_indent on /infill (sent by llama.vscode and llama.vim): with every
     forward slowed to 0.1 s and a 300 ms limit, the fill returns what is committed left to right by then
@@ -666,6 +786,14 @@ def test_a_fill_past_its_time_limit_returns_its_whole_committed_lines_and_n_inde
         assert timed["codila"]["stopped_at_ms"] == 300 and timed["truncated"] is True
         assert full["content"].startswith(timed["content"]) and len(timed["content"]) < len(full["content"])
         assert timed["codila"]["wall_seconds"] < full["codila"]["wall_seconds"] / 2  # it stopped at its limit
+        with httpx.stream("POST", url + "/infill", json={**body, "t_max_predict_ms": 300, "n_indent": 4,
+                                                         "stream": True}, timeout=120) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        streamed = "".join(e["content"] for e in events)
+        end = events[-1]
+        assert end["stop"] is True and end["truncated"] is True and end["codila"]["stopped_at_ms"] == 300
+        assert "\n" not in streamed or streamed.endswith("\n")  # whole lines only, as the answer keeps
+        assert streamed == cut_indent(streamed, 4)[0] and full["content"].startswith(streamed)
     finally:
         s.stop()
 

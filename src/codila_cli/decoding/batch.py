@@ -4,8 +4,8 @@ Each row runs the unchanged single-sequence sampler (dream, threshold, codila, D
 own thread, against row views of the models (:class:`RowDLM`, :class:`RowAR`). A view turns each
 model call into a request to the shared :class:`StepBatcher`. When every row that is still decoding
 has a request waiting, the last to arrive runs the *step*: the requests are grouped by model and kind,
-each group runs as one stacked forward (models/batched.py: every row left-padded, with its own cached
-keys/values and its own positions), and each row gets its slice. Rows join at any step and leave when
+each group runs as one stacked forward (models/batched.py: the rows' tokens packed back to back, each
+row with its own cached keys/values and its own positions), and each row gets its slice. Rows join at any step and leave when
 their decode ends (continuous batching: a short request never waits for a long one to finish).
 
 What is stacked (on the native engine of the bundled models; other engines run the same requests
@@ -76,7 +76,8 @@ class StepBatcher:
         self._cohort: dict[int, int] = {}  # row -> its lane, fixed at join (the emptiest lane)
         self._busy: set[int] = set()  # lanes running a step now
         self._count_lock = threading.Lock()
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
+        self._wake: dict[int, threading.Condition] = {}  # row -> its own condition (on _lock): woken alone
         self._active: set[int] = set()
         self._cancelled: set[int] = set()
         self._pending: dict[int, tuple[float, _Request]] = {}
@@ -96,16 +97,17 @@ class StepBatcher:
 
     @property
     def active(self) -> int:
-        with self._cv:
+        with self._lock:
             return len(self._active)
 
     def join(self) -> int:
         """A new row; it takes part from the next step on."""
-        with self._cv:
+        with self._lock:
             row = self._next
             self._next += 1
             sizes = [sum(1 for r in self._active if self._cohort[r] == lane) for lane in range(self.lanes)]
             self._cohort[row] = sizes.index(min(sizes))
+            self._wake[row] = threading.Condition(self._lock)
             self._active.add(row)
             return row
 
@@ -123,38 +125,39 @@ class StepBatcher:
 
     def leave(self, row: int) -> None:
         """The row is finished (or failed, or cancelled): the others no longer wait for it."""
-        with self._cv:
+        with self._lock:
+            lane = self._cohort.pop(row, None)
             self._active.discard(row)
-            self._cohort.pop(row, None)
             self._cancelled.discard(row)
             self._pending.pop(row, None)
             self._results.pop(row, None)
-            self._cv.notify_all()
+            self._wake.pop(row, None)
+            if lane is not None:
+                self._nudge(lane)  # its cohort may be ready without it
 
     def cancel(self, row: int) -> None:
         """Make the row's current or next request raise :class:`Cancelled` (from any thread)."""
-        with self._cv:
+        with self._lock:
             if row in self._active:
                 self._cancelled.add(row)
                 self._pending.pop(row, None)
-                self._cv.notify_all()
+                self._wake[row].notify()
+                self._nudge(self._cohort[row])
 
     def request(self, row: int, req: _Request) -> Any:
         """Queue the row's call and wait for its result. The waiting row that finds the step ready (and
         no step running) runs it in its own thread: a row alone runs its own forward where it samples,
         with no hand-off."""
-        with self._cv:
+        with self._lock:
             if row in self._cancelled:
                 raise Cancelled(f"row {row} was cancelled")
             self._pending[row] = (time.perf_counter(), req)
-            self._cv.notify_all()
-            lane = self._cohort[row]
+            lane, wake = self._rebalance(row), self._wake[row]
             while row not in self._results and row not in self._cancelled:
                 if lane not in self._busy and self._ready(lane):
                     self._lead(lane)
-                else:
-                    idle = lane in self._busy or not self._pending
-                    self._cv.wait(timeout=None if idle else self.gather_s)
+                else:  # woken with its result, to lead a step (_nudge), or to look again after gather_s
+                    wake.wait(timeout=None if lane in self._busy else self.gather_s)
             if row not in self._results:
                 self._pending.pop(row, None)
                 raise Cancelled(f"row {row} was cancelled")
@@ -179,16 +182,44 @@ class StepBatcher:
         for row in reqs:
             del self._pending[row]
         self._busy.add(lane)
-        self._cv.release()
+        self._lock.release()
         try:
             results = self._step(reqs)  # other rows may queue their next request meanwhile
         finally:
-            self._cv.acquire()
+            self._lock.acquire()
             self._busy.discard(lane)
         for row, res in results.items():
             if row in self._active and row not in self._cancelled:
                 self._results[row] = res
-        self._cv.notify_all()
+                self._wake[row].notify()
+        self._nudge(lane)
+
+    def _rebalance(self, row: int) -> int:  # lock held; the row is between steps
+        """The row's lane, after moving it to the emptiest lane when that one has two or more rows fewer
+        (rows end at other times: without this, a lane whose rows finished leaves its core idle while the
+        other lane steps several rows, issue 52). Which rows share a step does not change what a row
+        decodes."""
+        lane = self._cohort[row]
+        if self.lanes > 1:
+            sizes = [0] * self.lanes
+            for r in self._active - self._cancelled:
+                sizes[self._cohort[r]] += 1
+            low = sizes.index(min(sizes))
+            if sizes[lane] - sizes[low] >= 2:
+                self._cohort[row] = low
+                self._nudge(lane)  # its old cohort may be ready without it
+                lane = low
+        return lane
+
+    def _nudge(self, lane: int) -> None:  # lock held
+        """Wake the lane's oldest waiting row, if its step is not running: it leads the next step when the
+        cohort is ready, else waits ``gather_s`` and looks again. Only that row wakes (every row waking at
+        every step cost the other lane's forward its GIL: issue 52)."""
+        if lane in self._busy:
+            return
+        mine = [(t, row) for row, (t, _) in self._pending.items() if self._cohort.get(row) == lane]
+        if mine:
+            self._wake[min(mine)[1]].notify()
 
     def _step(self, reqs: dict[int, _Request]) -> dict[int, tuple[bool, Any]]:
         groups: dict[tuple, list[int]] = {}
@@ -209,11 +240,15 @@ class StepBatcher:
             try:
                 if batched.supports(reqs[0].model):
                     outs = batched.run(reqs[0].model, [r.call for r in reqs], causal=kind == "ar")
+                    self._record(kind, len(rows))
                 else:  # another engine: plain forwards padded into one (Dream's padding convention)
-                    outs = _padded(reqs[0].owner, [r.call for r in reqs])
+                    outs = [None] * len(reqs)
+                    for group in _stackable(reqs[0].owner, [r.call for r in reqs]):
+                        for i, out in zip(group, _padded(reqs[0].owner, [reqs[i].call for i in group])):
+                            outs[i] = out
+                        self._record(kind, len(group))
                 for row, r, out in zip(rows, reqs, outs):
                     results[row] = (True, r.finish(out))
-                self._record(kind, len(rows))
                 return
             except Exception:  # noqa: BLE001, S110 - rerun row by row: only the row at fault fails
                 pass
@@ -237,6 +272,19 @@ class StepBatcher:
                 self.rows_per_forward.append(rows)
         if self.on_step is not None:
             self.on_step(kind, rows)
+
+
+def _stackable(dlm: Any, calls: list[KVCall]) -> list[list[int]]:
+    """Which calls share one padded forward on an engine without packed rows: all of them in fp32 (a
+    padded row equals its own forward up to float rounding), only calls of one length in a 16-bit dtype,
+    where the padded, masked attention rounds a row otherwise and greedy text then depends on the batch
+    (issue 52): rows of one length stack without padding, as they are alone."""
+    if next(dlm.model.parameters()).dtype == torch.float32:
+        return [list(range(len(calls)))]
+    groups: dict[int, list[int]] = {}
+    for i, c in enumerate(calls):
+        groups.setdefault(c.new, []).append(i)
+    return list(groups.values())
 
 
 def _padded(dlm: Any, calls: list[KVCall]) -> list[tuple[torch.Tensor, None]]:

@@ -60,7 +60,7 @@ def _with_stop(models, setting: Setting, stop: tuple[str, ...]) -> Any:
 def evaluate_batch(models, tasks: list[Task], setting: Setting, *, seed: int, limits: SandboxLimits) -> list[dict]:
     """Several completion tasks decoded together (engine.generate.generate_many: each step's model calls,
     KV-cached ones included, run as stacked forwards); each row equals its single run up to float
-    rounding in left-padded rows."""
+    rounding in the packed matrix products."""
     for task in tasks:
         _check_fit(task, setting)
     long = [too_long(models, t, setting) for t in tasks]  # such a task counts as failed, undecoded

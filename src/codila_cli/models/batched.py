@@ -2,19 +2,21 @@
 
 A row's call is a :class:`KVCall`: ``n`` new tokens (ids, or embeddings for the AR helper) at their
 true positions, the per-layer K/V of ``T`` earlier tokens it attends to (a Fast-dLLM block cache, the
-helper's context cache, or nothing), and the new rows it reads (``keep``). Rows are stacked into one
-[R, n_max] forward, every part left-padded:
+helper's context cache, or nothing), and the new rows it reads (``keep``). The rows' new tokens are
+packed back to back into one [1, Σn] sequence:
 
-    keys   = [ past K/V, left-padded to T_max | new K/V, left-padded to n_max ]   [R, H, T_max + n_max, d]
+    tokens = [ row 0's n_0 | row 1's n_1 | … ]      (no padding: a row costs its own tokens only)
 
-The projections, norms and MLP run on the stacked tokens (a token's result does not depend on the other
-rows); attention runs row by row on each row's own unpadded keys (models/native.py::Ragged), with the mask
-it has alone (none for the bidirectional DLM, causal for the helper), at the positions it has alone (RoPE
-from the explicit positions); each call's kept rows are projected onto the vocabulary on their own. The
-stacked matrix products may still round fp32's last bit otherwise than a lone row's; in bf16, where the
-padded, masked attention used to round a row otherwise, the bundled DLM's rows now decode as alone
-(tests/test_batch.py). A call made by one row alone never comes here (decoding/batch.py runs it as the
-row's own forward).
+The projections, norms and MLP run on the packed tokens (a token's result does not depend on the other
+rows); attention runs row by row on the row's own cached and new keys (models/native.py::Packed), with
+the mask it has alone (none for the bidirectional DLM, causal for the helper), at the positions it has
+alone (RoPE from the explicit positions); each call's kept rows are projected onto the vocabulary on
+their own. The packed matrix products may still round fp32's last bit otherwise than a lone row's; in
+bf16, where a padded, masked attention used to round a row otherwise, the bundled DLM's rows decode as
+alone (tests/test_batch.py). Packing replaced left-padding every row to the longest (session 29): the
+padding was a fifth of a stacked forward's tokens in the server's default setting, and the per-layer
+padded copies of every row's cache went with it. A call made by one row alone never comes here
+(decoding/batch.py runs it as the row's own forward).
 
 The native engine (models/native.py) runs it; other engines run their rows one by one
 (:func:`supports`).
@@ -58,52 +60,30 @@ def supports(model: Any) -> bool:
 
 
 def run(model: Any, calls: list[KVCall], *, causal: bool) -> list[tuple[torch.Tensor, list | None]]:
-    """Stacked forward of ``calls`` on a native ``model``; per call: (raw logits [1, k, V] in the
+    """Packed forward of ``calls`` on a native ``model``; per call: (raw logits [1, k, V] in the
     model's dtype, the new tokens' per-layer (keys, values) [1, H, n, d] when ``want_kv``, else None)."""
-    from codila_cli.models.native import NativeCache
+    from codila_cli.models.native import NativeCache, Packed
 
     emb = model.get_input_embeddings().weight
     device = emb.device
-    n = max(c.new for c in calls)
-    T = max(c.cached for c in calls)
-    R = len(calls)
-    x = torch.zeros((R, n, emb.shape[1]), dtype=emb.dtype, device=device)
-    pos = torch.zeros((R, n), dtype=torch.long, device=device)
-    for i, c in enumerate(calls):
-        rows = emb[c.tokens.to(device)] if c.tokens.dim() == 1 else c.tokens.to(device=device, dtype=emb.dtype)
-        x[i, n - c.new :] = rows
-        pos[i, n - c.new :] = c.positions.to(device)
-    cache = NativeCache()
-    if T:
-        layers = len(next(c.past for c in calls if c.past))
-        for layer in range(layers):
-            k0, v0 = next(c.past for c in calls if c.past)[layer]
-            keys = k0.new_zeros((R, k0.shape[1], T, k0.shape[3]))
-            values = v0.new_zeros((R, v0.shape[1], T, v0.shape[3]))
-            for i, c in enumerate(calls):
-                if c.past:
-                    k, v = c.past[layer]
-                    keys[i, :, T - k.shape[2] :] = k[0]
-                    values[i, :, T - v.shape[2] :] = v[0]
-            cache.update(keys, values, layer)
-    from codila_cli.models.native import Ragged
-
-    # each row attends to its own unpadded keys, as alone (native.Ragged): its result is its lone one
-    mask = Ragged(tuple((T - c.cached, n - c.new) for c in calls), T, causal)
+    starts, total = [], 0
+    for c in calls:
+        starts.append(total)
+        total += c.new
+    x = torch.cat([emb[c.tokens.to(device)] if c.tokens.dim() == 1 else c.tokens.to(device=device, dtype=emb.dtype)
+                   for c in calls])[None]  # [1, Σn, d]
+    pos = torch.cat([c.positions.to(device) for c in calls])[None]
+    mask = Packed(tuple((s, c.new) for s, c in zip(starts, calls)), tuple(c.past or None for c in calls), causal)
+    new_kv = NativeCache()  # collects the packed tokens' own keys/values, layer by layer
     with torch.inference_mode():
-        h, cache = model.hidden_states(inputs_embeds=x, attention_mask={"full_attention": mask}, position_ids=pos,
-                                       cache=cache, use_cache=True)
+        h, new_kv = model.hidden_states(inputs_embeds=x, attention_mask={"full_attention": mask}, position_ids=pos,
+                                        cache=new_kv, use_cache=True)
         # the kept rows only, each call's projected on its own (the shape it has alone)
-        logits = torch.cat([F.linear(h[i, (n - c.new) + c.keep.to(device)], model.lm_head.weight)
-                            for i, c in enumerate(calls)])  # [Σk, V]
+        logits = [F.linear(h[0, s + c.keep.to(device)], model.lm_head.weight) for s, c in zip(starts, calls)]
     out = []
-    start = 0
-    for i, c in enumerate(calls):
-        k = len(c.keep)
+    for s, c, lg in zip(starts, calls, logits):
         kv = None
         if c.want_kv:
-            kv = [(layer.keys[i : i + 1, :, T + n - c.new :], layer.values[i : i + 1, :, T + n - c.new :])
-                  for layer in cache.layers]
-        out.append((logits[start : start + k].unsqueeze(0), kv))
-        start += k
+            kv = [(layer.keys[:, :, s : s + c.new], layer.values[:, :, s : s + c.new]) for layer in new_kv.layers]
+        out.append((lg.unsqueeze(0), kv))
     return out

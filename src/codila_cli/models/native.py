@@ -177,8 +177,8 @@ class Attention(nn.Module):
         q, k = qk[:, :h], qk[:, h:]
         if cache is not None:
             k, v = cache.update(k, v, self.index)
-        if isinstance(mask, Ragged):
-            out = mask.attend(q, k, v, gqa=self.heads != self.kv_heads)
+        if isinstance(mask, Packed):
+            out = mask.attend(q, k, v, gqa=self.heads != self.kv_heads, layer=self.index)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None and n > 1,
                                                  enable_gqa=self.heads != self.kv_heads)
@@ -186,30 +186,33 @@ class Attention(nn.Module):
 
 
 @dataclass(frozen=True)
-class Ragged:
-    """Stacked rows of other lengths (models/batched.py), attended row by row without their padding: row i's
-    cached keys start at ``rows[i][0]`` of the T cached columns and its new tokens at ``rows[i][1]`` of the
-    n new ones. Each row's attention is then the very call it makes alone (the same shapes, no mask where
-    it has none), so a batched row gets its lone result bit for bit, in bf16 too, where a masked, padded
-    attention rounds otherwise (issue 52)."""
+class Packed:
+    """Rows packed back to back into one [1, N] sequence (models/batched.py); row i's new tokens are
+    ``spans[i]`` = (start, n), and it attends to its own cached keys ``past[i][layer]`` ([1, H, T_i, d]
+    or none) and new keys with the mask it has alone (none for the DLM, causal for the helper): the very
+    call it makes alone, so it gets its lone result in bf16 too, where a padded, masked attention
+    rounds otherwise (issue 52)."""
 
-    rows: tuple[tuple[int, int], ...]
-    cached: int  # T
+    spans: tuple[tuple[int, int], ...]
+    past: tuple[list | None, ...]  # per row: per-layer (keys, values), or None
     causal: bool
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, gqa: bool) -> torch.Tensor:
-        out = torch.zeros_like(q)
-        T, n = self.cached, q.shape[2]
-        for i, (p0, n0) in enumerate(self.rows):
-            kk = torch.cat([k[i : i + 1, :, p0:T], k[i : i + 1, :, T + n0 :]], dim=2)
-            vv = torch.cat([v[i : i + 1, :, p0:T], v[i : i + 1, :, T + n0 :]], dim=2)
-            past, m = T - p0, n - n0
-            mask, is_causal = None, self.causal and past == 0 and m > 1  # as NativeLM._mask for one row
-            if self.causal and past and m > 1:
-                mask = (torch.arange(past + m, device=q.device)[None] <= torch.arange(past, past + m, device=q.device)[:, None])[None, None]
-            out[i : i + 1, :, n0:] = F.scaled_dot_product_attention(q[i : i + 1, :, n0:], kk, vv, attn_mask=mask,
-                                                                    is_causal=is_causal, enable_gqa=gqa)
-        return out
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, gqa: bool, layer: int) -> torch.Tensor:
+        outs = []
+        for (s, n), past in zip(self.spans, self.past):
+            kk, vv = k[:, :, s : s + n], v[:, :, s : s + n]
+            cached = 0
+            if past:
+                pk, pv = past[layer]
+                cached = int(pk.shape[2])
+                kk, vv = torch.cat([pk, kk], dim=2), torch.cat([pv, vv], dim=2)
+            mask, is_causal = None, self.causal and cached == 0 and n > 1  # as NativeLM._mask for one row
+            if self.causal and cached and n > 1:
+                mask = (torch.arange(cached + n, device=q.device)[None]
+                        <= torch.arange(cached, cached + n, device=q.device)[:, None])[None, None]
+            outs.append(F.scaled_dot_product_attention(q[:, :, s : s + n], kk, vv, attn_mask=mask,
+                                                       is_causal=is_causal, enable_gqa=gqa))
+        return torch.cat(outs, dim=2)
 
 
 class MLP(nn.Module):
@@ -297,7 +300,7 @@ class NativeLM(nn.Module):
             attention_mask = attention_mask.get("full_attention")
             if attention_mask is None:
                 return None, False  # explicit full attention (Dream)
-            if isinstance(attention_mask, Ragged):
+            if isinstance(attention_mask, Packed):
                 return attention_mask, False
             return attention_mask.to(device=device, dtype=torch.bool), False
         keep = None

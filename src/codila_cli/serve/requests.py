@@ -190,8 +190,11 @@ class FinalText:
     in codila remasks a committed token), so its text can be sent. ``stops`` (OpenAI stop strings) are
     held back until they can no longer begin in the unsent tail; an incomplete UTF-8 character is held
     back too. With codila's line stops (``lines``, decoding/stops.py) only whole lines are sent, cut
-    before the first line that starts with one, as the result is. :meth:`new_text` returns the text to
-    send now, once."""
+    before the first line that starts with one, as the result is. llama.cpp's editor fields hold back
+    what their cut could still remove (serve/editor.py): with ``n_indent`` a later line is sent once its
+    indentation is known (its first other character), and nothing from the first line indented less;
+    with ``whole_lines`` (a fill's time limit, which keeps whole lines) the text after the last line
+    break, once there is one. :meth:`new_text` returns the text to send now, once."""
 
     tokenizer: Any
     mask_id: int
@@ -199,6 +202,8 @@ class FinalText:
     stops: tuple[str, ...] = ()
     lines: tuple[str, ...] = ()
     at_line_start: bool = True  # the prompt ends a line (read with ``lines``)
+    n_indent: int | None = None  # llama.cpp's n_indent
+    whole_lines: bool = False  # a time limit will keep whole lines only
     sent: str = ""
     stopped: bool = False
     def new_text(self, event: StepEvent) -> str:
@@ -220,10 +225,29 @@ class FinalText:
                 self.stopped = True
             else:  # a stop could still begin in the last len(stop) − 1 characters
                 text = text[: max(len(self.sent), len(text) - max(len(s) for s in self.stops) + 1)]
+        if self.n_indent:
+            text = self._indent_cut(text)
+        if self.whole_lines and "\n" in text:
+            text = text[: text.rindex("\n") + 1]
         if not text.startswith(self.sent) or len(text) <= len(self.sent):
             return ""
         out, self.sent = text[len(self.sent) :], text
         return out
+
+    def _indent_cut(self, text: str) -> str:
+        """``text`` up to the first later line indented less than ``n_indent`` (then nothing more is sent),
+        or up to a last line whose indentation is not known yet (blank so far)."""
+        lines = text.split("\n")
+        start = len(lines[0]) + 1
+        for k, line in enumerate(lines[1:], start=1):
+            if not line.strip():
+                if k == len(lines) - 1:
+                    return text[:start]  # its indentation is not known yet
+            elif len(line) - len(line.lstrip(" \t")) < self.n_indent:
+                self.stopped = True
+                return text[:start]
+            start += len(line) + 1
+        return text
 
     def rest(self, final: str) -> str:
         """What is left to send of ``final`` (the whole completion)."""

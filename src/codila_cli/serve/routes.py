@@ -90,7 +90,7 @@ class InfillRequest(_Located):
     n_predict: int | None = None
     temperature: Temperature = None
     top_p: TopP = None
-    seed: int | None = Field(None, ge=-1, lt=2**63)  # llama.cpp: -1 = random
+    seed: int | None = Field(None, ge=-1, lt=2**64)  # llama.cpp: -1 = random; Tabby sends a u64
     stop: list[str] | None = None
     stream: bool = False
     codila: dict[str, Any] | None = None
@@ -106,7 +106,7 @@ class LlamaCompletion(_Located):
     n_predict: int | None = None
     temperature: Temperature = None
     top_p: TopP = None
-    seed: int | None = Field(None, ge=-1, lt=2**63)
+    seed: int | None = Field(None, ge=-1, lt=2**64)  # -1 = random; Tabby sends a u64
     stop: list[str] | None = None
     stream: bool = False
     codila: dict[str, Any] | None = None
@@ -117,7 +117,7 @@ class OllamaOptions(_Body):
     top_p: TopP = None
     num_predict: int | None = None
     seed: Seed = None
-    stop: list[str] | None = None
+    stop: str | list[str] | None = None  # Ollama's Modelfile parameter; Continue's type allows one string
 
 
 class OllamaChat(_Body):

@@ -150,7 +150,7 @@ class Job:
         return {"max_tokens_clamped_to": self.clamped} if self.clamped is not None else {}
 
     def seed_of(self, i: int) -> int | None:
-        return None if self.seed is None else self.seed + i
+        return None if self.seed is None else (self.seed + i) % 2**64  # llama.cpp's seeds are unsigned
 
     def decode(self, i: int, on_step: Any, on_row: Any) -> RowOut | None:
         """Row ``i`` (seed + i), in the calling worker thread; None when it was cancelled."""
@@ -214,7 +214,8 @@ class Job:
         lines = tuple(self.settings.config.stop or ()) if self.kind == "gen" else ()
         start = ends_line(tok, tok.encode(self.prompt, add_special_tokens=False)) if lines else True
         return FinalText(tokenizer=tok, mask_id=sp.mask, stop_ids=frozenset(sp.stop_ids), stops=self.stops,
-                         lines=lines, at_line_start=start)
+                         lines=lines, at_line_start=start, n_indent=self.n_indent,
+                         whole_lines=bool(self.deadline_ms))
 
 
 async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Response:
