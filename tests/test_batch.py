@@ -212,6 +212,31 @@ def test_a_batched_row_decodes_as_it_does_alone_in_bf16():
         assert together.batched and [r.completion for r in together.results] == alone, (decoder, cfg)
 
 
+def test_seeded_codila_rows_decode_as_alone_in_bf16():
+    """Issue 54 item 4 for the server's default decoder: CoDiLA (the bundled helper's setting: a prefix
+    cache, top-k conditioning, the helper's choice rules) sampling at temperature 0.8, four seeded prompts
+    of other lengths in bf16 give, row by row, the text each gives alone (its DLM and helper forwards
+    stacked with the other rows')."""
+    from codila_cli.decoding.config import CodilaConfig
+    from codila_cli.engine.generate import generate, generate_many
+    from codila_cli.engine.models import load_models
+
+    models = load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", dtype="bfloat16")
+    for model in (models.dlm.model, models.ar.model):
+        if (why := _bf16_gemm_depends_on_the_batch(model)) is not None:
+            pytest.skip(why)
+    hot = SamplingConfig(temperature=0.8)
+    cfg = CodilaConfig(max_new_tokens=32, block_size=4, conditioning="topk:16", cache="prefix", cache_blocks=8,
+                       ar_context=64, ar_repetition_penalty=1.5, ar_syntax_guard=True, ar_no_repeat_ngram=8,
+                       ar_temperature=0.8, sampling=hot)
+    prompts = ["def fib(n):", "def is_prime(n):\n", "def parse(line):", "class Stack:\n"]
+    seeds = [3, 4, 5, 6]
+    alone = [generate(models, p, decoder="codila", config=cfg, seed=s).completion for p, s in zip(prompts, seeds)]
+    together = generate_many(models, prompts, decoder="codila", config=cfg, seeds=seeds, batched=True)
+    assert together.batched and [r.completion for r in together.results] == alone
+    assert together.ar_forwards < sum(r.metrics["ar_forwards"] for r in together.results)  # the helper's stacked
+
+
 def test_rows_of_other_lengths_are_not_padded_together_in_bf16_on_the_transformers_engine(tiny, lockstep):
     """The engine the 7B checkpoints run on (transformers) stacks plain DLM forwards by padding; in bf16 the
     padded, masked attention rounds a row otherwise, so there only rows of one length share a forward (as

@@ -832,3 +832,70 @@ def test_a_newline_stop_string_gives_a_single_line_middle(server):
     assert "\n" not in one["content"] and full["content"].startswith(one["content"])
     if "\n" in full["content"].rstrip("\n"):
         assert one["content"] == full["content"].split("\n", 1)[0] and one["stop_type"] == "eos"
+
+
+# --- issue 53: what no client can do to the server ------------------------------------------------------
+
+def test_idle_and_slow_connections_are_closed_but_a_long_request_is_not(slow_codila):
+    """Sockets that connect and send nothing, or send their request head a few bytes at a time, are closed
+    after --idle-timeout (before: never, so 1,100 idle sockets used up the descriptors); a request that
+    takes longer than that to decode is answered in full, and the server keeps serving."""
+    s = Server("-q", "--idle-timeout", "1", program=slow_codila, env={"CODILA_TEST_DELAY": "0.25"})
+    try:
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(20)]
+        slow = socket.create_connection(("127.0.0.1", s.port))
+        slow.sendall(b"GET /health HTTP/1.1\r\nHo")
+        t0 = time.time()
+        r = httpx.post(s.url + "/v1/completions", json={"prompt": "def f(x):", "max_tokens": 16, "seed": 0,
+                                                        "codila": {"decoder": "dream", "early_stop": False}}, timeout=60)
+        assert r.status_code == 200 and time.time() - t0 > 1.2  # it outlived the idle timeout, uncut
+        for sock in [*idle, slow]:
+            sock.settimeout(5)
+            try:
+                assert sock.recv(1024) == b""  # closed by the server
+            except ConnectionResetError:
+                pass
+            sock.close()
+        assert httpx.get(s.url + "/health").status_code == 200
+    finally:
+        s.stop()
+
+
+def test_a_queued_request_is_answered_within_the_deadline(slow_codila):
+    """With one batch slot and a 2 s deadline, requests that wait for the slot count the wait against
+    their deadline: every one is answered (504) within about the deadline, none waits for the one before
+    it to run out first (before: 2 of 12 unanswered after 150 s with --timeout 60)."""
+    s = Server("-q", "--max-batch", "1", "--timeout", "2", program=slow_codila, env={"CODILA_TEST_DELAY": "0.5"})
+    body = {"prompt": "def f(x):", "max_tokens": 64, "codila": {"decoder": "dream", "early_stop": False}}
+    try:
+        t0 = time.time()
+        with ThreadPoolExecutor(3) as pool:
+            answers = list(pool.map(lambda _: httpx.post(s.url + "/v1/completions", json=body, timeout=60), range(3)))
+        assert [a.status_code for a in answers] == [504] * 3
+        assert all(a.json()["error"]["code"] == "deadline_exceeded" for a in answers)
+        assert any("batch slot" in a.json()["error"]["message"] for a in answers)  # it never started
+        assert time.time() - t0 < 5
+    finally:
+        s.stop()
+
+
+def test_malformed_text_a_chunked_body_over_the_limit_and_a_non_ascii_key():
+    """A lone surrogate escaped in the JSON is a 400 JSON error (was a plain-text 500); a chunked body past
+    --max-body is a 413 (was a 400); an API key that is not ASCII matches when a client sends it as UTF-8."""
+    key = "clé-ümlaut"
+    s = Server("-q", "--api-key", key, "--max-body", "4096")
+    auth = {"Authorization": f"Bearer {key}".encode()}
+    try:
+        assert httpx.get(s.url + "/v1/models", headers=auth).status_code == 200
+        assert httpx.get(s.url + "/v1/models", headers={"Authorization": b"Bearer cl\xe9-\xfcmlaut"}).status_code == 401
+        for path, body in (("/v1/completions", b'{"model": "codila", "prompt": "def f(\\ud800):"}'),
+                           ("/api/generate", b'{"model": "codila", "prompt": "x = \\udfff", "stream": false}')):
+            r = httpx.post(s.url + path, content=body, headers={**auth, "Content-Type": "application/json"}, timeout=30)
+            assert r.status_code == 400 and "surrogate" in json.dumps(r.json()), r.text
+        chunks = (b'{"prompt": "' + b"x" * 1000 for _ in range(8))
+        r = httpx.post(s.url + "/v1/completions", content=chunks, headers={**auth, "Content-Type": "application/json"},
+                       timeout=30)
+        assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+        assert httpx.get(s.url + "/health").status_code == 200
+    finally:
+        s.stop()

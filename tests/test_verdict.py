@@ -181,6 +181,46 @@ def test_objects_and_tricks_of_the_programs_making_never_pass(program):
     assert not isolated.passed, isolated
 
 
+MBPP_596_TEST = 'assert test_tuple_size(("A", 1, "B", 2)) == sys.getsizeof(("A", 1, "B", 2))\n'
+MBPP_596_REFERENCE = "import sys\ndef test_tuple_size(tuple_list):\n    return sys.getsizeof(tuple_list)\n"
+
+
+def test_the_modules_the_tests_reach_are_never_the_programs():
+    """MBPP/596 has no entry point and its tests call `sys.getsizeof`: `sys` is the reference's import (or,
+    unbound there, a module the tests' jail imports), never a name the program may define."""
+    from codila_cli.eval.verdict import test_modules
+
+    assert program_names(MBPP_596_TEST, entry_point=None, reference=MBPP_596_REFERENCE) == ["test_tuple_size"]
+    assert program_names(MBPP_596_TEST, entry_point=None, reference="") == ["test_tuple_size"]
+    assert test_modules(MBPP_596_TEST, "") == ["sys"]
+    assert program_names("assert copy(3) == 3\n", entry_point=None, reference="") == ["copy"]  # called: the program's
+    assert test_modules("assert math.floor(x) == 1\n", "def math(x):\n    return x\n") == []  # the reference's own
+
+
+@needs_jail
+def test_a_program_with_its_own_sys_cannot_pass_mbpp_596():
+    """Before: the program's `sys` (an object with a fake getsizeof) answered the tests' `sys.getsizeof`."""
+    fake = ("class _S:\n    def getsizeof(self, t):\n        return 7\nsys = _S()\n"
+            "def test_tuple_size(t):\n    return 7\n")
+    honest = "import sys\ndef test_tuple_size(t):\n    return sys.getsizeof(t)\n"
+    for reference in (MBPP_596_REFERENCE, ""):
+        forged = run_sandboxed(fake, LIMITS, test=MBPP_596_TEST, entry_point=None, reference=reference)
+        assert not forged.passed and forged.status == "failed", forged
+        assert run_sandboxed(honest, LIMITS, test=MBPP_596_TEST, entry_point=None, reference=reference).passed
+
+
+@needs_jail
+def test_stop_iteration_never_ends_the_tests_loop_into_a_pass():
+    """A function that raises StopIteration inside the tests' `all(map(...))` ended the map early, and the
+    empty `all` passed; it arrives as a RuntimeError now (PEP 479's rule), in both verdicts."""
+    program = "def sq(x):\n    raise StopIteration\n"
+    test = "def check(candidate):\n    assert all(map(lambda x: candidate(x) == x * x, [2, 3, 4]))\n"
+    isolated, in_process = _both(program, test)
+    assert not isolated.passed and "StopIteration" in isolated.detail, isolated
+    assert not in_process.passed and "StopIteration" in in_process.detail, in_process
+    assert all(o.passed for o in _both("def sq(x):\n    return x * x\n", test))
+
+
 @needs_jail
 def test_a_callable_object_that_computes_the_answers_passes():
     program = "class Sq:\n    def __call__(self, x):\n        return x * x\nsq = Sq()\n"

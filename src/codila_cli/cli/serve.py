@@ -35,6 +35,7 @@ def serve(
     max_queue: Annotated[int, typer.Option("--max-queue", help="Requests that may wait for a slot; more get 429 with Retry-After.")] = 32,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request deadline in seconds; past it the request is cancelled (504).")] = 300.0,
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")] = 1 << 20,
+    idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Seconds a connection may take to send a whole request head (after it connects or after its last answer); an idle or slow one is closed then. A request being answered is never cut by it.")] = 10.0,
     lanes: Annotated[int, typer.Option("--lanes", help="Batched steps that run at once, each on its own cohort of requests with cores/lanes torch threads; 0 = auto: 2 on a CPU with 2 or more cores (a cohort samples while the other's forward runs), 1 on a GPU; 1–8.")] = 0,
     device: knob_option("device") = None,
     dtype: knob_option("dtype") = None,
@@ -54,7 +55,7 @@ def serve(
     from codila_cli.resolve import resolve_gen
 
     _check(host=host, port=port, api_key=api_key, no_auth=no_auth, max_batch=max_batch, max_queue=max_queue,
-           timeout=timeout, max_body=max_body, lanes=lanes)
+           timeout=timeout, max_body=max_body, lanes=lanes, idle_timeout=idle_timeout)
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -77,8 +78,11 @@ def serve(
 
     app = create_app(engine, ServeConfig(api_key=api_key, max_batch=max_batch, max_queue=max_queue,
                                                deadline_s=timeout, max_body=max_body, quiet=quiet))
+    from codila_cli.serve.conn import protocol_class, raise_descriptor_limit
+
+    raise_descriptor_limit()  # idle sockets meet --idle-timeout before the descriptor limit
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=5, lifespan="on")
+                            timeout_graceful_shutdown=5, lifespan="on", http=protocol_class(idle_timeout))
     server = _server_class()(config)
     server.runner = app.app.state.runner
     if not quiet:
@@ -135,9 +139,13 @@ def _lanes(asked: int, engine: Any) -> int:
 
 
 def _check(*, host: str, port: int, api_key: str | None, no_auth: bool, max_batch: int, max_queue: int,
-           timeout: float, max_body: int, lanes: int) -> None:
+           timeout: float, max_body: int, lanes: int, idle_timeout: float = 10.0) -> None:
     """Refuse bad limits and an open non-loopback address before anything loads."""
     import math
+
+    if not (math.isfinite(idle_timeout) and 0 < idle_timeout <= 3600):
+        raise UsageError(f"--idle-timeout must be from 0 to 3600 seconds (not 0), got {idle_timeout}",
+                         hint="e.g. --idle-timeout 10")
 
     if not 0 <= lanes <= 8:
         raise UsageError(f"--lanes must be between 0 (auto) and 8, got {lanes}", hint="e.g. --lanes 2")

@@ -235,8 +235,8 @@ def batching_pays(models: Models) -> bool:
     """Whether ``gen -n`` should decode its samples together rather than one after another: on a GPU,
     where one forward serves N rows for about the price of one. On a CPU the stacked forwards cost
     about what the rows' own forwards cost (the DLM's are compute-bound there), and the rows' threads
-    share the cores: 8 prompts of the bundled default ran at 0.85× (median of 4 interleaved runs,
-    docs/serve.md). A server batches on a CPU all the same, for what it gives every client: a short
+    share the cores: 8 prompts of the bundled default ran at 0.85× (session 23), 1.06× since the rows
+    are packed (benchmarks/batch_library.py, docs/serve.md): no gain worth a change. A server batches on a CPU all the same, for what it gives every client: a short
     request does not wait behind long ones."""
     return getattr(models.dlm.device, "type", str(models.dlm.device)) != "cpu"
 

@@ -265,9 +265,10 @@ def _run_in_process(jail, program: str, test: str, entry_point: str | None, limi
 
 def _run_isolated(jail, program: str, test: str, entry_point: str | None, reference: str,
                   limits: SandboxLimits) -> Outcome:
-    from codila_cli.eval.verdict import program_names
+    from codila_cli.eval.verdict import program_names, test_modules
 
     names = program_names(test, entry_point=entry_point, reference=reference)
+    modules = test_modules(test, reference)
     marker = secrets.token_hex(16)
     req_r, req_w = os.pipe()  # the tests' requests, read by the program's jail
     rep_r, rep_w = os.pipe()  # the program's replies, read by the tests' jail
@@ -282,7 +283,7 @@ def _run_isolated(jail, program: str, test: str, entry_point: str | None, refere
         if reference:
             files["reference.py"] = reference
         runs.append(_Jailed(jail, files, ["judge.py", str(ver_w), str(req_w), str(rep_r), entry_point or "",
-                                          ",".join(names)], limits, pass_fds=(ver_w, req_w, rep_r),
+                                          ",".join(names), ",".join(modules)], limits, pass_fds=(ver_w, req_w, rep_r),
                             stdin=marker + "\n", capped=False))
     except BaseException:
         for run in runs:

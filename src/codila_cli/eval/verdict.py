@@ -12,13 +12,17 @@ process that decides. This module decides which of the tests' names are the prog
   builtin): the functions under test, never the reference's versions of them.
 
 Helpers the reference defines (HumanEval's ``poly`` for ``find_zero``) stay the reference's, so a
-program cannot pass by redefining the yardstick.
+program cannot pass by redefining the yardstick. So do the modules the tests reach: a name the reference
+imports (MBPP/596's ``sys``: a program with its own ``sys`` and a fake ``getsizeof`` passed before), and
+a standard-library module the tests use only as ``name.attribute``, which the tests' jail imports itself
+(:func:`test_modules`).
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import sys
 
 
 def _bound_and_used(code: str) -> tuple[set[str], set[str]]:
@@ -55,17 +59,46 @@ def top_level_names(code: str) -> set[str]:
     return names
 
 
+def imported_names(code: str) -> set[str]:
+    """Names a module binds at its top level by ``import`` (empty if it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return set()
+    return {(a.asname or a.name).split(".")[0] for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+            for a in node.names}
+
+
+def test_modules(test: str, reference: str) -> list[str]:
+    """Standard-library modules the tests use without importing them and only as ``name.attribute``,
+    that the reference does not define otherwise: the tests' jail imports them itself."""
+    try:
+        tree = ast.parse(test)
+        bound, _ = _bound_and_used(test)
+    except (SyntaxError, ValueError):
+        return []
+    base_ids = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    as_base, otherwise = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            (as_base if id(node) in base_ids else otherwise).add(node.id)
+    names = as_base - otherwise - bound
+    defined = top_level_names(reference) - imported_names(reference)
+    return sorted(n for n in names if n in sys.stdlib_module_names and n not in defined)
+
+
 def program_names(test: str, *, entry_point: str | None, reference: str) -> list[str]:
     """The names the tests' jail binds to the program's values, entry point first."""
     try:
         bound, used = _bound_and_used(test)
     except (SyntaxError, ValueError):
         return [entry_point] if entry_point else []  # the tests' own jail reports the syntax error
-    free = used - bound - set(dir(builtins))
+    free = used - bound - set(dir(builtins)) - set(test_modules(test, reference))
     if entry_point:
         free -= top_level_names(reference)
         return [entry_point, *sorted(free - {entry_point})]
-    return sorted(free | ((used - bound) & top_level_names(reference)))
+    defined = top_level_names(reference) - imported_names(reference)  # the functions under test
+    return sorted((free - imported_names(reference)) | ((used - bound) & defined))
 
 
 def reference_for(*, kind: str, prompt: str, reference: str) -> str:

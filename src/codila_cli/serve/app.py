@@ -72,8 +72,8 @@ class Gate:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise _TooBig()
+                if seen > limit:  # an HTTPException: the framework's body reading passes it on (a 413, not its 400)
+                    raise _TooBig(limit)
             return message
 
         try:
@@ -110,8 +110,11 @@ def _too_long(length: bytes | None, limit: int) -> bool:
         return False
 
 
-class _TooBig(Exception):
-    pass
+class _TooBig(StarletteHTTPException):
+    """A body that streamed in past the limit (chunked, no Content-Length): 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is over the server's limit of {limit} bytes")
 
 
 async def _no_receive() -> dict:
@@ -171,9 +174,10 @@ def create_app(engine: Any, config: ServeConfig) -> FastAPI:
 
 
 def _authorised(headers: dict, key: str) -> bool:
-    header = headers.get(b"authorization", b"").decode("latin-1")
-    scheme, _, token = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+    """``Authorization: Bearer KEY``, the header's bytes against the key's UTF-8 (as clients send a key
+    that is not ASCII), in constant time."""
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key.encode("utf-8"))
 
 
 def _endpoint(path: str) -> str:

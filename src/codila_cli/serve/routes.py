@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from codila_cli.serve.errors import APIError
 from codila_cli.serve.stream import Job, run_job
@@ -37,6 +37,26 @@ Count = Annotated[int | None, Field(ge=0)]
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        """JSON may escape a lone UTF-16 surrogate (\\ud800), which is no character: refused here (a 400),
+        where it would fail later, in the tokenizer or in the answer's own encoding."""
+        stack = [data]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError("a string holds a lone surrogate (such as \\ud800), which is not text") from None
+            elif isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+        return data
 
 
 class _Located(_Body):

@@ -109,9 +109,12 @@ class Runner:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def admit(self, rows: int) -> None:
-        """Wait for ``rows`` batch slots, or raise QueueFull at once when the queue is full."""
+    async def admit(self, rows: int, *, since: float | None = None) -> None:
+        """Wait for ``rows`` batch slots, or raise QueueFull at once when the queue is full; the wait counts
+        against the request's deadline (from ``since``, its arrival on ``time.monotonic``): past it,
+        DeadlineExceeded, so a queued request is answered within ``--timeout`` too."""
         cond = self._condition()
+        left = self.deadline_s - (time.monotonic() - since) if since is not None else self.deadline_s
         async with cond:
             if self.stopping:
                 raise QueueFull("the server is shutting down")
@@ -120,7 +123,13 @@ class Runner:
             self._waiting += 1
             self.metrics.queue.set(self._waiting)
             try:
-                await cond.wait_for(lambda: self._free >= rows or self.stopping)
+                try:
+                    await asyncio.wait_for(cond.wait_for(lambda: self._free >= rows or self.stopping),
+                                           timeout=max(0.0, left))
+                except asyncio.TimeoutError:
+                    self.metrics.cancelled.labels("deadline").inc()
+                    raise DeadlineExceeded(f"the request waited past the server's deadline of {self.deadline_s:g} s "
+                                           "for a batch slot") from None
                 if self.stopping:
                     raise QueueFull("the server is shutting down")
                 self._free -= rows
@@ -144,12 +153,14 @@ class Runner:
     def done(self, t: Ticket) -> None:
         self._tickets.discard(t)
 
-    async def call(self, fn: Callable[[], Any], ticket: Ticket, *, watch: Callable[[], Any] | None = None) -> Any:
-        """Run ``fn`` in a worker thread; cancel its rows when the deadline passes or ``watch()`` (an
-        async predicate: the client went away) turns true."""
+    async def call(self, fn: Callable[[], Any], ticket: Ticket, *, watch: Callable[[], Any] | None = None,
+                   since: float | None = None) -> Any:
+        """Run ``fn`` in a worker thread; cancel its rows when the deadline (``deadline_s`` from ``since``,
+        the request's arrival, else now) passes or ``watch()`` (an async predicate: the client went away)
+        turns true."""
         loop = asyncio.get_running_loop()
         fut = loop.run_in_executor(self._pool, fn)
-        deadline = time.monotonic() + self.deadline_s
+        deadline = (time.monotonic() if since is None else since) + self.deadline_s
         try:
             while True:
                 try:

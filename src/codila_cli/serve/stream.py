@@ -219,8 +219,9 @@ class Job:
 
 
 async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Response:
-    from codila_cli.serve.runner import QueueFull
+    from codila_cli.serve.runner import DeadlineExceeded, QueueFull
 
+    arrived = time.monotonic()  # the deadline counts from here: waiting for a slot uses it up too
     st = request.app.state
     if job.nothing:
         return _nothing(job, style, stream)
@@ -230,10 +231,14 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
                        param="n")
     mine = claim_slot(st, job)
     try:
-        await runner.admit(job.n)
+        await runner.admit(job.n, since=arrived)
     except QueueFull as exc:
+        if runner.stopping:
+            raise _stopped() from None
         raise APIError(429, f"the server is busy: {exc}; try again shortly", kind="rate_limit_error",
                        code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
+    except DeadlineExceeded as exc:
+        raise APIError(504, str(exc), kind="timeout_error", code="deadline_exceeded") from None
     if job.slot is not None and st.slot_seq.get(job.slot) != mine:  # superseded while it waited
         await runner.release(job.n)
         return JSONResponse(superseded())
@@ -262,7 +267,8 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
         return out
 
     watch = None if stream else request.is_disconnected
-    tasks = [asyncio.ensure_future(runner.call(lambda i=i: row(i), ticket, watch=watch)) for i in range(job.n)]
+    tasks = [asyncio.ensure_future(runner.call(lambda i=i: row(i), ticket, watch=watch, since=arrived))
+             for i in range(job.n)]
 
     async def finish() -> None:
         for t in tasks:

@@ -1,15 +1,19 @@
 """The tests' side of an isolated verdict (eval/verdict.py), run in a jail of its own.
 
-``python -I judge.py VERDICT_FD REQUESTS_FD REPLIES_FD ENTRY NAMES``: reads a per-run marker from
-stdin, runs ``reference.py`` when there is one (the task's trusted code: a reference solution or the
-prompt, for helpers the tests use such as HumanEval's ``poly``), binds each of NAMES (comma-separated:
+``python -I judge.py VERDICT_FD REQUESTS_FD REPLIES_FD ENTRY NAMES MODULES``: reads a per-run marker
+from stdin, runs ``reference.py`` when there is one (the task's trusted code: a reference solution or the
+prompt, for helpers the tests use such as HumanEval's ``poly``), imports each of MODULES the reference
+left unbound (standard-library modules the tests use), binds each of NAMES (comma-separated:
 the entry point and the other names the tests take from the program) to the program's value or to a
 stand-in that calls it in the program's jail, runs ``test.py`` and ``check(ENTRY)``, and writes
 ``PASS <marker>`` to the verdict descriptor only after they returned; otherwise ``FAIL failed …``
 (an assertion), ``FAIL error …`` (another exception) or ``FAIL ended …`` (the program's process ended
 or broke the protocol). Results arrive as plain data (wire.py), so no object of the program's making
-reaches an ``==`` here.
+reaches an ``==`` here. A ``StopIteration`` the program raises arrives as a RuntimeError (as PEP 479 does
+for generators): raised inside the tests' ``map`` or ``all`` it would end their loop early, a pass.
 """
+
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)  # never raised into the tests as themselves
 
 import builtins
 import importlib
@@ -35,6 +39,7 @@ def main():
     replies = os.fdopen(int(sys.argv[3]), "rb")
     entry = sys.argv[4]
     names = [n for n in sys.argv[5].split(",") if n]
+    modules = [n for n in sys.argv[6].split(",") if n] if len(sys.argv) > 6 else []
 
     def ask(message):
         try:
@@ -82,7 +87,7 @@ def main():
             raise AssertionError(f"{str(reply[1])[:300] if len(reply) > 1 else what} (only data reaches the tests)")
         if kind == "raise" and len(reply) == 3:
             cls = getattr(builtins, str(reply[1]), None)
-            if isinstance(cls, type) and issubclass(cls, Exception):
+            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, CONTROL_FLOW):
                 try:
                     raised = cls(str(reply[2]))
                 except Exception:  # noqa: BLE001 - an exception type that wants other arguments
@@ -169,6 +174,9 @@ def main():
         if os.path.exists("reference.py"):
             with open("reference.py", encoding="utf-8") as fh:
                 exec(compile(fh.read(), "reference.py", "exec"), ns)
+        for name in modules:
+            if name not in ns:
+                ns[name] = importlib.import_module(name)
         first = replies.readline(LINE_CAP + 1)
         if not first:
             raise Ended("the program's process ended before it loaded")

@@ -1,0 +1,61 @@
+"""Connections no client can hold open for free (issue 53): uvicorn's HTTP/1.1 protocol (h11) closes a
+connection after a response once it has been idle ``--timeout-keep-alive`` seconds, but never one that
+connects and sends nothing, or sends its request head a byte at a time. Here a connection must send a
+whole request head within ``idle_s`` seconds of connecting (or of its last response); otherwise it is
+closed. A request being decoded or streamed is never cut by this. And the process's soft descriptor
+limit is raised to its hard limit, so that idle sockets meet the timeout before they meet the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+def protocol_class(idle_s: float) -> type:
+    """uvicorn's h11 protocol with a deadline for each request head."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(idle_s, self._head_late)
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self.cycle is None or self.cycle.response_complete:  # no request in flight: idle or slow
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request head has its own deadline
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().connection_lost(exc)
+
+    return HeadDeadline
+
+
+def raise_descriptor_limit() -> tuple[int, int] | None:
+    """Raise the soft RLIMIT_NOFILE to the hard one; the (soft, hard) pair now, or None where unknown."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, ValueError, OSError):
+        return None
