@@ -323,6 +323,29 @@ def test_every_data_source_format_loads_the_same_documents(tmp_path):
         list(documents(parse_source(str(tmp_path / "d.jsonl"))))
 
 
+def test_a_fifo_and_an_endless_line_are_refused_as_data(tmp_path, monkeypatch):
+    """Issue 53: `--data` on a FIFO hung (it waited for a writer) and a 600 MiB JSONL line reached the
+    tokenizer. A FIFO is refused before anything reads it; a line over the limit is an error naming it,
+    read no further than the limit."""
+    import os
+
+    from codila_cli.errors import UsageError
+    from codila_cli.train import sources
+    from codila_cli.train.sources import documents, parse_source
+
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="a FIFO"):
+        parse_source(str(fifo))
+    monkeypatch.setattr(sources, "MAX_LINE_BYTES", 1000)
+    big = tmp_path / "big.jsonl"
+    big.write_text(json.dumps({"text": "x = 1\n"}) + "\n" + json.dumps({"text": "y" * 5000}) + "\n")
+    docs = documents(parse_source(str(big)))
+    assert next(docs) == "x = 1\n"
+    with pytest.raises(UsageError, match="line 2 is over"):
+        next(docs)
+
+
 def test_bad_inputs_fail_before_any_model_loads(pair, tmp_path, monkeypatch):
     import codila_cli.models.ar as ar_mod
     import codila_cli.models.families as dream_mod

@@ -54,10 +54,20 @@ def test_a_damaged_checkpoint_is_refused_with_its_name(tmp_path, damage):
     assert str(path) in info.value.message and f"delete {path}" in info.value.hint
 
 
-def test_a_checkpoint_from_before_the_digest_still_loads(tmp_path):
+def test_a_checkpoint_without_its_checksum_is_refused(tmp_path):
+    """Issue 53: a checkpoint whose digest was removed was trained on (as one from before digests), so
+    removing the key let any change through. It is refused, naming the file."""
     path = tmp_path / "old.pt"
     torch.save(_state(), path)
-    assert load_checkpoint(path)["step"] == 7
+    with pytest.raises(UsageError, match="no checksum"):
+        load_checkpoint(path)
+    save_checkpoint(_state(), path)
+    stripped = torch.load(path, weights_only=True)
+    del stripped["sha256"]
+    stripped["step"] = 9  # a change the digest would have caught
+    torch.save(stripped, path)
+    with pytest.raises(UsageError, match="no checksum"):
+        load_checkpoint(path)
 
 
 def test_ctrl_c_waits_for_the_end_of_the_update():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -206,3 +207,80 @@ def test_config_set_checks_the_key_and_the_value_and_keeps_the_rest_of_the_file(
     assert cfg.read_text() == before
     set_value("gen.block_size", None, path=cfg)
     assert load_config(cfg).get("gen", "block_size") is None
+
+
+def test_config_set_writes_only_over_a_regular_file_and_keeps_its_link_mode_and_owner(tmp_path):
+    """Issue 53: `codila config set` replaced a FIFO, a device, a symlinked or hard-linked config and reset
+    the mode, and read /dev/zero until memory ran out. Now: what is not a regular file is refused
+    untouched (a FIFO, a link to /dev/zero, a directory; nothing read past the config limit), a
+    hard-linked one too; a symlink's target is written and the link kept; the mode and owner stay."""
+    import stat
+
+    from codila_cli.config import set_value
+    from codila_cli.errors import CodilaError
+
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.toml"
+    zero.symlink_to("/dev/zero")
+    folder = tmp_path / "dir.toml"
+    folder.mkdir()
+    for path in (fifo, zero, folder):
+        with pytest.raises(CodilaError, match="not a"):
+            set_value("gen.block_size", "8", path=path)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.readlink(zero) == "/dev/zero" and folder.is_dir()
+    real = tmp_path / "real.toml"
+    real.write_text("[gen]\nmax_new_tokens = 64\n")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    set_value("gen.block_size", "8", path=link)
+    assert link.is_symlink() and "block_size = 8" in real.read_text() and "max_new_tokens = 64" in real.read_text()
+    assert stat.S_IMODE(os.stat(real).st_mode) == 0o640 and os.stat(real).st_uid == os.getuid()
+    twin = tmp_path / "twin.toml"
+    os.link(real, twin)
+    before = real.read_text()
+    with pytest.raises(CodilaError, match="hard links"):
+        set_value("gen.block_size", "16", path=real)
+    assert real.read_text() == twin.read_text() == before and os.stat(real).st_nlink == 2
+
+
+def test_a_change_made_while_codila_writes_is_never_lost(tmp_path, monkeypatch):
+    """Issue 53: an edit saved during codila's write and fsync was overwritten. The version on disk is
+    checked against what codila read as it is swapped in: the other writer's stays, codila's goes beside
+    it (FileChangedError names it), for `config set` and for `infill --in-place` alike."""
+    from codila_cli import atomic
+    from codila_cli.config import set_value
+    from codila_cli.infill_files import FileChangedError, read_source, write_in_place
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[gen]\nmax_new_tokens = 64\n")
+    real_fsync = os.fsync
+
+    def editor_saves(path, text):
+        def fsync(fd):
+            real_fsync(fd)
+            path.write_text(text)  # the user's editor saves while codila's new version is being synced
+        return fsync
+
+    monkeypatch.setattr(atomic.os, "fsync", editor_saves(cfg, "[gen]\nmax_new_tokens = 99\n"))
+    with pytest.raises(FileChangedError, match="changed on disk"):
+        set_value("gen.block_size", "8", path=cfg)
+    assert cfg.read_text() == "[gen]\nmax_new_tokens = 99\n"
+    assert "block_size = 8" in (tmp_path / "c.toml.codila-new").read_text()
+    src_path = tmp_path / "m.py"
+    src_path.write_text("def f(x):\n    return x\n")
+    src = read_source(str(src_path))
+    from codila_cli import infill_files
+
+    monkeypatch.setattr(infill_files.os, "fsync", editor_saves(src_path, "def f(x):\n    return x + 1  # mine\n"))
+    with pytest.raises(FileChangedError):
+        write_in_place(src, "def f(x):\n    return 2 * x\n")
+    assert src_path.read_text() == "def f(x):\n    return x + 1  # mine\n"
+    assert (tmp_path / "m.py.codila-new").read_text() == "def f(x):\n    return 2 * x\n"
+    monkeypatch.setattr(infill_files.os, "fsync", real_fsync)
+    monkeypatch.setattr(atomic.os, "fsync", real_fsync)
+    (tmp_path / "m.py.codila-new").unlink()
+    src = read_source(str(src_path))
+    write_in_place(src, "def f(x):\n    return 3 * x\n")  # no one else wrote: it is swapped in
+    assert src_path.read_text() == "def f(x):\n    return 3 * x\n" and not (tmp_path / "m.py.codila-new").exists()

@@ -125,10 +125,13 @@ def set_value(key: str, text: str | None, *, path: Path | None = None) -> tuple[
         raise UsageError(f"unknown config key {key!r}", hint=f"the keys: {keys} (docs/settings.md)")
     value = None if text is None else _parse(key, section, name, text)
     path = path or config_path()
+    from codila_cli.user_input import read_bytes
+
+    # through the safe reader: a regular file of bounded size only (not a FIFO, not /dev/zero)
+    raw = read_bytes(path, what="config file", kind="config") if os.path.lexists(path) else None
     try:
-        old = path.read_text(encoding="utf-8-sig") if path.exists() else ""
-        doc = tomlkit.parse(old)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, tomlkit.exceptions.ParseError) as exc:
+        doc = tomlkit.parse(raw.decode("utf-8-sig") if raw is not None else "")
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, tomlkit.exceptions.ParseError) as exc:
         raise UsageError(f"cannot update config file {path}: {exc}", hint="fix or delete the file first") from None
     if value is None:
         if section in doc and name in doc[section]:
@@ -138,7 +141,8 @@ def set_value(key: str, text: str | None, *, path: Path | None = None) -> tuple[
             doc[section] = tomlkit.table()
         doc[section][name] = list(value) if isinstance(value, tuple) else value
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, tomlkit.dumps(doc))
+    # over a regular file only, keeping its owner, mode and links; an edit made meanwhile is kept (atomic.py)
+    write_text_atomic(path, tomlkit.dumps(doc), expect=raw)
     return path, value
 
 

@@ -15,13 +15,13 @@ import difflib
 import hashlib
 import os
 import re
-import stat
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from codila_cli.atomic import FileChangedError, keep_metadata, replaceable, swap_in
 from codila_cli.errors import CodilaError, UsageError
 from codila_cli.user_input import LIMITS
 
@@ -305,20 +305,6 @@ def unified_diff(src: Source, new: str | bytes, name: str) -> str:
     return "".join(out)
 
 
-class FileChangedError(CodilaError):
-    """The target changed on disk while codila was generating: nothing was written."""
-
-
-def _check_writable(path: Path, info: os.stat_result) -> None:
-    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
-        raise CodilaError(f"{path} is read-only; nothing was written",
-                          hint="make it writable first (chmod u+w), or use --diff and apply the patch yourself")
-    if info.st_nlink > 1:
-        raise CodilaError(f"{path} has {info.st_nlink} hard links, which a safe rename would split; nothing was written",
-                          hint="use --diff and apply the patch with `patch` or `git apply`")
-    if os.geteuid() != 0 and info.st_uid != os.geteuid():
-        raise CodilaError(f"{path} belongs to another user, whose ownership codila cannot keep; nothing was written",
-                          hint="run codila as its owner, or use --diff")
 
 
 def write_in_place(src: Source, new_text: str | bytes) -> None:
@@ -336,8 +322,10 @@ def write_in_place(src: Source, new_text: str | bytes) -> None:
             if hashlib.sha256(current).hexdigest() != src.digest:
                 raise FileChangedError(f"{path} changed on disk while codila was generating; nothing was written",
                                        hint="run codila infill again on the new version")
-            info = os.stat(path)
-            _check_writable(path, info)
+            info = replaceable(path, shown=path, instead="use --diff and apply the patch yourself")
+            if info is None:  # removed since it was read
+                raise FileChangedError(f"{path} was removed while codila was generating; nothing was written",
+                                       hint="run codila infill again")
             data = new_text if isinstance(new_text, bytes) else to_disk(new_text, src.newline)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".codila")
             try:
@@ -345,14 +333,10 @@ def write_in_place(src: Source, new_text: str | bytes) -> None:
                     fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
-                try:
-                    os.chown(tmp, info.st_uid if os.geteuid() == 0 else -1, info.st_gid)
-                except PermissionError:
-                    raise CodilaError(f"{path}: its group cannot be kept; nothing was written",
-                                      hint="run codila as a member of the file's group, or use --diff") from None
-                os.chmod(tmp, stat.S_IMODE(info.st_mode))
+                keep_metadata(tmp, info, shown=path)
                 _copy_xattrs(path, tmp)
-                os.replace(tmp, path)
+                # an editor that saved during the write and fsync above: its version stays, codila's goes beside it
+                swap_in(tmp, path, expect=current, shown=path)
             except BaseException:
                 if os.path.exists(tmp):
                     os.unlink(tmp)

@@ -243,8 +243,8 @@ class StepBatcher:
                     self._record(kind, len(rows))
                 else:  # another engine: plain forwards padded into one (Dream's padding convention)
                     outs = [None] * len(reqs)
-                    for group in _stackable(reqs[0].owner, [r.call for r in reqs]):
-                        for i, out in zip(group, _padded(reqs[0].owner, [reqs[i].call for i in group])):
+                    for group in batched.stackable(reqs[0].owner, [r.call for r in reqs]):
+                        for i, out in zip(group, batched.padded(reqs[0].owner, [reqs[i].call for i in group])):
                             outs[i] = out
                         self._record(kind, len(group))
                 for row, r, out in zip(rows, reqs, outs):
@@ -272,37 +272,6 @@ class StepBatcher:
                 self.rows_per_forward.append(rows)
         if self.on_step is not None:
             self.on_step(kind, rows)
-
-
-def _stackable(dlm: Any, calls: list[KVCall]) -> list[list[int]]:
-    """Which calls share one padded forward on an engine without packed rows: all of them in fp32 (a
-    padded row equals its own forward up to float rounding), only calls of one length in a 16-bit dtype,
-    where the padded, masked attention rounds a row otherwise and greedy text then depends on the batch
-    (issue 52): rows of one length stack without padding, as they are alone."""
-    if next(dlm.model.parameters()).dtype == torch.float32:
-        return [list(range(len(calls)))]
-    groups: dict[int, list[int]] = {}
-    for i, c in enumerate(calls):
-        groups.setdefault(c.new, []).append(i)
-    return list(groups.values())
-
-
-def _padded(dlm: Any, calls: list[KVCall]) -> list[tuple[torch.Tensor, None]]:
-    """Plain DLM forwards of several rows as one, on any engine: rows left-padded (positions count real
-    tokens only, pads masked out of attention: DreamDenoiser.raw_logits), and only the union of the kept
-    rows projected onto the vocabulary."""
-    n = max(c.new for c in calls)
-    device = calls[0].tokens.device
-    batch = torch.full((len(calls), n), dlm.specials.eos, dtype=torch.long, device=device)
-    mask = torch.zeros((len(calls), n), dtype=torch.long, device=device)
-    for i, c in enumerate(calls):
-        batch[i, n - c.new :] = c.tokens
-        mask[i, n - c.new :] = 1
-    wanted = [(n - c.new) + c.keep.to(device) for c in calls]
-    union = torch.unique(torch.cat(wanted))
-    logits = dlm.raw_logits(batch, attention_mask=None if bool(mask.all()) else mask, keep=union)
-    dlm.forwards -= 1  # raw_logits counts it; the rows' own views count their share
-    return [(logits[i : i + 1, torch.searchsorted(union, w)], None) for i, w in enumerate(wanted)]
 
 
 class RowDLM:

@@ -18,8 +18,9 @@ padding was a fifth of a stacked forward's tokens in the server's default settin
 padded copies of every row's cache went with it. A call made by one row alone never comes here
 (decoding/batch.py runs it as the row's own forward).
 
-The native engine (models/native.py) runs it; other engines run their rows one by one
-(:func:`supports`).
+The native engine (models/native.py) runs it; on other engines (:func:`supports`) plain DLM forwards
+are padded into one (:func:`padded`, Dream's padding convention; in a 16-bit dtype only rows of one
+length share one, :func:`stackable`) and the others run row by row.
 """
 
 from __future__ import annotations
@@ -87,3 +88,34 @@ def run(model: Any, calls: list[KVCall], *, causal: bool) -> list[tuple[torch.Te
             kv = [(layer.keys[:, :, s : s + c.new], layer.values[:, :, s : s + c.new]) for layer in new_kv.layers]
         out.append((lg.unsqueeze(0), kv))
     return out
+
+
+def stackable(dlm: Any, calls: list[KVCall]) -> list[list[int]]:
+    """Which calls share one padded forward on an engine without packed rows: all of them in fp32 (a
+    padded row equals its own forward up to float rounding), only calls of one length in a 16-bit dtype,
+    where the padded, masked attention rounds a row otherwise and greedy text then depends on the batch
+    (issue 52): rows of one length stack without padding, as they are alone."""
+    if next(dlm.model.parameters()).dtype == torch.float32:
+        return [list(range(len(calls)))]
+    groups: dict[int, list[int]] = {}
+    for i, c in enumerate(calls):
+        groups.setdefault(c.new, []).append(i)
+    return list(groups.values())
+
+
+def padded(dlm: Any, calls: list[KVCall]) -> list[tuple[torch.Tensor, None]]:
+    """Plain DLM forwards of several rows as one, on any engine: rows left-padded (positions count real
+    tokens only, pads masked out of attention: DreamDenoiser.raw_logits), and only the union of the kept
+    rows projected onto the vocabulary."""
+    n = max(c.new for c in calls)
+    device = calls[0].tokens.device
+    batch = torch.full((len(calls), n), dlm.specials.eos, dtype=torch.long, device=device)
+    mask = torch.zeros((len(calls), n), dtype=torch.long, device=device)
+    for i, c in enumerate(calls):
+        batch[i, n - c.new :] = c.tokens
+        mask[i, n - c.new :] = 1
+    wanted = [(n - c.new) + c.keep.to(device) for c in calls]
+    union = torch.unique(torch.cat(wanted))
+    logits = dlm.raw_logits(batch, attention_mask=None if bool(mask.all()) else mask, keep=union)
+    dlm.forwards -= 1  # raw_logits counts it; the rows' own views count their share
+    return [(logits[i : i + 1, torch.searchsorted(union, w)], None) for i, w in enumerate(wanted)]

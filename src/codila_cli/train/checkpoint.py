@@ -4,8 +4,8 @@ A checkpoint is one ``torch.save`` dict (``model``, ``opt``, ``step``) plus ``"s
 every tensor's bytes, dtype and shape and every other value, in key order. It is written through a
 temporary file and a rename (the old checkpoint or the new one, never half), and read back only if it
 loads and its digest matches: a truncated file or one whose numbers were changed is refused with an
-error that names the file, never trained on. Checkpoints written before the digest existed load as
-they are. :func:`deferred_interrupt` keeps Ctrl-C out of an optimizer update, so the checkpoint an
+error that names the file, never trained on; so is one without its digest (removing the key would
+otherwise let any change through: issue 53). :func:`deferred_interrupt` keeps Ctrl-C out of an optimizer update, so the checkpoint an
 interrupted run writes is that of its last whole step and a resumed run continues it exactly.
 """
 
@@ -79,7 +79,10 @@ def load_checkpoint(path: Path, *, map_location: Any = "cpu") -> dict:
     if not isinstance(state, dict):
         raise UsageError(f"checkpoint {path} is not a training checkpoint", hint=hint)
     want = state.pop(KEY, None)
-    if want is not None and want != digest(state):
+    if want is None:
+        raise UsageError(f"checkpoint {path} carries no checksum, so a change to it could not be seen",
+                         hint=hint)
+    if want != digest(state):
         raise UsageError(f"checkpoint {path} fails its checksum: its contents changed after it was written",
                          hint=hint)
     return state

@@ -26,6 +26,7 @@ from codila_cli.errors import UsageError
 KINDS = ("files", "jsonl", "parquet", "datasets", "bundled")
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "node_modules", ".tox", ".mypy_cache"}
 MAX_FILE_BYTES = 4 * 2**20  # larger "source files" are data or generated code: skipped
+MAX_LINE_BYTES = 4 * MAX_FILE_BYTES  # a JSON line holding one such file, escapes and all
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,13 @@ def parse_source(spec: str, *, field: str = "text", glob: str = "**/*.py") -> So
     path = Path(spec).expanduser()
     if not path.exists():
         raise UsageError(f"--data {spec}: no such file or directory", hint="check the path")
+    if not path.is_dir() and not path.is_file():  # a FIFO would block the reader, a device never end
+        import os
+
+        from codila_cli.user_input import _kind_of
+
+        raise UsageError(f"--data {spec} is {_kind_of(os.stat(path).st_mode)}, not a file or a directory",
+                         hint="give a directory of source files, a .jsonl/.parquet file or a datasets directory")
     if path.is_dir():
         if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
             _need("datasets", "a datasets directory")
@@ -94,9 +102,21 @@ def _files(src: Source) -> Iterator[str]:
 
 
 def _jsonl(src: Source, path: Path | None = None) -> Iterator[str]:
+    """The documents of a JSON-lines file, read a line at a time, each at most MAX_LINE_BYTES (a longer line
+    is an error naming it, not a tokenizer that runs out of memory: issue 53)."""
     path = path or src.path
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for lineno in range(1, 2**62):
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise UsageError(f"{path} line {lineno} is over {MAX_LINE_BYTES // 2**20} MiB, more than one source "
+                                 "document can be", hint="split it, or leave it out of the training data")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UsageError(f"{path} line {lineno} is not UTF-8", hint="write the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
