@@ -584,3 +584,18 @@ def test_a_program_that_leaves_a_deep_tree_does_not_end_the_run(tmp_path, monkey
         import subprocess
 
         subprocess.run(["rm", "-rf", str(host_tmp)], check=False)
+
+
+def test_eval_names_the_limits_this_machine_cannot_enforce(monkeypatch):
+    """Issue 53: as root without a writable pids cgroup a run had no process cap and nothing said so (200
+    children). `codila eval` now warns with each limit it cannot have (the same check `codila doctor`
+    shows); where the cgroups exist, nothing is said."""
+    from codila_cli.eval import jail
+    from codila_cli.eval.sandbox import SandboxLimits
+
+    monkeypatch.setattr(jail, "run_cgroups", lambda **_: jail.RunGroups())
+    monkeypatch.setattr(jail.os, "geteuid", lambda: 0)
+    gaps = jail.limit_gaps(SandboxLimits())
+    assert len(gaps) == 2 and "no process cap" in gaps[0] and "per process only" in gaps[1]
+    monkeypatch.setattr(jail, "run_cgroups", lambda **_: jail.RunGroups((), True, True))
+    assert jail.limit_gaps(SandboxLimits()) == []

@@ -162,6 +162,53 @@ def test_scratch_space_is_capped_in_every_writable_place():
     assert out.passed, out
 
 
+def test_the_jails_root_is_read_only_and_its_cgroups_nest_in_codilas_own():
+    """Issue 53: the jail's / was a writable tmpfs with no cap (300 MiB written) and the run's cgroups were
+    made at the hierarchy's root, outside the limits codila itself ran under (700 MiB under a 400 MiB
+    parent). Now / is read-only (the capped tmpfs mounts stay writable), and every run cgroup is a child
+    of this process's own cgroup in its hierarchy."""
+    from pathlib import Path
+
+    from codila_cli.eval.jail import _own, _v2_root, remove_cgroups, run_cgroups
+
+    out = _run("import os\nfor d in ('/', '/usr', '/etc'):\n    try:\n        open(d.rstrip('/') + '/x', 'w').write('1')\n"
+               "        raise SystemExit(d + ' is writable')\n    except OSError:\n        pass\n"
+               "open('/sandbox/ok', 'w').write('1')\nopen('/tmp/ok', 'w').write('1')\n")
+    assert out.passed, out
+    groups = run_cgroups(max_procs=8, memory_bytes=2**28)
+    try:
+        allowed = set()
+        if (root := _v2_root()) is not None and _own("") is not None:
+            allowed.add(root / _own("").lstrip("/"))
+        for name in ("pids", "memory", "cpuacct"):
+            if _own(name) is not None:
+                allowed.add(Path("/sys/fs/cgroup") / name / _own(name).lstrip("/"))
+        assert all(d.parent in allowed for d in groups.dirs), (groups.dirs, allowed)
+    finally:
+        remove_cgroups(groups)
+
+
+def test_cpu_seconds_count_for_the_whole_run():
+    """Issue 53: CPU seconds were per process, so three children that each spin just under the limit used
+    three times it. The run's cgroup counts every process: past the limit in all, the run is stopped."""
+    from codila_cli.eval.jail import remove_cgroups, run_cgroups
+
+    groups = run_cgroups(max_procs=8, memory_bytes=2**30)
+    remove_cgroups(groups)
+    if groups.cpu is None:
+        pytest.skip("no cgroup here counts a run's CPU time: the limit is per process (codila doctor says so)")
+    program = ("import os, time\ndef f():\n    pids = []\n    for _ in range(3):\n        pid = os.fork()\n"
+               "        if pid == 0:\n            t = time.process_time()\n            while time.process_time() - t < 0.9:\n"
+               "                pass\n            os._exit(0)\n        pids.append(pid)\n"
+               "    for p in pids:\n        os.waitpid(p, 0)\n    return 42\n")
+    test = "def check(f):\n    assert f() == 42\n"
+    limits = SandboxLimits(timeout=20.0, cpu_seconds=1, max_procs=16)
+    out = run_sandboxed(program, limits, test=test, entry_point="f")
+    assert not out.passed and out.status == "timeout", out
+    roomy = SandboxLimits(timeout=20.0, cpu_seconds=10, max_procs=16)
+    assert run_sandboxed(program, roomy, test=test, entry_point="f").passed
+
+
 def test_a_run_writes_nothing_to_the_hosts_disk(tmp_path, monkeypatch):
     """The run's directory is a tmpfs that its files are copied into: the host's temporary directory
     stays empty even while a program fills its own, and after it ends."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter, OrderedDict, namedtuple
+from collections import Counter, OrderedDict, defaultdict, namedtuple
 
 import pytest
 from typer.testing import CliRunner
@@ -73,7 +73,8 @@ def test_nan_crosses_and_objects_arrive_as_opaque_stand_ins():
     assert wire.decode(wire.encode([N(3)])) == [3] and type(wire.decode(wire.encode(N(3)))) is int
     assert wire.decode(wire.encode(N(3))) != 4
     assert wire.decode(wire.encode(Counter("aab"))) == {"a": 2, "b": 1}
-    assert type(wire.decode(wire.encode(OrderedDict(a=1)))) is dict
+    assert type(wire.decode(wire.encode(OrderedDict(a=1)))) is OrderedDict  # rebuilt as the library's own
+    assert type(wire.decode(wire.encode(defaultdict(int, a=1)))) is dict  # its factory stays behind
     assert wire.decode(wire.encode(point(1, 2))) == (1, 2)
     yes = wire.decode(wire.encode(Yes()))
     assert isinstance(yes, wire.Opaque) and yes != 2 and yes != yes.__class__("Yes", True) and yes in [yes]
@@ -219,6 +220,69 @@ def test_stop_iteration_never_ends_the_tests_loop_into_a_pass():
     assert not isolated.passed and "StopIteration" in isolated.detail, isolated
     assert not in_process.passed and "StopIteration" in in_process.detail, in_process
     assert all(o.passed for o in _both("def sq(x):\n    return x * x\n", test))
+
+
+HONEST = [  # (program, tests): each passes in one process, and must across the wall (issue 53)
+    ("def f():\n    return bytearray(b'ab')\n", "assert f() == bytearray(b'ab') and isinstance(f(), bytearray)\n"),
+    ("from fractions import Fraction\ndef f():\n    return Fraction(3, 6)\n",
+     "from fractions import Fraction\nassert f() == Fraction(1, 2) and f().denominator == 2\n"),
+    ("from decimal import Decimal\ndef f():\n    return Decimal('1.10')\n",
+     "from decimal import Decimal\nassert f() == Decimal('1.1') and str(f()) == '1.10'\n"),
+    ("import datetime\ndef f():\n    return datetime.date(2024, 2, 29) + datetime.timedelta(days=1)\n",
+     "import datetime\nassert f() == datetime.date(2024, 3, 1) and f().weekday() == 4\n"),
+    (("import datetime\ndef f():\n    return datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.timezone.utc), "
+     "datetime.timedelta(hours=1), datetime.time(9, 30)\n"),
+     "import datetime\nd, t, h = f()\nassert d.hour == 12 and t == datetime.timedelta(seconds=3600) and h.minute == 30\n"),
+    ("from collections import deque\ndef f():\n    return deque([1, 2, 3], maxlen=3)\n",
+     "from collections import deque\nq = f()\nq.append(4)\nassert q == deque([2, 3, 4]) and q.maxlen == 3\n"),
+    ("from collections import Counter\ndef f(s):\n    return Counter(s)\n",
+     "assert f('aab').most_common(1) == [('a', 2)] and f('x') == {'x': 1}\n"),
+    ("from collections import OrderedDict\ndef f():\n    return OrderedDict([('b', 1), ('a', 2)])\n",
+     "assert list(f()) == ['b', 'a'] and f() == {'a': 2, 'b': 1}\n"),
+    ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n    return P(1, 2)\n",
+     "p = f()\nassert p.x == 1 and p.y == 2 and p == (1, 2)\n"),
+    ("def f():\n    return 10 ** 5000 + 7\n", "assert f() % 10 ** 5000 == 7 and len(str(f() // 10 ** 4000)) == 1001\n"),
+    (("class InvalidInput(ValueError):\n    pass\ndef f(x):\n    if x < 0:\n        raise InvalidInput('negative')\n"
+     "    return x\n"),
+     ("class InvalidInput(ValueError):\n    pass\ntry:\n    f(-1)\n    raise AssertionError('no error')\n"
+     "except InvalidInput as e:\n    assert 'negative' in str(e)\n")),
+    ("import json\ndef f(s):\n    return json.loads(s)\n",
+     "import json\ntry:\n    f('{')\n    raise AssertionError('no error')\nexcept json.JSONDecodeError:\n    pass\n"),
+    ("def f(n):\n    for i in range(n):\n        print(i)\n",
+     ("import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    f(3)\n"
+     "assert buf.getvalue() == '0\\n1\\n2\\n'\n")),
+]
+
+
+@needs_jail
+@pytest.mark.parametrize(("program", "test"), HONEST, ids=[f"honest{i}" for i in range(len(HONEST))])
+def test_honest_programs_pass_across_the_wall(program, test):
+    """Issue 53: these honest programs failed the isolated verdict (a bytearray, a Fraction, a date, a deque,
+    a Counter, a named tuple, an int over 4,300 digits, an exception the prompt defines or a standard
+    library subclass, output the tests capture). The standard library's value types cross as their data
+    and are rebuilt as themselves; exceptions arrive as the tests' class of that name; output as output."""
+    isolated = run_sandboxed(program, LIMITS, test=test, entry_point=None)
+    assert isolated.passed, isolated
+    in_process = run_sandboxed(program, LIMITS, test=test, entry_point=None, isolated=False)
+    assert in_process.passed, in_process
+
+
+def test_standard_library_values_cross_and_a_malformed_one_is_refused():
+    import datetime
+    from collections import Counter, OrderedDict, deque, namedtuple
+    from decimal import Decimal
+    from fractions import Fraction
+
+    for value in (bytearray(b"\x00x"), Fraction(-7, 3), Decimal("-0.00"), datetime.date(1, 1, 1),
+                  datetime.datetime(2024, 5, 6, 7, 8, 9, 10, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+                  datetime.time(23, 59), datetime.timedelta(days=-1, microseconds=3), deque([1, [2]], maxlen=5),
+                  Counter("hello"), OrderedDict(z=1, a=2), namedtuple("Pt", "x y")(1, 2.5), -(10 ** 9000), 10 ** 4300):
+        back = wire.decode(json.loads(json.dumps(wire.encode(value))))
+        assert back == value and type(back).__name__ == type(value).__name__, value
+    for bad in ({"fraction": [1, 0]}, {"decimal": 3}, {"date": "2024-13-01"}, {"namedtuple": ["P", ["x", "def"], 1, 2]},
+                {"namedtuple": ["P", ["x"], 1, 2]}, {"int": "xyz"}, {"deque": ["a", 1]}):
+        with pytest.raises(ValueError):
+            wire.decode(bad)
 
 
 @needs_jail

@@ -85,7 +85,9 @@ def command(bwrap: str, *, files: tuple[tuple[int, str], ...] = (), scratch_byte
         for fd, name in files:
             args += ["--perms", "0644", "--file", str(fd), f"/sandbox/{name}"]
         args += ["--chdir", "/sandbox"]
-    return [*args, "--", python]
+    # bwrap's own root is a tmpfs with no size: read-only once everything is mounted (issue 53: 300 MiB
+    # went into /), so the capped tmpfs mounts above are the only writable places
+    return [*args, "--remount-ro", "/", "--", python]
 
 
 @dataclass(frozen=True)
@@ -95,12 +97,40 @@ class RunGroups:
     dirs: tuple[Path, ...] = ()
     pids: bool = False
     memory: bool = False
+    cpu: Path | None = None  # the file that counts the run's CPU time (v2 cpu.stat, v1 cpuacct.usage)
+
+
+def cpu_seconds_used(groups: RunGroups) -> float | None:
+    """CPU seconds every process of the run used together so far; None where no cgroup counts them."""
+    if groups.cpu is None:
+        return None
+    try:
+        text = groups.cpu.read_text()
+    except OSError:
+        return None
+    if groups.cpu.name == "cpu.stat":
+        usec = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("usage_usec ")), None)
+        return None if usec is None else usec / 1e6
+    return int(text.strip() or 0) / 1e9
 
 
 def _v2_root() -> Path | None:
     for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
         if (root / "cgroup.controllers").is_file():
             return root
+    return None
+
+
+def _own(hierarchy: str) -> str | None:
+    """This process's cgroup path in ``hierarchy`` ("" for v2's unified one, else a v1 controller), from
+    /proc/self/cgroup; None where unknown."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            if (hierarchy == "" and names == "") or hierarchy in names.split(","):
+                return path
+    except (OSError, ValueError):
+        pass
     return None
 
 
@@ -120,29 +150,37 @@ def _new_group(root: Path, settings: dict[str, str]) -> Path | None:
 
 
 def run_cgroups(*, max_procs: int, memory_bytes: int) -> RunGroups:
-    """New cgroups capping one run's processes and its memory, where this process may create them: v2
-    (one group with ``pids.max`` and ``memory.max``, no swap) where its root delegates those
-    controllers, else v1's ``pids`` and ``memory`` hierarchies (``memory.limit_in_bytes``, and
-    ``memory.memsw.limit_in_bytes`` where swap accounting is on). What cannot be created is left out:
+    """New cgroups capping one run's processes and its memory, where this process may create them, always
+    below this process's own cgroup, never at the hierarchy's root (a run must stay inside the limits
+    its invoker runs under: issue 53): v2 (one group with ``pids.max`` and ``memory.max``, no swap)
+    where the own cgroup delegates those controllers, else v1's ``pids`` and ``memory`` hierarchies
+    (``memory.limit_in_bytes``, and ``memory.memsw.limit_in_bytes`` where swap accounting is on). What cannot be created is left out:
     the fallback is the per-process limits (RLIMIT_NPROC, RLIMIT_AS) that :mod:`sandbox` always sets."""
     root = _v2_root()
-    if root is not None:
-        wanted = set((root / "cgroup.subtree_control").read_text(errors="ignore").split()) & {"pids", "memory"}
+    own = _own("")
+    if root is not None and own is not None:
+        base = root / own.lstrip("/")  # nested under codila's own cgroup: its limits hold for the run too
+        try:
+            wanted = set((base / "cgroup.subtree_control").read_text(errors="ignore").split()) & {"pids", "memory"}
+        except OSError:
+            wanted = set()
         settings = {"pids.max": str(max_procs)} if "pids" in wanted else {}
         if "memory" in wanted:
             settings.update({"memory.max": str(memory_bytes), "memory.swap.max": "0"})
-        group = _new_group(root, settings) if settings else None
+        group = _new_group(base, settings) if settings else None
         if group is not None:
-            return RunGroups((group,), "pids" in wanted, "memory" in wanted)
+            stat = group / "cpu.stat"  # counted in every v2 group, controller or not
+            return RunGroups((group,), "pids" in wanted, "memory" in wanted, stat if stat.is_file() else None)
     dirs, pids, memory = [], False, False
     v1 = Path("/sys/fs/cgroup")
-    if (v1 / "pids" / "pids.max").exists() or (v1 / "pids" / "cgroup.procs").is_file():
-        group = _new_group(v1 / "pids", {"pids.max": str(max_procs)})
+    own_pids, own_memory = _own("pids"), _own("memory")
+    if own_pids is not None and ((v1 / "pids" / "pids.max").exists() or (v1 / "pids" / "cgroup.procs").is_file()):
+        group = _new_group(v1 / "pids" / own_pids.lstrip("/"), {"pids.max": str(max_procs)})
         if group is not None:
             dirs.append(group)
             pids = True
-    if (v1 / "memory" / "memory.limit_in_bytes").is_file():
-        group = _new_group(v1 / "memory", {"memory.limit_in_bytes": str(memory_bytes)})
+    if own_memory is not None and (v1 / "memory" / "memory.limit_in_bytes").is_file():
+        group = _new_group(v1 / "memory" / own_memory.lstrip("/"), {"memory.limit_in_bytes": str(memory_bytes)})
         if group is not None:
             try:
                 if (group / "memory.memsw.limit_in_bytes").is_file():
@@ -151,7 +189,14 @@ def run_cgroups(*, max_procs: int, memory_bytes: int) -> RunGroups:
                 pass
             dirs.append(group)
             memory = True
-    return RunGroups(tuple(dirs), pids, memory)
+    cpu = None
+    own_cpu = _own("cpuacct")
+    if own_cpu is not None and (v1 / "cpuacct" / "cpuacct.usage").is_file():
+        group = _new_group(v1 / "cpuacct" / own_cpu.lstrip("/"), {})
+        if group is not None:
+            dirs.append(group)
+            cpu = group / "cpuacct.usage"
+    return RunGroups(tuple(dirs), pids, memory, cpu)
 
 
 def remove_cgroups(groups: RunGroups) -> None:
@@ -186,4 +231,20 @@ def limits_in_force(limits) -> list[str]:
     return [f"memory {memory}", f"processes {procs}",
             f"scratch {limits.scratch_mb} MiB each for /sandbox, /tmp, /dev/shm (tmpfs)",
             f"files {limits.file_mb} MiB each, {limits.max_files} open at once",
-            f"time {limits.timeout:g} s, CPU {limits.cpu_seconds} s"]
+            f"time {limits.timeout:g} s, CPU {limits.cpu_seconds} s "
+            + ("for the whole run (cgroup)" if groups.cpu is not None else "per process (RLIMIT_CPU; no cgroup counts a run)")]
+
+
+def limit_gaps(limits) -> list[str]:
+    """The limits a run cannot have here, one sentence each (``codila eval`` warns with them): no process
+    cap as root without a writable pids cgroup, memory capped per process only without a memory cgroup."""
+    groups = run_cgroups(max_procs=limits.max_procs, memory_bytes=limits.memory_mb * 2**20)
+    remove_cgroups(groups)
+    gaps = []
+    if not groups.pids and os.geteuid() == 0:
+        gaps.append("no process cap for the runs here: codila runs as root and no pids cgroup below its own is "
+                    "writable (a program may fork until the machine's limit; codila doctor shows the limits)")
+    if not groups.memory:
+        gaps.append(f"memory is capped per process only ({limits.memory_mb} MiB each): no memory cgroup below "
+                    "codila's own is writable, so a run's processes together may hold more")
+    return gaps

@@ -96,7 +96,9 @@ def _limits(limits: SandboxLimits, groups):
         import resource
 
         mem = limits.memory_mb * 2**20
-        for res, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, limits.cpu_seconds),
+        # with a cgroup counting the whole run's CPU (_wait stops it there), the per-process limit is a backstop
+        cpu = limits.cpu_seconds + (2 if groups.cpu is not None else 0)
+        for res, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu),
                            (resource.RLIMIT_FSIZE, limits.file_mb * 2**20), (resource.RLIMIT_CORE, 0),
                            (resource.RLIMIT_NOFILE, limits.max_files), (resource.RLIMIT_NPROC, nproc)):
             if value is not None:
@@ -197,13 +199,22 @@ class _Jailed:
             remove_tree(self.tmp)
 
 
-def _wait(proc: subprocess.Popen, timeout: float) -> bool:
-    """True if ``proc`` ran past ``timeout``."""
-    try:
-        proc.wait(timeout=timeout)
-        return False
-    except subprocess.TimeoutExpired:
-        return True
+def _wait(proc: subprocess.Popen, timeout: float, run: _Jailed | None = None, cpu_seconds: float | None = None) -> bool:
+    """True if ``proc`` ran past ``timeout``, or the jailed ``run`` (all its processes together, as its
+    cgroup counts them) past ``cpu_seconds`` of CPU: RLIMIT_CPU alone is per process, and children each
+    got their own (issue 53)."""
+    from codila_cli.eval.jail import cpu_seconds_used
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(0.05, end - time.monotonic())))
+            return False
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= end:
+                return True
+            if run is not None and cpu_seconds is not None and (cpu_seconds_used(run.groups) or 0.0) > cpu_seconds:
+                return True
 
 
 def _status(said: str, marker: str, *, timed_out: bool, returncode: int | None) -> str:
@@ -253,7 +264,7 @@ def _run_in_process(jail, program: str, test: str, entry_point: str | None, limi
         os.close(write_fd)
     verdict = _Capped(os.fdopen(read_fd, "rb"))
     try:
-        timed_out = _wait(run.proc, limits.timeout)
+        timed_out = _wait(run.proc, limits.timeout, run, limits.cpu_seconds)
     finally:
         run.close()
     verdict.thread.join(timeout=5)
@@ -295,7 +306,7 @@ def _run_isolated(jail, program: str, test: str, entry_point: str | None, refere
     program_run, judge = runs
     verdict = _Capped(os.fdopen(ver_r, "rb"))
     try:
-        timed_out = _wait(judge.proc, limits.timeout)
+        timed_out = _wait(judge.proc, limits.timeout, program_run, limits.cpu_seconds)
         verdict.thread.join(timeout=0 if timed_out else 5)
         said = verdict.text().strip()
         if said.startswith("FAIL ended"):  # how the program's process ended (a signal: killed)

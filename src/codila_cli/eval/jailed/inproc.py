@@ -16,6 +16,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decide import decide
 
 
+def _stdlib_class(cls):
+    """A class the program imported from the standard library (its values compare as the library's)."""
+    module = getattr(cls, "__module__", "")
+    return (module.split(".")[0] in sys.stdlib_module_names and module != "__main__"
+            and getattr(sys.modules.get(module), cls.__qualname__, None) is cls)
+
+
+def _named_tuple(cls):
+    """A class collections.namedtuple made: a tuple with its fields and none of its own comparisons."""
+    own = vars(cls)
+    return (cls.__bases__ == (tuple,) and type(own.get("_fields")) is tuple
+            and not own.keys() & {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__iter__",
+                                  "__len__", "__getitem__", "__contains__", "__bool__", "__class__"})
+
+
 def _harness():
     marker = sys.stdin.readline().strip()
     sys.stdin = open(os.devnull)
@@ -30,7 +45,9 @@ def _harness():
 
     def plain(value, depth=0):
         t = type(value)
-        if t.__module__ == "__main__" or t in mine:
+        if _named_tuple(t):  # the program's named tuple compares as a tuple: its items are what count
+            t = tuple
+        elif t.__module__ == "__main__" or t in mine:
             raise AssertionError(f"the completion returned a {t.__name__} it defines itself")
         if depth < 4 and t in (list, tuple, set, frozenset):
             for v in value:
@@ -54,7 +71,7 @@ def _harness():
 
     def run():
         exec(compile(body, "program.py", "exec"), ns)
-        mine.update(v for v in ns.values() if isinstance(v, type))
+        mine.update(v for v in ns.values() if isinstance(v, type) and not _stdlib_class(v))
         for name, v in list(ns.items()):
             if isinstance(v, types.FunctionType):
                 ns[name] = guard(v)

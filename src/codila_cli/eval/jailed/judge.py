@@ -9,8 +9,10 @@ stand-in that calls it in the program's jail, runs ``test.py`` and ``check(ENTRY
 ``PASS <marker>`` to the verdict descriptor only after they returned; otherwise ``FAIL failed …``
 (an assertion), ``FAIL error …`` (another exception) or ``FAIL ended …`` (the program's process ended
 or broke the protocol). Results arrive as plain data (wire.py), so no object of the program's making
-reaches an ``==`` here. A ``StopIteration`` the program raises arrives as a RuntimeError (as PEP 479 does
-for generators): raised inside the tests' ``map`` or ``all`` it would end their loop early, a pass.
+reaches an ``==`` here. An exception the program raises arrives as the tests' class of its name (one
+the prompt defines) or its first standard-library class; a ``StopIteration`` as a RuntimeError (as PEP
+479 does for generators): raised inside the tests' ``map`` or ``all`` it would end their loop early, a
+pass. What a call prints arrives on the tests' stdout (tests that capture it see it).
 """
 
 CONTROL_FLOW = (StopIteration, StopAsyncIteration)  # never raised into the tests as themselves
@@ -78,23 +80,47 @@ def main():
 
     def answer(reply, what):
         kind = reply[0]
-        if kind == "ok" and len(reply) in (2, 3):
+        if kind == "ok" and len(reply) in (2, 3, 4):
+            if len(reply) == 4 and type(reply[3]) is str and reply[3]:
+                sys.stdout.write(reply[3])  # what the call printed, where the tests' own prints go
             try:
                 return wire.decode(reply[1], resolve=resolve)
             except (ValueError, TypeError) as exc:
                 raise Ended(f"the program's process sent a malformed value ({exc})") from None
         if kind == "refused":
             raise AssertionError(f"{str(reply[1])[:300] if len(reply) > 1 else what} (only data reaches the tests)")
-        if kind == "raise" and len(reply) == 3:
-            cls = getattr(builtins, str(reply[1]), None)
-            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, CONTROL_FLOW):
-                try:
-                    raised = cls(str(reply[2]))
-                except Exception:  # noqa: BLE001 - an exception type that wants other arguments
-                    raised = RuntimeError(f"the program raised {reply[1]}: {reply[2]}")
-                raise raised
-            raise RuntimeError(f"the program raised {reply[1]}: {reply[2]}")
+        if kind == "raise" and len(reply) in (3, 4):
+            lineage = reply[3] if len(reply) == 4 and type(reply[3]) is list else [f"builtins:{reply[1]}"]
+            raise raised_here(str(reply[1]), str(reply[2]), lineage)
         raise Ended("the program's process broke the protocol")
+
+    def raised_here(name, message, lineage):
+        """The exception the program raised, as the tests' own class: one the tests or the reference define
+        under its name (an exception the prompt defines), else the first of its classes the standard
+        library has among the modules imported here (json.JSONDecodeError, then ValueError), built with the message; never a control-flow
+        exception (StopIteration arrives as a RuntimeError); a RuntimeError naming it where none fits."""
+        fallback = RuntimeError(f"the program raised {name}: {message}")
+        for entry in lineage[:16]:
+            module, _, qualname = str(entry).partition(":")
+            cls = None
+            if module == "__main__":
+                cls = ns.get(qualname)
+            elif module == "builtins":
+                cls = getattr(builtins, qualname, None)
+            elif module.split(".")[0] in sys.stdlib_module_names and "." not in qualname:
+                cls = getattr(sys.modules.get(module), qualname, None)  # a module the tests' side imported
+            if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                continue
+            if issubclass(cls, CONTROL_FLOW):
+                return fallback
+            try:
+                return cls(message)
+            except Exception:  # noqa: BLE001 - a class that wants other arguments (JSONDecodeError's three)
+                try:
+                    return cls.__new__(cls, message)  # the instance without its __init__: args = (message,)
+                except Exception:  # noqa: BLE001, S112
+                    continue
+        return fallback
 
     def write_back(given, after):
         """What the call did to its arguments, done to the tests' own: a list sorted in place, a dict
@@ -112,7 +138,7 @@ def main():
         def call(*args, **kwargs):
             reply = ask([*head, data(list(args), what), data(kwargs, what)])
             out = answer(reply, what)
-            if len(reply) == 3 and reply[2] is not None:
+            if len(reply) >= 3 and reply[2] is not None:
                 write_back((*args, *kwargs.values()), answer(["ok", reply[2]], what))
             return out
 

@@ -5,8 +5,8 @@ test), says ``["loaded"]`` (or ``["raise", type, message]`` if it raised), then 
 line by line:
 
 * ``["get", name]`` → ``["callable"]`` | ``["value", data]`` | ``["module", name]``;
-* ``["call", name, args, kwargs]`` → ``["ok", data, arguments after the call]`` | ``["raise", type,
-  message]`` | ``["refused", why]``;
+* ``["call", name, args, kwargs]`` → ``["ok", data, arguments after the call, what it printed]`` |
+  ``["raise", type, message, its classes as "module:qualname", most derived first]`` | ``["refused", why]``;
 * on an object of the program's (it crossed as ``{"object": [type, truth, handle]}`` and stays here):
   ``["attr", handle, name]`` (a public attribute: a value, or ``["callable"]``), ``["method", handle,
   name, args, kwargs]`` (a public method's call, answered as ``call``) and ``["op", handle, op, args]``
@@ -18,6 +18,8 @@ Nothing here is trusted: the program may replace any of it, and can still only s
 a process it cannot see, signal or write to, which holds the tests and decides.
 """
 
+import contextlib
+import io
 import os
 import sys
 
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wire
 
 MAX_OBJECTS = 100_000
+PRINT_CAP = 2**20  # characters a call's output may send to the tests
 OPS = {"len": len, "iter": lambda o: iter(o), "getitem": lambda o, k: o[k], "str": str, "repr": repr, "bool": bool}
 
 
@@ -52,7 +55,8 @@ def main():
         replies.flush()
 
     def failure(exc):
-        return ["raise", type(exc).__name__, str(exc)[:300]]
+        lineage = [f"{c.__module__}:{c.__qualname__}" for c in type(exc).__mro__[:-2]]  # without BaseException, object
+        return ["raise", type(exc).__name__, str(exc)[:300], lineage[:16]]
 
     def public(obj, name):
         if type(name) is not str or name.startswith("_"):
@@ -60,12 +64,14 @@ def main():
         return getattr(obj, name)
 
     def answer_call(fn, args, kwargs):
-        out = fn(*args, **kwargs)
+        printed = io.StringIO()  # what the call prints goes to the tests' stdout (tests may capture it)
+        with contextlib.redirect_stdout(printed):
+            out = fn(*args, **kwargs)
         try:  # the arguments as the call left them: the tests see a list sorted in place
             after = wire.encode([args, kwargs], refer=refer)
         except BaseException:  # noqa: BLE001 - an argument the tests cannot be shown: its change stays here
             after = None
-        return ["ok", wire.encode(out, refer=refer), after]
+        return ["ok", wire.encode(out, refer=refer), after, printed.getvalue()[:PRINT_CAP]]
 
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     try:

@@ -4,8 +4,11 @@ JSON, with a one-key object for each type JSON lacks: ``{"tuple": [...]}``, ``{"
 ``{"frozenset": [...]}``, ``{"dict": [[k, v], ...]}``, ``{"bytes": "hex"}``, ``{"complex": [re, im]}``,
 ``{"float": "nan" | "inf" | "-inf"}``, ``{"range": [start, stop, step]}``, ``{"iterator": [...]}`` (a
 generator or another iterator, drained: it arrives as an iterator over the same items, so ``list(f())``
-works and ``f() == [...]`` is false, as in one process). Only data crosses, never an object: a subclass of a plain type
-crosses as its plain value (a ``Counter`` as its dict, a named tuple as its tuple, an ``int`` subclass
+works and ``f() == [...]`` is false, as in one process); the standard library's value types as the data
+they are rebuilt from on the other side, so they compare as in one process (issue 53: ``bytearray``,
+``Fraction``, ``Decimal``, ``date``, ``datetime``, ``time``, ``timedelta``, ``deque``, ``Counter``,
+``OrderedDict``, a named tuple, an int past 4,300 digits in hex). Only data crosses, never an object: a subclass of a plain type
+crosses as its plain value (a ``defaultdict`` as its dict, an ``int`` subclass
 with an ``__eq__`` that is always true as its integer); any other object (a ``re.Match``, an instance
 of a class the program defines) crosses as a reference: ``{"object": [type, truth, handle]}``, which
 the tests' side turns into a stand-in that asks the program's jail for the object's public attributes
@@ -16,12 +19,18 @@ compare is data the program computed. Decoding builds plain types and those stan
 Runs inside the jails (standard library only) and in codila itself (the tests of this module).
 """
 
+import collections
+import datetime
+import decimal
+import fractions
 import json
 import math
 
 MAX_DEPTH = 100
 PLAIN = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
 MAX_ITEMS = 100_000  # an iterator longer than this is endless for the tests' purposes
+BIG_INT_BITS = 13_000  # about 3,900 digits: larger ints cross in hex (decimal text stops at 4,300 digits)
+TIMES = {"date": datetime.date, "datetime": datetime.datetime, "time": datetime.time}
 
 
 class NotPlain(TypeError):
@@ -74,6 +83,8 @@ def encode(value, depth=0, opaque=True, refer=None):
     plain data: ``refer(obj)``'s tag where that gives one (a handle the other side can use), else an
     :class:`Opaque` tag, or with ``opaque=False`` NotPlain."""
     t = type(value)
+    if t is int and value.bit_length() > BIG_INT_BITS:
+        return {"int": format(value, "x")}
     if value is None or t is bool or t is int or t is str:
         return value
     if t is float:
@@ -91,6 +102,9 @@ def encode(value, depth=0, opaque=True, refer=None):
         return {"bytes": value.hex()}
     if t is complex:
         return {"complex": [encode(value.real), encode(value.imag)]}
+    stdlib = _stdlib(value, t, again)
+    if stdlib is not None:
+        return stdlib
     if isinstance(value, PLAIN):
         return again(_plain(value))
     if t is range:
@@ -108,6 +122,59 @@ def encode(value, depth=0, opaque=True, refer=None):
     if not opaque or t is Opaque:
         raise NotPlain(f"a {t.__name__} is not plain data")
     return {"object": [t.__name__, truth_of(value)]}
+
+
+def _stdlib(value, t, again):
+    """The standard library's value types, by their data (the tests' side rebuilds the real type, whose
+    ``==`` is the standard library's): None for anything else."""
+    if t is bytearray:
+        return {"bytearray": value.hex()}
+    if t is fractions.Fraction:
+        return {"fraction": [again(value.numerator), again(value.denominator)]}
+    if t is decimal.Decimal:
+        return {"decimal": str(value)}
+    for tag, kind in TIMES.items():
+        if t is kind:
+            return {tag: value.isoformat()}
+    if t is datetime.timedelta:
+        return {"timedelta": [value.days, value.seconds, value.microseconds]}
+    if t is collections.deque:
+        return {"deque": [value.maxlen, *(again(v) for v in value)]}
+    if t is collections.Counter or t is collections.OrderedDict:
+        return {t.__name__.lower(): [[again(k), again(v)] for k, v in dict.items(value)]}
+    if isinstance(value, tuple) and t.__bases__ == (tuple,) and type(getattr(t, "_fields", None)) is tuple:
+        return {"namedtuple": [t.__name__, list(t._fields), *(again(v) for v in tuple.__iter__(value))]}
+    return None
+
+
+def _rebuild(tag, body, again):
+    """The value of a standard-library tag (:func:`_stdlib`); ValueError when malformed."""
+    try:
+        if tag == "int" and type(body) is str:
+            return int(body, 16)
+        if tag == "bytearray" and type(body) is str:
+            return bytearray.fromhex(body)
+        if tag == "decimal" and type(body) is str:
+            return decimal.Decimal(body)
+        if tag in TIMES and type(body) is str:
+            return TIMES[tag].fromisoformat(body)
+        if type(body) is not list:
+            return None
+        if tag == "fraction" and len(body) == 2:
+            return fractions.Fraction(*(int(again(v)) for v in body))
+        if tag == "timedelta" and len(body) == 3 and all(type(v) is int for v in body):
+            return datetime.timedelta(days=body[0], seconds=body[1], microseconds=body[2])
+        if tag == "deque" and body and (body[0] is None or type(body[0]) is int):
+            return collections.deque((again(v) for v in body[1:]), body[0])
+        if tag in ("counter", "ordereddict") and all(type(kv) is list and len(kv) == 2 for kv in body):
+            kind = collections.Counter if tag == "counter" else collections.OrderedDict
+            return kind({again(k): again(v) for k, v in body})
+        if tag == "namedtuple" and len(body) >= 2 and type(body[0]) is str and type(body[1]) is list \
+                and all(type(f) is str for f in body[1]) and len(body) - 2 == len(body[1]):
+            return collections.namedtuple(body[0], body[1])(*(again(v) for v in body[2:]))
+    except (ValueError, TypeError, ArithmeticError, OverflowError, decimal.InvalidOperation) as exc:
+        raise ValueError(f"a malformed {tag}: {exc}") from None
+    return None
 
 
 def truth_of(value):
@@ -132,6 +199,9 @@ def decode(obj, depth=0, resolve=None):
     if t is not dict or len(obj) != 1:
         raise ValueError("a malformed value")
     (tag, body), = obj.items()
+    rebuilt = _rebuild(tag, body, again)
+    if rebuilt is not None:
+        return rebuilt
     if tag == "float" and body in ("nan", "inf", "-inf"):
         return float(body)
     if tag == "bytes" and type(body) is str:
