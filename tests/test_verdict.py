@@ -248,6 +248,9 @@ HONEST = [  # (program, tests): each passes in one process, and must across the 
      "except InvalidInput as e:\n    assert 'negative' in str(e)\n")),
     ("import json\ndef f(s):\n    return json.loads(s)\n",
      "import json\ntry:\n    f('{')\n    raise AssertionError('no error')\nexcept json.JSONDecodeError:\n    pass\n"),
+    ("def f():\n    n = 0\n    while True:\n        yield n * n\n        n += 1\n",
+     ("import itertools\nassert list(itertools.islice(f(), 5)) == [0, 1, 4, 9, 16]\ng = f()\n"
+     "assert next(g) == 0 and next(g) == 1\nassert sum(itertools.islice(f(), 3000)) == sum(i * i for i in range(3000))\n")),
     ("def f(n):\n    for i in range(n):\n        print(i)\n",
      ("import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    f(3)\n"
      "assert buf.getvalue() == '0\\n1\\n2\\n'\n")),
@@ -259,7 +262,7 @@ HONEST = [  # (program, tests): each passes in one process, and must across the 
 def test_honest_programs_pass_across_the_wall(program, test):
     """Issue 53: these honest programs failed the isolated verdict (a bytearray, a Fraction, a date, a deque,
     a Counter, a named tuple, an int over 4,300 digits, an exception the prompt defines or a standard
-    library subclass, output the tests capture). The standard library's value types cross as their data
+    library subclass, an endless generator the tests take a few items of, output the tests capture). The standard library's value types cross as their data
     and are rebuilt as themselves; exceptions arrive as the tests' class of that name; output as output."""
     isolated = run_sandboxed(program, LIMITS, test=test, entry_point=None)
     assert isolated.passed, isolated

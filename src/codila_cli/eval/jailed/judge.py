@@ -154,11 +154,13 @@ def main():
         and ``len``, ``iter``, ``[]``, ``str``, ``repr``, ``bool`` are asked for across the wall; it equals
         only itself (a comparison would hand the program the expected value)."""
 
-        __slots__ = ("_handle", "_type_name")  # underscored: the program's own attributes never meet them
+        __slots__ = ("_buffer", "_done", "_handle", "_type_name")  # underscored: never the program's attributes
 
         def __init__(self, handle, type_name, truth):
             object.__setattr__(self, "_handle", handle)
             object.__setattr__(self, "_type_name", type_name)
+            object.__setattr__(self, "_buffer", [])
+            object.__setattr__(self, "_done", False)
 
         def __getattr__(self, name):
             if name.startswith("_"):
@@ -180,7 +182,18 @@ def main():
             return self._op("len")
 
         def __iter__(self):
+            if self._type_name == "LazyIterator":  # an iterator that crosses as the tests take it
+                return self
             return iter(self._op("iter"))
+
+        def __next__(self):
+            if not self._buffer and not self._done:
+                done, items = self._op("next")
+                object.__setattr__(self, "_done", bool(done))
+                self._buffer.extend(items)
+            if not self._buffer:
+                raise StopIteration
+            return self._buffer.pop(0)
 
         def __getitem__(self, key):
             return self._op("getitem", key)

@@ -100,6 +100,11 @@ def main():
                 value = public(obj, message[2])
                 send(["callable"] if callable(value) else ["value", wire.encode(value, refer=refer)])
                 continue
+            if kind == "op" and message[2] == "next":  # the next chunk of an iterator that crossed lazily
+                if type(obj) is not wire.LazyIterator:
+                    raise TypeError(f"'{type(obj).__name__}' object is not an iterator")
+                send(["ok", obj.chunk(lambda v: wire.encode(v, refer=refer)), None])
+                continue
             if kind == "op":
                 if message[2] not in OPS:
                     raise ValueError(f"the tests may not ask for {str(message[2])[:20]!r} of an object")

@@ -3,8 +3,9 @@
 JSON, with a one-key object for each type JSON lacks: ``{"tuple": [...]}``, ``{"set": [...]}``,
 ``{"frozenset": [...]}``, ``{"dict": [[k, v], ...]}``, ``{"bytes": "hex"}``, ``{"complex": [re, im]}``,
 ``{"float": "nan" | "inf" | "-inf"}``, ``{"range": [start, stop, step]}``, ``{"iterator": [...]}`` (a
-generator or another iterator, drained: it arrives as an iterator over the same items, so ``list(f())``
-works and ``f() == [...]`` is false, as in one process); the standard library's value types as the data
+generator or another iterator of up to CHUNK items, drained: it arrives as an iterator over the same
+items, so ``list(f())`` works and ``f() == [...]`` is false, as in one process; a longer or endless one
+crosses as a :class:`LazyIterator` reference that the tests' side pulls a chunk at a time); the standard library's value types as the data
 they are rebuilt from on the other side, so they compare as in one process (issue 53: ``bytearray``,
 ``Fraction``, ``Decimal``, ``date``, ``datetime``, ``time``, ``timedelta``, ``deque``, ``Counter``,
 ``OrderedDict``, a named tuple, an int past 4,300 digits in hex). Only data crosses, never an object: a subclass of a plain type
@@ -28,7 +29,8 @@ import math
 
 MAX_DEPTH = 100
 PLAIN = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
-MAX_ITEMS = 100_000  # an iterator longer than this is endless for the tests' purposes
+MAX_ITEMS = 100_000  # an iterator the tests' side sends longer than this is endless for the tests' purposes
+CHUNK = 1_000  # a program's iterator crosses whole up to this many items, else lazily in chunks of this size
 BIG_INT_BITS = 13_000  # about 3,900 digits: larger ints cross in hex (decimal text stops at 4,300 digits)
 TIMES = {"date": datetime.date, "datetime": datetime.datetime, "time": datetime.time}
 
@@ -55,6 +57,27 @@ class Opaque:
     def __getattr__(self, name):
         raise AttributeError(f"the program returned a {self.type_name} object, which stays in the program's jail; "
                              'tests that use the program\'s own objects need "verdict": "in-process"')
+
+
+class LazyIterator:
+    """An iterator of the program's whose first items are encoded already (``head``) and whose ``rest`` the
+    tests' side pulls a chunk at a time (judge.py's stand-in asks ``next``): an endless generator is
+    never drained, only as much of it as the tests take (issue 53)."""
+
+    __slots__ = ("head", "rest")
+
+    def __init__(self, head, rest):
+        self.head, self.rest = head, rest
+
+    def chunk(self, encode_item):
+        """[done, up to CHUNK encoded items]: the head first, then the rest."""
+        items, self.head = self.head[:CHUNK], self.head[CHUNK:]
+        while len(items) < CHUNK:
+            try:
+                items.append(encode_item(next(self.rest)))
+            except StopIteration:
+                return [not self.head, items]
+        return [False, items]
 
 
 def _plain(value):
@@ -109,13 +132,17 @@ def encode(value, depth=0, opaque=True, refer=None):
         return again(_plain(value))
     if t is range:
         return {"range": [value.start, value.stop, value.step]}
-    if opaque and hasattr(t, "__next__") and hasattr(t, "__iter__"):  # a generator, map, zip, …: drained
+    if opaque and hasattr(t, "__next__") and hasattr(t, "__iter__"):  # a generator, map, zip, …
         items = []
         for item in value:
-            if len(items) >= MAX_ITEMS:
-                raise NotPlain(f"the iterator yields more than {MAX_ITEMS} items")
             items.append(again(item))
-        return {"iterator": items}
+            if len(items) >= (CHUNK if refer is not None else MAX_ITEMS):
+                break
+        else:
+            return {"iterator": items}  # it ended: drained
+        if refer is None:
+            raise NotPlain(f"the iterator yields more than {MAX_ITEMS} items")
+        return refer(LazyIterator(items, value))  # endless, or long: the rest crosses as the tests take it
     tag = refer(value) if refer is not None else None
     if tag is not None:
         return tag
