@@ -60,7 +60,6 @@ def eval_cmd(
     from codila_cli.eval.distributed import device_for, finish, gather_rows, init_from_env
     from codila_cli.eval.runner import row_outcome, run_eval, write_outputs
     from codila_cli.provenance import provenance
-    from codila_cli.eval.jail import limit_gaps
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
                                          prepare_output, too_long_warning)
@@ -79,10 +78,7 @@ def eval_cmd(
     limits = SandboxLimits(timeout=_timeout(timeout), cpu_seconds=max(1, int(min(timeout, 86400))),
                            unsafe_local_exec=unsafe_local_exec)
     if any(t.test for t in chosen):
-        need_jail(unsafe_local_exec, quiet=quiet)
-        if not quiet and not unsafe_local_exec:
-            for gap in limit_gaps(limits):  # a limit this machine cannot enforce: said, not assumed (issue 53)
-                say(f"Warning: {gap}\n")
+        need_jail(unsafe_local_exec, quiet=quiet, limits=limits)
     shard = init_from_env()
     models = Engine.load(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model,
                          threads=threads).models

@@ -144,7 +144,7 @@ def _check(*, host: str, port: int, api_key: str | None, no_auth: bool, max_batc
     import math
 
     if not (math.isfinite(idle_timeout) and 0 < idle_timeout <= 3600):
-        raise UsageError(f"--idle-timeout must be from 0 to 3600 seconds (not 0), got {idle_timeout}",
+        raise UsageError(f"--idle-timeout must be more than 0 and at most 3600 seconds, got {idle_timeout}",
                          hint="e.g. --idle-timeout 10")
 
     if not 0 <= lanes <= 8:

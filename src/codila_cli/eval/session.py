@@ -127,13 +127,16 @@ class PartialRows:
         self.path.unlink()
 
 
-def need_jail(unsafe: bool, *, quiet: bool = False) -> None:
-    """Refuse, before any model loads, to run generated code where no jail exists (unless ``unsafe``)."""
+def need_jail(unsafe: bool, *, quiet: bool = False, limits: Any = None) -> None:
+    """Refuse, before any model loads, to run generated code where no jail exists (unless ``unsafe``); with
+    a jail, warn about each of ``limits`` it cannot enforce here (issue 53: said, not assumed)."""
 
-    from codila_cli.eval.jail import detect
+    from codila_cli.eval.jail import detect, limit_gaps
 
     jail = detect()
     if jail.kind != "none":
+        for gap in limit_gaps(limits) if limits is not None and not quiet else ():
+            say(f"Warning: {gap}\n")
         return
     if not unsafe:
         raise UsageError(f"no jail to run generated code in: {jail.why}",
