@@ -71,3 +71,19 @@ def test_signal_during_infill_leaves_file_untouched(tiny, tmp_path, slow_codila)
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err.decode()
     assert f.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "slow_codila.py"]
+
+
+def test_a_ctrl_c_while_the_cli_is_still_importing_is_no_traceback():
+    """Issue 53: a Ctrl-C in the first second (the CLI still importing, longer under load) printed a raw
+    traceback. The console script's entry guards that window: "Interrupted." and exit 130, as later."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, time\nfrom codila_cli._entry import guard\nguard()\n"
+            "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\nprint('not reached')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 130 and r.stderr == "Interrupted.\n" and r.stdout == "", r
+    from importlib.metadata import entry_points
+
+    (script,) = [e for e in entry_points(group="console_scripts") if e.name == "codila"]
+    assert script.value == "codila_cli._entry:main"

@@ -571,3 +571,38 @@ def test_training_autocasts_to_bf16_only_where_the_cpu_multiplies_it(tmp_path, m
                     train_step=step, valid_loss=lambda: 0.0)
     assert set(seen) == {torch.bfloat16 if want else torch.float32}
     assert last["bf16"] is want and read_log(tmp_path / "stage" / "log.jsonl")[-1]["bf16"] is want
+
+
+def test_the_log_line_of_an_interrupted_step_survives_the_resume(tmp_path, monkeypatch):
+    """Issue 53: Ctrl-C held back during step 20's update was raised after it; the checkpoint held step 20
+    but its log line was never written, and the resumed run starts after it. Now the line is written
+    (marked interrupted) and the resumed run logs on from there: every tenth step once, none twice."""
+    import contextlib
+
+    from codila_cli.train import checkpoint
+    from codila_cli.train.loop import LoopConfig, read_log, run_loop
+
+    model = torch.nn.Linear(4, 1)
+    real = checkpoint.deferred_interrupt
+    updates = [0]
+
+    @contextlib.contextmanager
+    def interrupted_at_20():
+        with real():
+            yield
+        updates[0] += 1
+        if updates[0] == 20:
+            raise KeyboardInterrupt  # as a Ctrl-C held back during the update is raised after it
+
+    def step(s: int, gen: torch.Generator) -> torch.Tensor:
+        return model(torch.randn(8, 4, generator=gen)).pow(2).mean()
+
+    cfg = LoopConfig(steps=40, eval_every=1000, ckpt_every=1000, bf16=False)
+    monkeypatch.setattr(checkpoint, "deferred_interrupt", interrupted_at_20)
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(model=model, stage_dir=tmp_path / "s", cfg=cfg, train_step=step, valid_loss=lambda: 0.0)
+    rows = read_log(tmp_path / "s" / "log.jsonl")
+    assert [r["step"] for r in rows] == [10, 20] and rows[-1]["interrupted"] is True
+    monkeypatch.setattr(checkpoint, "deferred_interrupt", real)
+    run_loop(model=model, stage_dir=tmp_path / "s", cfg=cfg, train_step=step, valid_loss=lambda: 0.0)
+    assert [r["step"] for r in read_log(tmp_path / "s" / "log.jsonl")] == [10, 20, 30, 40]

@@ -1,4 +1,4 @@
-from codila_cli.cli.app import main
+from codila_cli._entry import main
 
 if __name__ == "__main__":
     main()

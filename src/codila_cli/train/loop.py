@@ -87,7 +87,14 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
         save_checkpoint({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
 
     bf16 = cpu_autocast_bf16(cfg)
-    t0, last = time.time(), {}
+    t0, last, done, written = time.time(), {}, {}, step
+
+    def write(row: dict) -> None:
+        nonlocal written
+        with open(log_path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        written = row["step"]
+
     try:
         while step < cfg.steps:
             for group in opt.param_groups:
@@ -101,21 +108,25 @@ def run_loop(*, model: torch.nn.Module, stage_dir: Path, cfg: LoopConfig,
             with deferred_interrupt():  # the update and its step count together (an interrupt saves a whole step)
                 opt.step()
                 step += 1
-            last = {"step": step, "loss": float(loss.detach()), "grad_norm": float(gnorm), "lr": lr_at(step - 1, cfg),
-                    "elapsed": round(time.time() - t0, 1), "bf16": bf16}
+                done = {"step": step, "loss": float(loss.detach()), "grad_norm": float(gnorm),
+                        "lr": lr_at(step - 1, cfg), "elapsed": round(time.time() - t0, 1), "bf16": bf16}
+            last = dict(done)
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 model.eval()
                 with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                     last["valid"] = float(valid_loss())
                 model.train()
             if step % 10 == 0 or "valid" in last:
-                with open(log_path, "a") as fh:
-                    fh.write(json.dumps(last) + "\n")
+                write(last)
             if on_log:
                 on_log(last)
             if step % cfg.ckpt_every == 0 or step == cfg.steps:
                 save()
     except KeyboardInterrupt:
+        # the step the interrupt followed is saved; its log line too, or a resumed run (which starts after
+        # it) would never write it (issue 53); its validation loss is not computed then
+        if done.get("step") == step and written != step and (step % 10 == 0 or step % cfg.eval_every == 0):
+            write({**done, "interrupted": True})
         save()
         raise
     model.eval()

@@ -1,0 +1,32 @@
+"""The `codila` console script: a Ctrl-C while the CLI is still being imported (a second or more on a
+loaded machine) ends the run as a later one does, with "Interrupted." and exit 130, not a traceback
+(issue 53). The CLI's own handling (cli/app.py::main) takes over once it is imported."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+EXIT_INTERRUPTED = 130  # errors.EXIT_INTERRUPTED, not imported: this module must run before anything heavy
+
+
+def _early(signum: int, frame: object) -> None:
+    try:
+        sys.stderr.write("Interrupted.\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def guard() -> None:
+    """Until :func:`main` hands over, SIGINT ends the process quietly with 130."""
+    signal.signal(signal.SIGINT, _early)
+
+
+def main() -> None:
+    guard()
+    from codila_cli.cli.app import main as cli_main
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is a KeyboardInterrupt again
+    cli_main()
