@@ -133,6 +133,11 @@ def create_app(engine: Any, config: ServeConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        import asyncio
+
+        from codila_cli.serve.conn import quiet_accept_errors
+
+        quiet_accept_errors(asyncio.get_running_loop())  # out of descriptors: one line, not a traceback a retry
         yield
         await runner.shutdown()
 
