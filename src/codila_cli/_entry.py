@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-EXIT_INTERRUPTED = 130  # errors.EXIT_INTERRUPTED, not imported: this module must run before anything heavy
+from codila_cli.errors import EXIT_INTERRUPTED  # a light module: nothing heavy runs before the guard
 
 
 def _early(signum: int, frame: object) -> None:

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from codila_cli.errors import CodilaError
+from codila_cli.user_input import _kind_of
 
 
 class FileChangedError(CodilaError):
@@ -55,7 +56,7 @@ def replaceable(path: Path, *, shown: Path, instead: str = "give another path") 
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(info.st_mode):
-        raise CodilaError(f"{shown} is {_kind(info.st_mode)}, not a regular file; nothing was written",
+        raise CodilaError(f"{shown} is {_kind_of(info.st_mode)}, not a regular file; nothing was written",
                           hint="give the path of a regular file (or of none yet)")
     if info.st_nlink > 1:
         raise CodilaError(f"{shown} has {info.st_nlink} hard links, which replacing it would split; nothing was written",
@@ -124,14 +125,6 @@ def _exchange(a: str | Path, b: str | Path) -> bool:
     if err in (38, 22, 95):  # ENOSYS, EINVAL (the file system cannot), EOPNOTSUPP
         return False
     raise OSError(err, os.strerror(err), str(b))
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def creatable_dir_problem(path: Path) -> str | None:

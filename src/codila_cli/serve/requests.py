@@ -235,19 +235,16 @@ class FinalText:
         return out
 
     def _indent_cut(self, text: str) -> str:
-        """``text`` up to the first later line indented less than ``n_indent`` (then nothing more is sent),
-        or up to a last line whose indentation is not known yet (blank so far)."""
-        lines = text.split("\n")
-        start = len(lines[0]) + 1
-        for k, line in enumerate(lines[1:], start=1):
-            if not line.strip():
-                if k == len(lines) - 1:
-                    return text[:start]  # its indentation is not known yet
-            elif len(line) - len(line.lstrip(" \t")) < self.n_indent:
-                self.stopped = True
-                return text[:start]
-            start += len(line) + 1
-        return text
+        """``text`` cut as the answer will be (serve/editor.py::cut_indent; then nothing more is sent), else
+        without a last line whose indentation is not known yet (blank so far)."""
+        from codila_cli.serve.editor import cut_indent
+
+        text, cut = cut_indent(text, self.n_indent)
+        if cut:
+            self.stopped = True
+            return text
+        last = text.rfind("\n")
+        return text[: last + 1] if last >= 0 and not text[last + 1 :].strip() else text
 
     def rest(self, final: str) -> str:
         """What is left to send of ``final`` (the whole completion)."""
