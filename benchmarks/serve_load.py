@@ -2,11 +2,14 @@
 4, 8 and 16 concurrent clients, side by side in one run with the same requests sent one after another;
 then a short request sent while 7 long ones run (does it finish first?).
 
-    python benchmarks/serve_load.py [--requests 16] [--max-tokens 128] [--out docs/results/serve-load-s23.json]
+    python benchmarks/serve_load.py [--requests 16] [--max-tokens 128] [--rounds 3] [--out FILE.json]
         [--serve-args "--dlm DIR --ar DIR --device cuda --dtype bfloat16"]   # scripts/gpu_serve.sh
 
 The requests are the first N prompts of the dev-ext set (greedy, seed 0, codila's default setting);
 every concurrency level sends the same N requests, so the tokens are the same and only the time moves.
+Each of ``--rounds`` passes runs the one-after-another baseline and every level in turn; a level's
+ratio is the median over rounds of its tokens/s against the same round's baseline (a 16-request level
+lasts a few seconds, so one pass moves by ±0.1 between runs), and the JSON keeps every round's ratio.
 The server runs in its own process, started and stopped here; the first request of each level is not
 special-cased (the server is warmed by a full one-after-another pass before anything is timed).
 """
@@ -98,6 +101,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--levels", default="1,2,4,8,16")
+    ap.add_argument("--rounds", type=int, default=3, help="passes over every level, interleaved; medians reported")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--serve-args", default="", help='more `codila serve` flags, e.g. "--dlm DIR --ar DIR --device cuda"')
     args = ap.parse_args()
@@ -112,11 +116,21 @@ def main() -> None:
         bodies = [{"prompt": p, "max_tokens": args.max_tokens, "temperature": 0, "seed": 0}
                   for p in prompts(args.requests)]
         level(url, bodies, 0)  # warm-up pass, not reported
-        rows = [level(url, bodies, 0)] + [level(url, bodies, c) for c in levels]
-        same = all(r["texts"] == rows[0]["texts"] for r in rows)
-        base = rows[0]["tokens_per_s"]
-        for r in rows:
-            r["ratio"] = round(r["tokens_per_s"] / base, 2)
+        runs = []  # per round: one-after-another, then each level (a round's ratios use its own baseline)
+        for _ in range(args.rounds):
+            runs.append([level(url, bodies, 0)] + [level(url, bodies, c) for c in levels])
+        same = all(r["texts"] == runs[0][0]["texts"] for run in runs for r in run)
+        rows = []
+        for i, first in enumerate(runs[0]):
+            each = [run[i] for run in runs]
+            ratios = [r["tokens_per_s"] / run[0]["tokens_per_s"] for r, run in zip(each, runs)]
+            rows.append({"clients": first["clients"], "tokens": first["tokens"],
+                         "wall_s": round(statistics.median(r["wall_s"] for r in each), 3),
+                         "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in each), 2),
+                         "p50_s": round(statistics.median(r["p50_s"] for r in each), 3),
+                         "p95_s": round(statistics.median(r["p95_s"] for r in each), 3),
+                         "ratio": round(statistics.median(ratios), 2),
+                         "ratio_each_round": [round(x, 2) for x in ratios]})
         short = short_behind_long(url, bodies[0]["prompt"])
     finally:
         proc.terminate()
@@ -131,11 +145,12 @@ def main() -> None:
               "commit": git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "-uno") else ""),
               "device": health["device"], "dtype": health["dtype"], "serve_args": args.serve_args,
               "command": "python benchmarks/serve_load.py " + " ".join(sys.argv[1:]),
-              "requests": args.requests, "max_tokens": args.max_tokens, "same_texts_at_every_level": same,
-              "levels": [{k: v for k, v in r.items() if k != "texts"} for r in rows], "short_behind_7_long": short}
-    print("| clients | tokens/s | × one after another | p50 s | p95 s |\n|---|---|---|---|---|")
+              "requests": args.requests, "max_tokens": args.max_tokens, "rounds": args.rounds,
+              "same_texts_at_every_level": same, "health": health, "levels": rows, "short_behind_7_long": short}
+    print("| clients | tokens/s | × one after another (each round) | p50 s | p95 s |\n|---|---|---|---|---|")
     for r in report["levels"]:
-        print(f"| {r['clients']} | {r['tokens_per_s']} | {r['ratio']} | {r['p50_s']} | {r['p95_s']} |")
+        print(f"| {r['clients']} | {r['tokens_per_s']} | {r['ratio']} ({', '.join(map(str, r['ratio_each_round']))}) "
+              f"| {r['p50_s']} | {r['p95_s']} |")
     print(f"\nsame texts at every level: {same}; short request behind 7 long ones: {short}")
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

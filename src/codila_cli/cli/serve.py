@@ -89,7 +89,8 @@ def serve(
         what = f"{base.dlm} + {base.ar}" if base.ar else base.dlm
         fill = f", infill {infill_name}" if infill_name else ", no infill model"
         say(f"codila serve: {what} ({base.decoder}){fill}; loaded in "
-                         f"{engine.models.load_seconds:.1f} s; max batch {max_batch}, {engine.lanes} lane(s)\n")
+                         f"{engine.models.load_seconds:.1f} s; max batch {max_batch}, {engine.lanes} lane(s)"
+            f"{'; a request alone uses every core' if engine.wide else ''}\n")
     _announce(server, host, quiet=quiet)
     try:
         server.run()
@@ -124,16 +125,21 @@ def _lanes(asked: int, engine: Any) -> int:
     the lanes' forwards share the cores instead of fighting over them, and Python hands the GIL on every
     0.2 ms instead of 5: a forward takes the GIL back between its ops, and at the default interval the
     other cohort's sampling held each of those up (8 clients: 1.40× → 1.60× the one-after-another
-    tokens/s on the 2-core build machine, benchmarks/serve_load.py)."""
+    tokens/s on the 2-core build machine, benchmarks/serve_load.py). A request alone takes every core
+    where the models' bits do not depend on the thread count (engine/threads.py::thread_invariant)."""
     import os
 
-    import torch
+    from codila_cli.engine.threads import thread_invariant, use_threads
 
     cpu = engine.models.dlm.device.type == "cpu"
     cores = engine.threads.count if engine.threads is not None else (os.cpu_count() or 1)
     lanes = asked or (2 if cpu and cores >= 2 else 1)
     if cpu and lanes > 1:
-        torch.set_num_threads(max(1, cores // lanes))
+        models = [m.dlm.model for m in (engine.models, engine.infill_models) if m is not None]
+        models += [engine.models.ar.model] if engine.models.ar is not None else []
+        engine.wide = thread_invariant(list({id(m): m for m in models}.values()), narrow=max(1, cores // lanes),
+                                       wide=cores)
+        use_threads(max(1, cores // lanes))
         sys.setswitchinterval(0.0002)
     return lanes
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from codila_cli.engine.threads import use_threads
 from codila_cli.models.batched import KVCall
 
 
@@ -66,13 +67,24 @@ class StepBatcher:
     (sampling, the helper's choice rules) then catches the next step instead of holding this one, and
     its work overlaps the running forward (torch releases the GIL). ``on_step(kind, rows)`` is called
     after each forward the hardware runs, with the rows it served.
+
+    ``threads``: the CPU threads the steps share (None: the creating thread's torch count); each step
+    runs on ``threads // lanes`` of them, set in the thread that leads it (a worker thread's own count,
+    engine/threads.py). ``wide``: a step whose lane is the only one with rows takes all ``threads`` (a
+    lone request uses every core); only where the forwards' bits do not depend on the thread count
+    (engine/threads.py::thread_invariant), so a row's text still does not depend on the other rows.
     """
 
     def __init__(self, *, on_step: Callable[[str, int], None] | None = None, gather_s: float = 0.01,
-                 lanes: int = 1) -> None:
+                 lanes: int = 1, threads: int | None = None, wide: bool = False) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         self.lanes = lanes  # cohorts of rows whose steps may run at once (see :meth:`_ready`)
+        self.threads = threads if threads is not None else torch.get_num_threads()
+        self.wide = wide
+        self.wide_steps = 0  # steps that ran on all threads (a lone lane)
         self._cohort: dict[int, int] = {}  # row -> its lane, fixed at join (the emptiest lane)
         self._busy: set[int] = set()  # lanes running a step now
         self._count_lock = threading.Lock()
@@ -182,8 +194,11 @@ class StepBatcher:
         for row in reqs:
             del self._pending[row]
         self._busy.add(lane)
+        alone = self.wide and self.lanes > 1 and all(self._cohort[r] == lane for r in self._active)
+        self.wide_steps += alone
         self._lock.release()
         try:
+            use_threads(self.threads if alone else max(1, self.threads // self.lanes))
             results = self._step(reqs)  # other rows may queue their next request meanwhile
         finally:
             self._lock.acquire()

@@ -29,6 +29,7 @@ class Engine:
     on_batch: Any = None
     lanes: int = 1  # batched steps that may run at once (decoding/batch.py::StepBatcher; a server's --lanes)
     threads: Any = None  # engine/threads.py::Threads: torch's CPU threads and why
+    wide: bool = False  # a lone request's steps may take every thread (StepBatcher's ``wide``; a server's check)
     _batcher: Any = field(default=None, repr=False)
 
     @classmethod
@@ -56,7 +57,8 @@ class Engine:
         if self._batcher is None:
             from codila_cli.decoding.batch import StepBatcher
 
-            self._batcher = StepBatcher(on_step=self.on_batch, lanes=self.lanes)
+            self._batcher = StepBatcher(on_step=self.on_batch, lanes=self.lanes, wide=self.wide,
+                                        threads=self.threads.count if self.threads is not None else None)
         return self._batcher
 
     def generate(self, prompt: str, *, decoder: str, config: Any, seed: int | None = None, system: str | None = None,

@@ -10,14 +10,23 @@ The default therefore never asks for every core: it takes the cores this process
 affinity, and a cgroup's ``cpu.max`` quota in containers), less the other runnable tasks the kernel
 counts right now (``/proc/loadavg``), less at least one, and never fewer than 1. ``codila serve``
 keeps all usable cores (a server owns its machine; ``--threads`` caps it). Nothing here prints.
+
+The count is partly per thread: MKL's matrix products (torch's fp32 CPU GEMMs) read a thread-local
+count, and a thread that never set one runs them on every core, whatever the main thread chose. A
+worker thread that decodes therefore sets its own (:func:`use_threads`; decoding/batch.py does it for
+every step it runs). Whether a forward's bits depend on the count is :func:`thread_invariant`'s
+question: MKL's strict reproducible mode (``MKL_CBWR=AUTO,STRICT``, :func:`reproducible_gemm`) makes
+its GEMMs give the same bits on any number of threads; the check verifies it on the loaded models.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MAX_THREADS = 1024
 
@@ -86,3 +95,51 @@ def apply_threads(asked: int | None, *, serve: bool = False) -> Threads:
     choice = choose_threads(asked, serve=serve)
     torch.set_num_threads(choice.count)
     return choice
+
+
+_local = threading.local()  # the count this thread last set (use_threads)
+
+
+def use_threads(n: int) -> None:
+    """Run this thread's torch operators on ``n`` threads (a no-op when this thread already set ``n``)."""
+    import torch
+
+    if getattr(_local, "n", None) != n or torch.get_num_threads() != n:  # another caller may have set one since
+        torch.set_num_threads(n)
+        _local.n = n
+
+
+def reproducible_gemm() -> None:
+    """Ask MKL for GEMMs whose bits do not depend on the thread count (strict CNR mode, MKL 2019.3+),
+    unless the user set ``MKL_CBWR`` already. MKL reads it at its first GEMM, so call this before one."""
+    os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
+
+CHECK_LENGTHS = (1, 3, 5, 17)  # token counts of the probe forwards (MKL picks other kernels for 1-3 rows)
+
+
+def thread_invariant(models: list[Any], *, narrow: int, wide: int) -> bool:
+    """Whether each model's forward gives the same bits on ``wide`` threads as on ``narrow`` (probe
+    forwards of :data:`CHECK_LENGTHS` random tokens, on CPU). A server lets a lone request take every
+    core only where this holds, so a text never depends on whether another request was running. It
+    runs in the calling thread and leaves it on ``narrow`` threads."""
+    import torch
+
+    if wide == narrow:
+        return True
+    gen = torch.Generator().manual_seed(0)
+    try:
+        for model in models:
+            vocab = model.get_input_embeddings().weight.shape[0]
+            for n in CHECK_LENGTHS:
+                ids = torch.randint(0, vocab, (1, n), generator=gen)
+                outs = []
+                for count in (narrow, wide):
+                    use_threads(count)
+                    with torch.inference_mode():
+                        outs.append(model(input_ids=ids).logits)
+                if not torch.equal(*outs):
+                    return False
+        return True
+    finally:
+        use_threads(narrow)
