@@ -3,11 +3,8 @@ and scripted stand-in models for exact decoder accounting."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-
-os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")  # before any GEMM, as the command line sets it (_entry.py)
 
 import pytest
 import torch

@@ -1,7 +1,6 @@
 """The `codila` console script: a Ctrl-C while the CLI is still being imported (a second or more on a
 loaded machine) ends the run as a later one does, with "Interrupted." and exit 130, not a traceback
-(issue 53). The CLI's own handling (cli/app.py::main) takes over once it is imported. Every command
-runs MKL's GEMMs in their thread-count-independent mode (engine/threads.py::reproducible_gemm)."""
+(issue 53). The CLI's own handling (cli/app.py::main) takes over once it is imported."""
 
 from __future__ import annotations
 
@@ -27,9 +26,6 @@ def guard() -> None:
 
 def main() -> None:
     guard()
-    from codila_cli.engine.threads import reproducible_gemm
-
-    reproducible_gemm()  # before any GEMM: a forward's bits then do not depend on --threads or a server's lanes
     from codila_cli.cli.app import main as cli_main
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is a KeyboardInterrupt again

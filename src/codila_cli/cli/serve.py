@@ -66,6 +66,9 @@ def serve(
     # the stacked KV-cached and helper forwards need the native engine: a server uses it for every
     # checkpoint it runs exactly (Dream-Coder-7B, Qwen3-0.6B), not only the bundled ones; CODILA_ENGINE wins
     os.environ.setdefault("CODILA_ENGINE", "native")
+    from codila_cli.engine.threads import reproducible_gemm
+
+    reproducible_gemm()  # before the first GEMM: a request alone may then take every core (_lanes)
     flags = {"device": device, "dtype": knob_value(dtype)}
     base = resolve_gen(flags, user=user, dlm=dlm, ar=ar)
     infill_name = infill_dlm or _default_infill(base.dlm)

@@ -17,6 +17,9 @@ worker thread that decodes therefore sets its own (:func:`use_threads`; decoding
 every step it runs). Whether a forward's bits depend on the count is :func:`thread_invariant`'s
 question: MKL's strict reproducible mode (``MKL_CBWR=AUTO,STRICT``, :func:`reproducible_gemm`) makes
 its GEMMs give the same bits on any number of threads; the check verifies it on the loaded models.
+``codila serve`` sets it (a request alone there takes every core, so its bits must not depend on the
+count). The other commands keep MKL's default mode, the arithmetic the parity goldens were made with
+(strict mode rounds fp32 GEMMs otherwise in the last bit: tests/test_parity.py's fingerprint differs).
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ class Runner:
         self._free = max_batch
         self._waiting = 0
         self._cond: asyncio.Condition | None = None
-        self._pool = ThreadPoolExecutor(max_workers=max_batch * 2 + 2, thread_name_prefix="codila-request")
+        self._pool = ThreadPoolExecutor(max_workers=max_batch * 2 + 2, thread_name_prefix="codila-request",
+                                        initializer=self._thread_start)
         self._tickets: set[Ticket] = set()
         self.stopping = False
 
@@ -137,6 +138,15 @@ class Runner:
                 self._waiting -= 1
                 self.metrics.queue.set(self._waiting)
         self.metrics.running.inc(rows)
+
+    def _thread_start(self) -> None:
+        """A request thread runs torch on its lane's share of the threads (engine/threads.py: MKL's count
+        is per thread, and a thread that sets none runs on every core); each step it leads sets it again."""
+        threads = self.engine.threads
+        if threads is not None:
+            from codila_cli.engine.threads import use_threads
+
+            use_threads(max(1, threads.count // max(1, self.engine.lanes)))
 
     async def release(self, rows: int) -> None:
         cond = self._condition()
