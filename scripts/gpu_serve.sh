@@ -6,7 +6,7 @@
 # Random weights decide nothing about quality; with them the texts run to max_tokens, which is what a
 # throughput number needs. Preparation as scripts/gpu_speed.sh (wheels in .whl, carried), plus the
 # serve extra's wheels (fastapi, starlette, pydantic, uvicorn, prometheus-client, httpx).
-#   REQUESTS=16 TOKENS=128 bash scripts/gpu_serve.sh
+#   REQUESTS=16 TOKENS=128 ROUNDS=1 bash scripts/gpu_serve.sh
 set -euo pipefail
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -22,5 +22,12 @@ mkdir -p "$DEST"
 if [ ! -f "$SHAPED/ar/config.json" ]; then
     python3 -m codila_cli.train.shaped "$SHAPED" --device "$DEVICE" | tee -a "$DEST/gpu.txt"
 fi
-python3 benchmarks/serve_load.py --requests "${REQUESTS:-16}" --max-tokens "${TOKENS:-128}" --out "$DEST/serve-load.json" \
+python3 benchmarks/serve_load.py --requests "${REQUESTS:-16}" --max-tokens "${TOKENS:-128}" --rounds "${ROUNDS:-1}" \
+    --out "$DEST/serve-load.json" \
     --serve-args "--dlm $SHAPED/dlm --ar $SHAPED/ar --device $DEVICE --dtype $DTYPE" | tee "$DEST/serve-load.md"
+# the same with --deterministic: "same texts at every level" (False above where cuBLAS rounds a stacked
+# row otherwise) and the throughput it costs
+python3 benchmarks/serve_load.py --requests "${REQUESTS:-16}" --max-tokens "${TOKENS:-128}" --rounds "${ROUNDS:-1}" \
+    --out "$DEST/serve-load-deterministic.json" \
+    --serve-args="--dlm $SHAPED/dlm --ar $SHAPED/ar --device $DEVICE --dtype $DTYPE --deterministic" \
+    | tee "$DEST/serve-load-deterministic.md"

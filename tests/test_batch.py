@@ -399,3 +399,35 @@ def test_two_lanes_give_the_same_rows_and_overlap_their_steps(native_models):
     assert most[0] == 2 and batcher.active == 0
     with pytest.raises(ValueError, match="lanes"):
         StepBatcher(lanes=0)
+
+
+def test_without_stacking_every_row_runs_its_own_forward_and_decodes_as_alone(native_models):
+    """``stack=False`` (``serve --deterministic``): rows still share steps, but each runs the forward it
+    runs alone, so its result cannot depend on the others (on a GPU a stacked GEMM rounds by batch
+    size). Every forward the hardware ran served one row, and the rows' own counts add up to them."""
+    import threading
+
+    from codila_cli.decoding.batch import StepBatcher
+    from codila_cli.engine.generate import generate
+
+    cfg = CASES["codila-prefix"]
+    prompts = ["def f(x):", "def g(y):", "x = [", "class A:"]
+    alone = [generate(native_models, p, decoder="codila", config=cfg, seed=3) for p in prompts]
+    for stack in (False, True):
+        batcher = StepBatcher(stack=stack, gather_s=0.05)
+        out: list = [None] * len(prompts)
+
+        def run(i, batcher=batcher, out=out):
+            out[i] = generate(native_models, prompts[i], decoder="codila", config=cfg, seed=3, batcher=batcher)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert [r.text for r in out] == [r.text for r in alone]
+        if stack:
+            assert max(batcher.rows_per_forward) > 1  # the same rows do share forwards when stacking
+        else:
+            assert set(batcher.rows_per_forward) == {1}
+            assert batcher.dlm_calls == sum(r.metrics["dlm_forwards"] for r in out)

@@ -412,6 +412,48 @@ def test_eight_concurrent_requests_equal_the_same_requests_one_at_a_time(client)
     assert together == alone
 
 
+def _dlm_rows_per_forward(url: str) -> tuple[float, float]:
+    """(DLM forwards that served one row, all DLM forwards) from /metrics' codila_batch_rows histogram."""
+    text = httpx.get(url + "/metrics").text
+
+    def bucket(le: str) -> float:
+        return float(re.search(r'^codila_batch_rows_bucket\{kind="dlm",le="' + re.escape(le) + r'"\} (\S+)$', text,
+                               re.MULTILINE).group(1))
+
+    return bucket("1.0"), bucket("+Inf")
+
+
+def test_a_deterministic_server_never_stacks_a_request_with_another():
+    """``--deterministic``: concurrent requests decode as alone, and every DLM forward the server ran served
+    one request (/metrics), where a default server stacks the same requests (checked on the module's)."""
+    s = Server("--deterministic", "--lanes", "1", "--max-batch", "4", "-q")
+    try:
+        assert httpx.get(s.url + "/health").json()["deterministic"] is True
+
+        def ask(p: str) -> str:
+            return httpx.post(s.url + "/v1/completions", json={"prompt": p, "max_tokens": 32, "temperature": 0,
+                                                               "seed": 0}, timeout=120).json()["choices"][0]["text"]
+
+        alone = [ask(p) for p in PROMPTS[:4]]
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(ask, PROMPTS[:4])) == alone
+        one, every = _dlm_rows_per_forward(s.url)
+        assert every > 0 and one == every
+    finally:
+        s.stop()
+
+
+def test_a_default_server_stacks_concurrent_requests(server):
+    assert httpx.get(server.url + "/health").json()["deterministic"] is False
+    before = _dlm_rows_per_forward(server.url)
+    body = {"max_tokens": 32, "temperature": 0, "seed": 0, "codila": {"early_stop": False}}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda p: httpx.post(server.url + "/v1/completions", json={"prompt": p, **body}, timeout=120),
+                      PROMPTS))
+    one, every = _dlm_rows_per_forward(server.url)
+    assert every - before[1] > one - before[0]  # some forward served two or more requests
+
+
 def test_codila_request_object_and_unknown_fields(client):
     r = client.completions.create(model="codila", prompt="def f(x):", max_tokens=16, seed=1,
                                   extra_body={"codila": {"decoder": "dream", "tokens_per_step": 2}, "frobnicate": 1})

@@ -36,6 +36,7 @@ def serve(
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request deadline in seconds; past it the request is cancelled (504).")] = 300.0,
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")] = 1 << 20,
     idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Seconds a connection may take to send a whole request head (after it connects or after its last answer); an idle or slow one is closed then. A request being answered is never cut by it.")] = 10.0,
+    deterministic: Annotated[bool, typer.Option("--deterministic", help="Every request runs its own forwards, never stacked with others': its bits are those it gets alone on any hardware (a GPU's GEMMs round by batch size), at the cost of batching's speed-up.")] = False,
     lanes: Annotated[int, typer.Option("--lanes", help="Batched steps that run at once, each on its own cohort of requests with cores/lanes torch threads; 0 = auto: 2 on a CPU with 2 or more cores (a cohort samples while the other's forward runs), 1 on a GPU; 1–8.")] = 0,
     device: knob_option("device") = None,
     dtype: knob_option("dtype") = None,
@@ -69,6 +70,8 @@ def serve(
     from codila_cli.engine.threads import reproducible_gemm
 
     reproducible_gemm()  # before the first GEMM: a request alone may then take every core (_lanes)
+    if deterministic:  # cuBLAS picks one algorithm per shape only with a fixed workspace; before CUDA starts
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     flags = {"device": device, "dtype": knob_value(dtype)}
     base = resolve_gen(flags, user=user, dlm=dlm, ar=ar)
     infill_name = infill_dlm or _default_infill(base.dlm)
@@ -76,7 +79,7 @@ def serve(
 
     engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype,
                          settings=base, threads=threads, server=True)
-    engine.lanes = _lanes(lanes, engine)
+    engine.lanes, engine.stack = _lanes(lanes, engine), not deterministic
     from codila_cli.serve.app import ServeConfig, create_app
 
     app = create_app(engine, ServeConfig(api_key=api_key, max_batch=max_batch, max_queue=max_queue,
@@ -93,7 +96,8 @@ def serve(
         fill = f", infill {infill_name}" if infill_name else ", no infill model"
         say(f"codila serve: {what} ({base.decoder}){fill}; loaded in "
                          f"{engine.models.load_seconds:.1f} s; max batch {max_batch}, {engine.lanes} lane(s)"
-            f"{'; a request alone uses every core' if engine.wide else ''}\n")
+            f"{'; a request alone uses every core' if engine.wide else ''}"
+            f"{'; deterministic: no request shares a forward' if deterministic else ''}\n")
     _announce(server, host, quiet=quiet)
     try:
         server.run()

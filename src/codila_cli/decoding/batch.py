@@ -73,17 +73,19 @@ class StepBatcher:
     engine/threads.py). ``wide``: a step whose lane is the only one with rows takes all ``threads`` (a
     lone request uses every core); only where the forwards' bits do not depend on the thread count
     (engine/threads.py::thread_invariant), so a row's text still does not depend on the other rows.
+    ``stack`` False: every request runs its own forward inside the step (``serve --deterministic``: on
+    a GPU a stacked GEMM rounds by batch size, so only a row's own forward is its lone result).
     """
 
     def __init__(self, *, on_step: Callable[[str, int], None] | None = None, gather_s: float = 0.01,
-                 lanes: int = 1, threads: int | None = None, wide: bool = False) -> None:
+                 lanes: int = 1, threads: int | None = None, wide: bool = False, stack: bool = True) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.lanes = lanes  # cohorts of rows whose steps may run at once (see :meth:`_ready`)
         self.threads = threads if threads is not None else torch.get_num_threads()
-        self.wide = wide
+        self.wide, self.stack = wide, stack
         self.wide_steps = 0  # steps that ran on all threads (a lone lane)
         self._cohort: dict[int, int] = {}  # row -> its lane, fixed at join (the emptiest lane)
         self._busy: set[int] = set()  # lanes running a step now
@@ -251,7 +253,7 @@ class StepBatcher:
         from codila_cli.models import batched
 
         plain = all(r.owner is not None for r in reqs)
-        if len(reqs) > 1 and (batched.supports(reqs[0].model) or plain):
+        if self.stack and len(reqs) > 1 and (batched.supports(reqs[0].model) or plain):
             try:
                 if batched.supports(reqs[0].model):
                     outs = batched.run(reqs[0].model, [r.call for r in reqs], causal=kind == "ar")
@@ -381,6 +383,7 @@ def run_batched(dlm: Any, rows: int, decode_row: Callable[[int, Any, StepBatcher
 
     def work(i: int) -> None:
         try:
+            use_threads(max(1, batcher.threads // batcher.lanes))  # a new thread has no count of its own
             results[i] = decode_row(i, RowDLM(batcher, ids[i], dlm), batcher, ids[i])
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(exc)

@@ -30,6 +30,7 @@ class Engine:
     lanes: int = 1  # batched steps that may run at once (decoding/batch.py::StepBatcher; a server's --lanes)
     threads: Any = None  # engine/threads.py::Threads: torch's CPU threads and why
     wide: bool = False  # a lone request's steps may take every thread (StepBatcher's ``wide``; a server's check)
+    stack: bool = True  # rows share stacked forwards (False: serve --deterministic, StepBatcher's ``stack``)
     _batcher: Any = field(default=None, repr=False)
 
     @classmethod
@@ -57,7 +58,7 @@ class Engine:
         if self._batcher is None:
             from codila_cli.decoding.batch import StepBatcher
 
-            self._batcher = StepBatcher(on_step=self.on_batch, lanes=self.lanes, wide=self.wide,
+            self._batcher = StepBatcher(on_step=self.on_batch, lanes=self.lanes, wide=self.wide, stack=self.stack,
                                         threads=self.threads.count if self.threads is not None else None)
         return self._batcher
 

@@ -201,7 +201,8 @@ async def health(request: Request) -> dict:
     return {"status": "ok", "models": _names(request)[:1] + _names(request)[2:], "running": st.runner.in_use,
             "rows_decoding": st.engine.batcher.active, "max_batch": st.config.max_batch,
             "device": str(dlm.device), "dtype": str(dlm.ckpt.dtype).removeprefix("torch."),
-            "lanes": st.engine.lanes, "lone_request_uses_every_core": st.engine.wide}
+            "lanes": st.engine.lanes, "lone_request_uses_every_core": st.engine.wide,
+            "deterministic": not st.engine.stack}
 
 
 @router.get("/v1/models")
