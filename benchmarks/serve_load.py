@@ -9,7 +9,7 @@ The requests are the first N prompts of the dev-ext set (greedy, seed 0, codila'
 every concurrency level sends the same N requests, so the tokens are the same and only the time moves.
 Each of ``--rounds`` passes runs the one-after-another baseline and every level in turn; a level's
 ratio is the median over rounds of its tokens/s against the same round's baseline (a 16-request level
-lasts a few seconds, so one pass moves by ±0.1 between runs), and the JSON keeps every round's ratio.
+lasts 2–4 s, and one pass of the 8-client level moved by up to ±0.3 between rounds in session 30), and the JSON keeps every round's ratio.
 The server runs in its own process, started and stopped here; the first request of each level is not
 special-cased (the server is warmed by a full one-after-another pass before anything is timed).
 """

@@ -95,7 +95,7 @@ def serve(
         what = f"{base.dlm} + {base.ar}" if base.ar else base.dlm
         fill = f", infill {infill_name}" if infill_name else ", no infill model"
         say(f"codila serve: {what} ({base.decoder}){fill}; loaded in "
-                         f"{engine.models.load_seconds:.1f} s; max batch {max_batch}, {engine.lanes} lane(s)"
+            f"{engine.models.load_seconds:.1f} s; max batch {max_batch}, {engine.lanes} lane(s)"
             f"{'; a request alone uses every core' if engine.wide else ''}"
             f"{'; deterministic: no request shares a forward' if deterministic else ''}\n")
     _announce(server, host, quiet=quiet)
@@ -142,11 +142,11 @@ def _lanes(asked: int, engine: Any) -> int:
     cores = engine.threads.count if engine.threads is not None else (os.cpu_count() or 1)
     lanes = asked or (2 if cpu and cores >= 2 else 1)
     if cpu and lanes > 1:
+        narrow = max(1, cores // lanes)
         models = [m.dlm.model for m in (engine.models, engine.infill_models) if m is not None]
         models += [engine.models.ar.model] if engine.models.ar is not None else []
-        engine.wide = thread_invariant(list({id(m): m for m in models}.values()), narrow=max(1, cores // lanes),
-                                       wide=cores)
-        use_threads(max(1, cores // lanes))
+        engine.wide = thread_invariant(list({id(m): m for m in models}.values()), narrow=narrow, wide=cores)
+        use_threads(narrow)
         sys.setswitchinterval(0.0002)
     return lanes
 

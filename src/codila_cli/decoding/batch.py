@@ -68,9 +68,8 @@ class StepBatcher:
     its work overlaps the running forward (torch releases the GIL). ``on_step(kind, rows)`` is called
     after each forward the hardware runs, with the rows it served.
 
-    ``threads``: the CPU threads the steps share (None: the creating thread's torch count); each step
-    runs on ``threads // lanes`` of them, set in the thread that leads it (a worker thread's own count,
-    engine/threads.py). ``wide``: a step whose lane is the only one with rows takes all ``threads`` (a
+    ``threads``: the CPU threads the steps share (None: the creating thread's); a step runs on ``narrow``
+    = ``threads // lanes``, set in the thread that leads it (a thread's own count, engine/threads.py). ``wide``: a step whose lane is the only one with rows takes all ``threads`` (a
     lone request uses every core); only where the forwards' bits do not depend on the thread count
     (engine/threads.py::thread_invariant), so a row's text still does not depend on the other rows.
     ``stack`` False: every request runs its own forward inside the step (``serve --deterministic``: on
@@ -85,6 +84,7 @@ class StepBatcher:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.lanes = lanes  # cohorts of rows whose steps may run at once (see :meth:`_ready`)
         self.threads = threads if threads is not None else torch.get_num_threads()
+        self.narrow = max(1, self.threads // lanes)  # a step's threads while another lane has rows
         self.wide, self.stack = wide, stack
         self.wide_steps = 0  # steps that ran on all threads (a lone lane)
         self._cohort: dict[int, int] = {}  # row -> its lane, fixed at join (the emptiest lane)
@@ -200,7 +200,7 @@ class StepBatcher:
         self.wide_steps += alone
         self._lock.release()
         try:
-            use_threads(self.threads if alone else max(1, self.threads // self.lanes))
+            use_threads(self.threads if alone else self.narrow)
             results = self._step(reqs)  # other rows may queue their next request meanwhile
         finally:
             self._lock.acquire()
@@ -383,7 +383,7 @@ def run_batched(dlm: Any, rows: int, decode_row: Callable[[int, Any, StepBatcher
 
     def work(i: int) -> None:
         try:
-            use_threads(max(1, batcher.threads // batcher.lanes))  # a new thread has no count of its own
+            use_threads(batcher.narrow)  # a new thread has no count of its own
             results[i] = decode_row(i, RowDLM(batcher, ids[i], dlm), batcher, ids[i])
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(exc)

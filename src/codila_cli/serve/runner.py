@@ -95,6 +95,7 @@ class Runner:
         self._free = max_batch
         self._waiting = 0
         self._cond: asyncio.Condition | None = None
+        self.narrow = engine.batcher.narrow  # made here, once: request threads would race to make it
         self._pool = ThreadPoolExecutor(max_workers=max_batch * 2 + 2, thread_name_prefix="codila-request",
                                         initializer=self._thread_start)
         self._tickets: set[Ticket] = set()
@@ -142,11 +143,9 @@ class Runner:
     def _thread_start(self) -> None:
         """A request thread runs torch on its lane's share of the threads (engine/threads.py: MKL's count
         is per thread, and a thread that sets none runs on every core); each step it leads sets it again."""
-        threads = self.engine.threads
-        if threads is not None:
-            from codila_cli.engine.threads import use_threads
+        from codila_cli.engine.threads import use_threads
 
-            use_threads(max(1, threads.count // max(1, self.engine.lanes)))
+        use_threads(self.narrow)
 
     async def release(self, rows: int) -> None:
         cond = self._condition()
