@@ -91,6 +91,29 @@ def test_check_runs_the_prompts_doctests_in_the_jail():
 
 
 @needs_jail
+def test_check_cannot_be_forged_from_inside_the_program():
+    """The doctests ran in the program's own interpreter, so one line of the program (patching doctest's
+    checker, parser or summary) turned a wrong answer into a pass (issue 60). They run in a jail of their
+    own now, and the program's values cross as data: every forgery fails, honest programs still pass."""
+    from codila_cli.checks import example_names, run_doctests
+
+    prompt = 'def add(a, b):\n    """Add.\n\n    >>> add(2, 3)\n    5\n    >>> add(-1, 1)\n    0\n    """\n'
+    wrong = prompt + "    return a - b\nimport doctest\n"
+    for forgery in ("doctest.OutputChecker.check_output = lambda *a, **k: True",
+                    "doctest.DocTestRunner.summarize = lambda *a, **k: doctest.TestResults(0, 2)",
+                    "doctest.DocTestParser.get_examples = lambda *a, **k: []",
+                    "import builtins\nbuiltins.AssertionError = type('Never', (BaseException,), {})"):
+        out = run_doctests(wrong + forgery + "\n", prompt)
+        assert not out.passed and out.status == "failed" and "add(2, 3) gave '-1'" in out.detail, (forgery, out)
+    # what honest doctests do still holds: printed output, state the examples keep, modules they import
+    doc = ('def show(x):\n    """\n    >>> show(3)\n    3\n    >>> xs = [3, 1]\n    >>> sort_it(xs)\n    >>> xs\n'
+           '    [1, 3]\n    >>> import math\n    >>> math.floor(half(5))\n    2\n    """\n')
+    assert example_names(doc.split('"""')[1]) == ["half", "show", "sort_it"]
+    honest = run_doctests(doc + "    print(x)\ndef sort_it(v):\n    v.sort()\ndef half(y):\n    return y / 2\n", doc)
+    assert honest.passed and honest.total == 6, honest
+
+
+@needs_jail
 def test_gen_check_reports_on_stderr_and_in_json_and_strict_fails_on_it(tiny):
     prompt = 'def add(a, b):\n    """\n    >>> add(2, 3)\n    5\n    """\n    return a + b\n'
     base = ["gen", "--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0", "--stop", "def"]

@@ -171,7 +171,7 @@ def test_the_jails_root_is_read_only_and_its_cgroups_nest_in_codilas_own():
 
     from codila_cli.eval.jail import _own, _v2_root, remove_cgroups, run_cgroups
 
-    out = _run("import os\nfor d in ('/', '/usr', '/etc'):\n    try:\n        open(d.rstrip('/') + '/x', 'w').write('1')\n"
+    out = _run("import os\nfor d in ('/', '/usr', '/etc', '/dev'):\n    try:\n        open(d.rstrip('/') + '/x', 'w').write('1')\n"
                "        raise SystemExit(d + ' is writable')\n    except OSError:\n        pass\n"
                "open('/sandbox/ok', 'w').write('1')\nopen('/tmp/ok', 'w').write('1')\n")
     assert out.passed, out
@@ -223,3 +223,64 @@ def test_a_run_writes_nothing_to_the_hosts_disk(tmp_path, monkeypatch):
     out = run_sandboxed(program, LIMITS, test=test, entry_point="f")
     assert out.passed, out
     assert list(host.iterdir()) == []
+
+
+def test_root_without_a_pids_cgroup_still_caps_processes(monkeypatch):
+    """Issue 60: as root with no pids cgroup there was no process cap (200 forks): the kernel does not apply
+    RLIMIT_NPROC to root. The jail now starts as uid 65534 there, whose processes the limit counts. Here
+    the pids cgroup is taken away and the system's interpreter (reachable by that user, unlike one under a
+    0700 /root) runs the jail."""
+    import shutil
+
+    from codila_cli.eval import jail as jails
+
+    if os.geteuid() != 0:
+        pytest.skip("not root: RLIMIT_NPROC binds already (test_processes_are_capped_and_output_is_bounded)")
+    system = shutil.which("python3", path="/usr/bin")
+    if system is None:
+        pytest.skip("no /usr/bin/python3 to run the jail as an unprivileged user with")
+    real = jails.run_cgroups
+
+    def without_pids(**kw):
+        groups = real(**kw)
+        keep = tuple(d for d in groups.dirs if "pids" not in d.parts and not (d / "pids.max").exists())
+        jails.remove_cgroups(jails.RunGroups(tuple(d for d in groups.dirs if d not in keep)))
+        return jails.RunGroups(keep, False, groups.memory and bool(keep), groups.cpu if groups.cpu and
+                               groups.cpu.parent in keep else None)
+
+    monkeypatch.setattr(jails, "run_cgroups", without_pids)
+    monkeypatch.setattr(jails, "interpreter", lambda: (os.path.realpath(system), "/usr"))
+    jails.nobody_runs_jail.cache_clear()
+    try:
+        if not jails.nobody_runs_jail():
+            pytest.skip("bwrap does not run as uid 65534 here (no unprivileged user namespaces)")
+        assert jails.limit_gaps(LIMITS) == [] or all("process" not in g for g in jails.limit_gaps(LIMITS))
+        out = _run("import os\nassert os.getuid() == 65534\nn = 0\nfor _ in range(200):\n    try:\n"
+                   "        if os.fork() == 0:\n            import time; time.sleep(2); os._exit(0)\n        n += 1\n"
+                   "    except OSError:\n        break\nassert n <= 16, n\n")
+        assert out.passed, out  # fork failed at the cap
+    finally:
+        jails.nobody_runs_jail.cache_clear()
+
+
+def test_a_cgroup_left_behind_by_an_ended_codila_is_removed_by_the_next_run():
+    """Issue 60: a run's cgroup stayed behind when its jail took over a second to tear down. Removal now
+    waits longer (killing what is left in it), and each new run removes the empty groups of codila
+    processes that have ended."""
+    import subprocess
+    import sys
+
+    from codila_cli.eval.jail import remove_cgroups, run_cgroups
+
+    groups = run_cgroups(max_procs=8, memory_bytes=2**28)
+    remove_cgroups(groups)
+    if not groups.dirs:
+        pytest.skip("no writable cgroup here: runs make none to leave behind")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           check=True)
+    stale = [d.parent / f"codila-{int(ended.stdout)}-{uuid.uuid4().hex[:8]}" for d in groups.dirs]
+    for d in stale:
+        d.mkdir()
+    again = run_cgroups(max_procs=8, memory_bytes=2**28)
+    remove_cgroups(again)
+    assert not any(d.exists() for d in stale), stale

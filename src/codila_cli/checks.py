@@ -5,8 +5,11 @@
   return n``), that does nothing (``pass``, ``...``, a docstring alone), or that only raises
   ``NotImplementedError``. Only functions whose body lies in the generated text are judged.
 * :func:`prompt_doctests` / :func:`run_doctests`: the prompt's own doctests (``>>> fib(10)`` then
-  ``55``), run against the generated program in the eval jail (eval/sandbox.py, in-process verdict)
-  by ``codila gen --check``. A pass there means those examples hold; nothing more is claimed.
+  ``55``), run against the generated program by ``codila gen --check`` with the isolated verdict of
+  ``codila eval`` (eval/verdict.py): the examples run and are compared in a jail of their own, and
+  the program's functions answer in the program's jail with plain data, so nothing the program does
+  (patching ``doctest``, say) reaches the comparison. A pass means those examples hold; nothing more
+  is claimed.
 
 Nothing here prints.
 """
@@ -98,6 +101,10 @@ def prompt_doctests(prompt: str, program: str | None = None) -> int:
 
 
 _RUNNER = '''
+def _codila_names():  # never called: the names the examples take from the program, for the jail to bind
+    return (NAMES)
+
+
 def _codila_doctests():
     import doctest
 
@@ -121,6 +128,33 @@ _codila_doctests()
 '''
 
 
+def example_names(doc: str) -> list[str]:
+    """The names the doctest examples in ``doc`` read and do not bind themselves (``fib`` in ``>>> fib(3)``):
+    the program's values the tests' jail binds (eval/verdict.py::program_names reads them off the test)."""
+    import builtins
+    import doctest
+
+    read: set[str] = set()
+    bound: set[str] = set()
+    try:
+        examples = doctest.DocTestParser().get_examples(doc)
+    except ValueError:
+        return []
+    for example in examples:
+        try:
+            tree = ast.parse(example.source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound.add(node.name)
+    return sorted(read - bound - set(dir(builtins)))
+
+
 @dataclass(frozen=True)
 class DoctestCheck:
     """``codila gen --check``: the prompt's doctests run against the program."""
@@ -135,12 +169,15 @@ class DoctestCheck:
 
 
 def run_doctests(program: str, prompt: str, *, timeout: float = 10.0) -> DoctestCheck:
-    """Run ``prompt``'s doctests against ``program`` (the prompt and the completion) in the jail; raises
+    """Run ``prompt``'s doctests against ``program`` (the prompt and the completion) with the isolated
+    verdict (the examples in a jail of their own, the program's values crossing as data); raises
     the sandbox's UsageError where no jail exists (``codila doctor`` says so)."""
     from codila_cli.eval.sandbox import SandboxLimits, run_sandboxed
 
     total = prompt_doctests(prompt, program)
-    test = _RUNNER.replace("DOC_TEXT", json.dumps(doctest_text(prompt, program)))
-    out = run_sandboxed(program, SandboxLimits(timeout=timeout), test=test, isolated=False)
+    doc = doctest_text(prompt, program)
+    names = example_names(doc)
+    test = _RUNNER.replace("DOC_TEXT", json.dumps(doc)).replace("NAMES", "".join(f"{n}, " for n in names))
+    out = run_sandboxed(program, SandboxLimits(timeout=timeout), test=test, isolated=True)
     detail = out.detail.split("AssertionError: ", 1)[-1] if out.detail else out.stderr_tail[-240:]
     return DoctestCheck(total, out.passed and total > 0, out.status, "" if out.passed else detail.strip())

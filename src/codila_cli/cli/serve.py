@@ -35,7 +35,7 @@ def serve(
     max_queue: Annotated[int, typer.Option("--max-queue", help="Requests that may wait for a slot; more get 429 with Retry-After.")] = 32,
     timeout: Annotated[float, typer.Option("--timeout", help="Per-request deadline in seconds; past it the request is cancelled (504).")] = 300.0,
     max_body: Annotated[int, typer.Option("--max-body", help="Largest request body in bytes (413 above).")] = 1 << 20,
-    idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Seconds a connection may take to send a whole request head (after it connects or after its last answer); an idle or slow one is closed then. A request being answered is never cut by it.")] = 10.0,
+    idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Seconds a connection may take to send a whole request head (after it connects or after its last answer), and then its whole body; an idle or slow one is closed then (a slow body gets 408). A request being answered is never cut by it.")] = 10.0,
     deterministic: Annotated[bool, typer.Option("--deterministic", help="Every request runs its own forwards, never stacked with others': its bits are those it gets alone on any hardware (a GPU's GEMMs round by batch size), at the cost of batching's speed-up.")] = False,
     lanes: Annotated[int, typer.Option("--lanes", help="Batched steps that run at once, each on its own cohort of requests with cores/lanes torch threads; 0 = auto: 2 on a CPU with 2 or more cores (a cohort samples while the other's forward runs), 1 on a GPU; 1–8.")] = 0,
     device: knob_option("device") = None,
@@ -57,6 +57,10 @@ def serve(
 
     _check(host=host, port=port, api_key=api_key, no_auth=no_auth, max_batch=max_batch, max_queue=max_queue,
            timeout=timeout, max_body=max_body, lanes=lanes, idle_timeout=idle_timeout)
+    if api_key is not None and api_key != api_key.strip():  # a key read from a file keeps its newline
+        api_key = api_key.strip()
+        say("Warning: the API key has spaces or a line break around it; they are dropped (HTTP clients send "
+            "a header without them, so the key as given could never match)\n")
     try:
         import fastapi  # noqa: F401
         import uvicorn

@@ -27,18 +27,9 @@ class InfillOutcome:
         return self.syntax_after.checked and self.syntax_before.valid and not self.syntax_after.valid
 
 
-def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
-                  on_step: OnStep = no_op, batcher: Any = None, on_row: Any = None) -> tuple[Any, dict, int]:
-    """DreamOn (or CoDiLA) decoding of the middle between two texts; returns (InfillResult, context cut, seed).
-
-    Prefix and suffix are cut to the model's context around the fill point (2/3 of the room for the prefix).
-    ``batcher``/``on_row``: decode as one row of a shared batch (engine/generate.py::generate).
-    """
-    import torch
-
-    from codila_cli.decoding.dreamon import decode_dreamon
-
-    dlm = models.dlm
+def context_cut(dlm: Any, prefix: str, suffix: str, *, config: Any) -> tuple[list[int], list[int], dict]:
+    """The prefix's and suffix's token ids cut to the model's context around the fill point (2/3 of the
+    room for the prefix), and the cut: ``prefix_tokens``/``suffix_tokens`` given, ``prefix_kept``/``suffix_kept``."""
     tok = dlm.tokenizer
     p_ids, s_ids = encode_text(tok, prefix), encode_text(tok, suffix)
     problem = config.room_problem(dlm.context_length)
@@ -51,6 +42,22 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
         keep_p = room - keep_s
         p_ids, s_ids = p_ids[len(p_ids) - keep_p :], s_ids[:keep_s]
         cut.update(prefix_kept=len(p_ids), suffix_kept=len(s_ids))
+    return p_ids, s_ids, cut
+
+
+def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed: int | None = None,
+                  on_step: OnStep = no_op, batcher: Any = None, on_row: Any = None) -> tuple[Any, dict, int]:
+    """DreamOn (or CoDiLA) decoding of the middle between two texts; returns (InfillResult, context cut, seed).
+
+    Prefix and suffix are cut to the model's context around the fill point (2/3 of the room for the prefix).
+    ``batcher``/``on_row``: decode as one row of a shared batch (engine/generate.py::generate).
+    """
+    import torch
+
+    from codila_cli.decoding.dreamon import decode_dreamon
+
+    dlm = models.dlm
+    p_ids, s_ids, cut = context_cut(dlm, prefix, suffix, config=config)
     seed = secrets.randbelow(2**31) if seed is None else seed
     if batcher is None:
         torch.manual_seed(seed)

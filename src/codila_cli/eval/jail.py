@@ -6,8 +6,10 @@ capabilities dropped, uid/gid 65534 inside, and a file system of its own: the in
 that shows only the run's own processes, a minimal ``/dev``, private size-capped ``/tmp`` and ``/dev/shm``,
 and the run's directory (``/sandbox``, a tmpfs the run's files are copied into) as the only writable
 places. The environment is cleared. When the run's first process (the namespace's init) ends, the kernel kills every process left in the PID namespace, so nothing a
-program starts outlives it. A cap on processes: RLIMIT_NPROC where it binds (not for root, whose
-processes it does not count), else a ``pids`` cgroup when one is writable; memory for the whole run
+program starts outlives it. A cap on processes: a ``pids`` cgroup when one is writable, else
+RLIMIT_NPROC, which the kernel does not apply to root's processes: codila run as root without a pids
+cgroup starts the jail as uid/gid 65534 (:func:`drops_to_nobody`, where bwrap works so), and only where
+that cannot work either is there no cap (``codila doctor`` and ``codila eval`` say so); memory for the whole run
 in a ``memory`` cgroup where one is writable (:func:`run_cgroups`), else per process (RLIMIT_AS).
 
 Where bwrap is missing or cannot create namespaces (macOS, containers without user namespaces),
@@ -79,7 +81,10 @@ def command(bwrap: str, *, files: tuple[tuple[int, str], ...] = (), scratch_byte
     if not prefix.startswith("/usr/"):
         args += ["--ro-bind", prefix, prefix]
     size = ["--size", str(scratch_bytes)] if scratch_bytes else []
-    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm"]
+    # bwrap's /dev is a tmpfs with no size of its own: read-only once /dev/shm is mounted on it (issue 60:
+    # 300 MiB went into /dev); its device nodes (/dev/null, /dev/urandom) are written to as before
+    args += ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/tmp", *size, "--tmpfs", "/dev/shm",
+             "--remount-ro", "/dev"]
     if not probe:
         args += [*size, "--tmpfs", "/sandbox"]
         for fd, name in files:
@@ -135,6 +140,7 @@ def _own(hierarchy: str) -> str | None:
 
 
 def _new_group(root: Path, settings: dict[str, str]) -> Path | None:
+    _sweep(root)
     group = root / f"codila-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         group.mkdir()
@@ -199,19 +205,92 @@ def run_cgroups(*, max_procs: int, memory_bytes: int) -> RunGroups:
     return RunGroups(tuple(dirs), pids, memory, cpu)
 
 
-def remove_cgroups(groups: RunGroups) -> None:
-    """Remove a run's cgroups once the kernel has reaped its processes (a few tries each)."""
+def remove_cgroups(groups: RunGroups, *, patience_s: float = 10.0) -> None:
+    """Remove a run's cgroups once the kernel has reaped its processes: every process still listed in
+    one is killed, and removal is retried for up to ``patience_s`` seconds (a jail's tmpfs can take over
+    a second to tear down, and its group stayed behind: issue 60). What is left even then is removed by
+    the next run's :func:`_sweep` once this process has ended."""
+    import signal
     import time
 
     for group in groups.dirs:
-        for _ in range(50):
+        end = time.monotonic() + patience_s
+        while True:
             try:
                 group.rmdir()
                 break
             except FileNotFoundError:
                 break
             except OSError:
+                if time.monotonic() > end:
+                    break
+                for pid in _members(group):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
                 time.sleep(0.02)
+
+
+def _members(group: Path) -> list[int]:
+    try:
+        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _sweep(root: Path) -> None:
+    """Remove the empty run cgroups under ``root`` that an ended codila process left (``codila-PID-…``
+    where PID no longer runs)."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        parts = entry.name.split("-")
+        if len(parts) != 3 or parts[0] != "codila" or not parts[1].isdigit() or int(parts[1]) == os.getpid():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+            continue  # its codila still runs: its own to remove
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            entry.rmdir()
+        except OSError:
+            pass
+
+
+NOBODY = 65534  # the uid and gid a root codila's jails start as when no pids cgroup caps them
+
+
+def become_nobody() -> None:
+    """Drop every privilege to uid/gid 65534 (in a child, before it runs bwrap)."""
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+
+
+def drops_to_nobody(groups: RunGroups) -> bool:
+    """Whether a run with ``groups`` starts as uid 65534, so that RLIMIT_NPROC caps its processes: codila
+    runs as root (whose processes the kernel does not count), no pids cgroup caps the run, and bwrap works
+    started as that user here (the interpreter must be reachable by it: not one under a 0700 /root)."""
+    return os.geteuid() == 0 and not groups.pids and nobody_runs_jail()
+
+
+@lru_cache(maxsize=1)
+def nobody_runs_jail() -> bool:
+    path = shutil.which("bwrap")
+    if path is None or os.geteuid() != 0:
+        return False
+    try:
+        r = subprocess.run([*command(path, probe=True), "-I", "-c", "print('ok')"], capture_output=True, text=True,
+                           timeout=20, check=False, preexec_fn=become_nobody)  # noqa: PLW1509 - drop before exec
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and r.stdout.strip() == "ok"
 
 
 def limits_in_force(limits) -> list[str]:
@@ -224,8 +303,10 @@ def limits_in_force(limits) -> list[str]:
               f"{memory_mb} MiB per process only (RLIMIT_AS; no writable memory cgroup)")
     if groups.pids:
         procs = f"{max_procs} (pids cgroup)"
+    elif drops_to_nobody(groups):
+        procs = f"{max_procs} (RLIMIT_NPROC: as root without a writable pids cgroup, runs start as uid {NOBODY})"
     elif os.geteuid() == 0:
-        procs = "none (root, and no writable pids cgroup)"
+        procs = "none (root, no writable pids cgroup, and bwrap does not run as an unprivileged user here)"
     else:
         procs = f"{max_procs} (RLIMIT_NPROC)"
     return [f"memory {memory}", f"processes {procs}",
@@ -241,9 +322,10 @@ def limit_gaps(limits) -> list[str]:
     groups = run_cgroups(max_procs=limits.max_procs, memory_bytes=limits.memory_mb * 2**20)
     remove_cgroups(groups)
     gaps = []
-    if not groups.pids and os.geteuid() == 0:
-        gaps.append("no process cap for the runs here: codila runs as root and no pids cgroup below its own is "
-                    "writable (a program may fork until the machine's limit; codila doctor shows the limits)")
+    if not groups.pids and os.geteuid() == 0 and not drops_to_nobody(groups):
+        gaps.append("no process cap for the runs here: codila runs as root, no pids cgroup below its own is "
+                    f"writable, and the jail cannot start as uid {NOBODY} (is the interpreter under a private "
+                    "directory such as /root?); a program may fork until the machine's limit")
     if not groups.memory:
         gaps.append(f"memory is capped per process only ({limits.memory_mb} MiB each): no memory cgroup below "
                     "codila's own is writable, so a run's processes together may hold more")

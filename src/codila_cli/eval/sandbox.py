@@ -78,9 +78,9 @@ class Outcome:
     verdict: str = "isolated"  # "isolated" (tests in their own jail) or "in-process"
 
 
-def _own_processes() -> int:
-    """Processes of this real uid: RLIMIT_NPROC counts them all, so the run's cap comes on top."""
-    uid, n = os.getuid(), 0
+def _own_processes(uid: int) -> int:
+    """Processes of the real uid ``uid``: RLIMIT_NPROC counts them all, so the run's cap comes on top."""
+    n = 0
     for entry in os.scandir("/proc"):
         try:
             n += entry.name.isdigit() and entry.stat().st_uid == uid
@@ -89,8 +89,13 @@ def _own_processes() -> int:
     return n
 
 
-def _limits(limits: SandboxLimits, groups):
-    nproc = None if os.geteuid() == 0 else _own_processes() + limits.max_procs  # root: the cgroup caps it
+def _limits(limits: SandboxLimits, groups, *, jailed: bool = True):
+    from codila_cli.eval import jail as jails
+
+    # root: a pids cgroup caps the run, else the jail starts as uid 65534, whose processes RLIMIT_NPROC counts
+    drop = jailed and jails.drops_to_nobody(groups)
+    nproc = _own_processes(jails.NOBODY if drop else os.getuid()) + limits.max_procs \
+        if os.geteuid() != 0 or drop else None
 
     def apply() -> None:
         import resource
@@ -106,6 +111,8 @@ def _limits(limits: SandboxLimits, groups):
         for group in groups.dirs:  # before exec: the run and all it starts are in its cgroups from the start
             with open(group / "cgroup.procs", "w") as fh:
                 fh.write(str(os.getpid()))
+        if drop:
+            jails.become_nobody()
 
     return apply
 
@@ -168,7 +175,7 @@ class _Jailed:
                 env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(self.tmp), "PYTHONDONTWRITEBYTECODE": "1"}
             self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.PIPE, pass_fds=(*pass_fds, *memfds), start_new_session=True,
-                                         preexec_fn=_limits(limits, self.groups))  # noqa: PLW1509 - limits pre-exec
+                                         preexec_fn=_limits(limits, self.groups, jailed=jail.kind == "bwrap"))  # noqa: PLW1509 - limits pre-exec
         except BaseException:
             self._clean()
             raise

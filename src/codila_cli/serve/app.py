@@ -21,7 +21,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
+from codila_cli.serve.conn import BODY_LATE
 from codila_cli.serve.errors import APIError, error_body
 from codila_cli.ui.terminal import say
 
@@ -50,6 +52,7 @@ class Gate:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
+        origin = scope  # the protocol's own scope (serve/conn.py marks a body that came too slowly there)
         path = scope.get("path", "")
         headers = dict(scope.get("headers") or [])
         form = headers.get(b"content-type", b"").startswith(b"application/x-www-form-urlencoded")  # curl -d's default
@@ -84,6 +87,8 @@ class Gate:
                 await self._answer(scope, sent, 413, f"the request body is over the server's limit of {limit} bytes")
             else:
                 await self.app(scope, limited, sent)
+        except ClientDisconnect:  # the client went away (or sent its body too slowly: serve/conn.py) mid-request
+            status = status or (408 if origin.get(BODY_LATE) else 499)
         except _TooBig:
             if not status:
                 await self._answer(scope, sent, 413, f"the request body is over the server's limit of {limit} bytes")
@@ -91,9 +96,12 @@ class Gate:
             if not status:
                 await self._answer(scope, sent, 500, f"internal error: {type(exc).__name__}: {exc}"[:500], "server_error")
         self.metrics.requests.labels(_endpoint(path), str(status)).inc()
-        if not self.config.quiet:
+        if not self.config.quiet:  # one line: a path's own line breaks (%0a) are shown escaped, never kept
+            from codila_cli.ui.terminal import printable
+
             client = (scope.get("client") or ("-",))[0]
-            say(f"{client} {scope.get('method')} {path} {status} {(time.perf_counter() - t0) * 1000:.0f}ms\n")
+            say(printable(f"{client} {scope.get('method')} {path} {status} "
+                          f"{(time.perf_counter() - t0) * 1000:.0f}ms") + "\n")
             sys.stderr.flush()
 
     @staticmethod
@@ -145,7 +153,6 @@ def create_app(engine: Any, config: ServeConfig) -> FastAPI:
                   description="Diffusion-LM code generation with CoDiLA: OpenAI, llama.cpp and Ollama endpoints.")
     app.state.engine, app.state.config = engine, config
     app.state.runner, app.state.metrics = runner, metrics
-    app.state.slots, app.state.slot_seq = {}, {}  # a client's /infill slot: its running ticket, its latest request
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:

@@ -16,12 +16,12 @@ def served(name: str) -> str:
 
 
 def request_settings(base: Any, **kw: Any) -> Any:
-    from codila_cli.serve.requests import gen_settings, request_terms
+    from codila_cli.serve.requests import gen_settings
 
     try:
         return gen_settings(base, **kw)
     except (ValueError, TypeError) as exc:
-        raise APIError(400, request_terms(str(exc)), param="codila") from None
+        raise APIError(400, str(exc), param="codila") from None
 
 
 def stop_list(stop: Any) -> tuple[str, ...]:

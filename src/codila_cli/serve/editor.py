@@ -3,8 +3,9 @@
 to right: its whole lines, or the part of the first line when none is whole yet (marked truncated; a
 diffusion model's committed prefix may hold no line break for a long time, so unlike llama.cpp it does not
 wait for one), and ``n_indent``, the least indentation a line after the first may have (the
-middle ends before a line indented less: the end of the block being filled); and ``id_slot``: a newer fill
-in a client's slot cancels the earlier one (serve/stream.py::run_job)."""
+middle ends before a line indented less: the end of the block being filled). ``id_slot`` is read and ignored: the
+only thing that identifies a client is its address, which two editors on one machine (or every user behind
+one proxy) share, so a request is cancelled only when its own client goes away (serve/runner.py)."""
 
 from __future__ import annotations
 
@@ -47,22 +48,3 @@ def cut_indent(text: str, n_indent: int | None) -> tuple[str, bool]:
         if line.strip() and len(line) - len(line.lstrip(" \t")) < n_indent:
             return "\n".join(lines[:k]) + "\n", True
     return text, False
-
-
-def claim_slot(st: Any, job: Any) -> int | None:
-    """A fill that names its slot (llama.cpp's ``id_slot``, which llama.vscode and llama.vim send) cancels
-    the same client's earlier fill in that slot, running or waiting: the editor moved on. Its number."""
-    if job.slot is None:
-        return None
-    mine = st.slot_seq[job.slot] = st.slot_seq.get(job.slot, 0) + 1
-    earlier = st.slots.get(job.slot)
-    if earlier is not None:
-        earlier.cancel("superseded")
-        st.metrics.cancelled.labels("superseded").inc()
-    return mine
-
-
-def superseded() -> dict:
-    """llama.cpp's answer shape for a fill a newer one in its slot replaced: empty, nothing decoded."""
-    return {"content": "", "stop": True, "stop_type": "none", "truncated": False, "tokens_predicted": 0,
-            "codila": {"cancelled": "superseded"}}

@@ -43,7 +43,7 @@ def document(job: Any, style: str, outs: list) -> dict | list:
                              "finish_reason": o.finish_reason} for i, o in enumerate(outs)],
                 "usage": _usage(outs), "codila": _codila(outs)}
     if style == "llama":
-        return _llama(job, outs[0]) if len(outs) == 1 else [_llama(job, o) for o in outs]
+        return _llama(job, outs[0]) if len(outs) == 1 and not job.listed else [_llama(job, o) for o in outs]
     return _ollama_final(job, style, outs[0])
 
 
@@ -158,5 +158,5 @@ def failure(job: Any, style: str, err: Any) -> str:
     from codila_cli.serve.errors import error_body
 
     ollama = style.startswith("ollama")
-    body = error_body("/api/" if ollama else "/v1/", err.status, err.message, err.kind, err.param, err.code)
+    body = error_body("/api/" if ollama else "/infill" if style == "llama" else "/v1/", err.status, err.message, err.kind, err.param, err.code)
     return _ndjson(body) if ollama else _sse(body)

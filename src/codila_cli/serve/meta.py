@@ -1,4 +1,4 @@
-"""The endpoints clients call to find a server and its models (no decoding): ``GET /`` (Ollama's liveness
+"""The endpoints clients call to find a server and its models (no decoding): ``GET /`` and ``HEAD /`` (Ollama's liveness
 text), ``GET /api/version``, ``GET /api/ps`` (the loaded models), ``GET /props`` (llama.cpp's server
 properties) and ``GET /v1/models/{id}`` (OpenAI's model object; an unknown id is a 404 in OpenAI's error
 schema)."""
@@ -15,7 +15,7 @@ from codila_cli.serve.routes import _check_model, _names, _state
 router = APIRouter()
 
 
-@router.get("/")
+@router.api_route("/", methods=["GET", "HEAD"])  # Ollama's clients check the server with HEAD /
 async def root() -> PlainTextResponse:
     return PlainTextResponse("codila is running (OpenAI, llama.cpp and Ollama endpoints: docs/serve.md)")
 

@@ -17,7 +17,7 @@ from codila_cli.decoding.events import StepEvent
 # the `codila` request object: codila's own decoding choices, any knob of the table (decoding/config.py)
 # except those the ecosystems' own fields carry (length, sampling) and the server's (models, device)
 _OWN = ("max_new_tokens", "max_middle_tokens", "temperature", "top_p", "top_k", "stop", "device", "dtype")
-_OWN_FIELD = {"max_new_tokens": "max_tokens", "max_middle_tokens": "max_tokens"}  # OpenAI's name for the length
+_OWN_FIELD = ("max_new_tokens", "max_middle_tokens")  # the token limit: each endpoint names it (limit_field)
 
 
 def _knob_values(codila: dict, table: Any, *, what: str) -> dict:
@@ -33,19 +33,32 @@ def _knob_values(codila: dict, table: Any, *, what: str) -> dict:
     return codila
 
 
-def request_terms(message: str) -> str:
+def request_terms(message: str, path: str = "/v1/") -> str:
     """A settings error in the request's words: a knob's command-line flag (``--cache``, from the config's
     own checks) becomes its field in the ``codila`` object (``codila.cache``), or the request's own field
-    for what the request carries itself (``--max-new-tokens``: ``max_tokens``)."""
+    for what the request carries itself (``--max-new-tokens``: the token limit by the name the endpoint
+    at ``path`` gives it: ``max_tokens``, llama.cpp's ``n_predict``, Ollama's ``options.num_predict``)."""
     import re
 
+    if "-" not in message:
+        return message
     from codila_cli.decoding.config import GEN_KNOBS, INFILL_KNOBS
 
-    fields = {k.option: _OWN_FIELD.get(k.name, k.name) if k.name in _OWN else f"codila.{k.name}"
+    limit = limit_field(path)
+    fields = {k.option: (limit if k.name in _OWN_FIELD else k.name) if k.name in _OWN else f"codila.{k.name}"
               for t in (GEN_KNOBS, INFILL_KNOBS) for k in t.values() if k.option}
     message = re.sub(r"(?<![\w-])--[a-z][a-z-]*", lambda m: fields.get(m[0], m[0]), message)
     # a config's range check names the flag without its dashes ("max-new-tokens must be …")
     return re.sub(r"^([a-z]+(?:-[a-z]+)+)(?= must)", lambda m: fields.get("--" + m[1], m[1]), message)
+
+
+def limit_field(path: str) -> str:
+    """The name a request to ``path`` gives its token limit."""
+    if path.startswith("/api/"):
+        return "options.num_predict"
+    if path in ("/infill", "/completion"):
+        return "n_predict"
+    return "max_tokens"
 
 
 @dataclass(frozen=True)

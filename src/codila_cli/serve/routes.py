@@ -118,7 +118,7 @@ class InfillRequest(_Located):
     t_max_predict_ms: int | None = Field(None, ge=0)  # a fill returns what is committed by then (0: no limit)
     n_indent: int | None = Field(None, ge=0)  # a fill ends before a later line indented less
     n_cmpl: int = Field(1, ge=1, le=8)  # alternatives (llama.vscode asks for 3): a list of answers
-    id_slot: int | None = None  # llama.cpp's slot: a newer fill in the same client's slot cancels this one
+    id_slot: int | None = None  # llama.cpp's slot: read and ignored (no request cancels another client's)
 
 
 class LlamaCompletion(_Located):
@@ -296,10 +296,11 @@ async def infill(body: InfillRequest, request: Request) -> Response:
                      max_middle=body.n_predict, temperature=body.temperature, top_p=body.top_p,
                      seed=None if body.seed in (None, -1) else body.seed, codila=body.codila, model=None,
                      stop=body.stop or None, n=body.n_cmpl)
+    job.listed = body.n_cmpl > 1
+    if job.n > 1 and job.settings.sampling.temperature == 0:  # greedy: every alternative would be this text
+        job.n = 1
     job.context = len(extra)  # the other files' text: the model reads it, the syntax report does not
     job.fields, job.deadline_ms, job.n_indent = body.response_fields, body.t_max_predict_ms or None, body.n_indent
-    if body.id_slot is not None and body.n_predict != 0:  # a warm-up (n_predict 0) decodes nothing: it keeps its slot
-        job.slot = ((request.client.host if request.client else "-"), body.id_slot)
     return await run_job(request, job.located(body.language, body.filename), style="llama", stream=body.stream)
 
 

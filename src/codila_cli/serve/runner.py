@@ -94,7 +94,7 @@ class Runner:
         self.max_batch, self.max_queue, self.deadline_s = max_batch, max_queue, deadline_s
         self._free = max_batch
         self._waiting = 0
-        self._cond: asyncio.Condition | None = None
+        self._wakeups: list[asyncio.Future] = []  # waiting requests, woken when slots are released
         self.narrow = engine.batcher.narrow  # made here, once: request threads would race to make it
         self._pool = ThreadPoolExecutor(max_workers=max_batch * 2 + 2, thread_name_prefix="codila-request",
                                         initializer=self._thread_start)
@@ -106,38 +106,37 @@ class Runner:
         """Batch slots taken by admitted requests."""
         return self.max_batch - self._free
 
-    def _condition(self) -> asyncio.Condition:
-        if self._cond is None:
-            self._cond = asyncio.Condition()
-        return self._cond
-
     async def admit(self, rows: int, *, since: float | None = None) -> None:
         """Wait for ``rows`` batch slots, or raise QueueFull at once when the queue is full; the wait counts
         against the request's deadline (from ``since``, its arrival on ``time.monotonic``): past it,
-        DeadlineExceeded, so a queued request is answered within ``--timeout`` too."""
-        cond = self._condition()
-        left = self.deadline_s - (time.monotonic() - since) if since is not None else self.deadline_s
-        async with cond:
-            if self.stopping:
-                raise QueueFull("the server is shutting down")
-            if self._free < rows and self._waiting >= self.max_queue:
-                raise QueueFull(f"{self.max_batch} requests are decoding and {self._waiting} are waiting")
-            self._waiting += 1
-            self.metrics.queue.set(self._waiting)
-            try:
+        DeadlineExceeded, so a queued request is answered within ``--timeout`` too. No lock: the event
+        loop is one thread, and :meth:`release` must never wait (a cancelled stream releases its slots)."""
+        end = (time.monotonic() if since is None else since) + self.deadline_s
+        if self.stopping:
+            raise QueueFull("the server is shutting down")
+        if self._free < rows and self._waiting >= self.max_queue:
+            raise QueueFull(f"{self.max_batch} requests are decoding and {self._waiting} are waiting")
+        self._waiting += 1
+        self.metrics.queue.set(self._waiting)
+        try:
+            while self._free < rows and not self.stopping:
+                wake = asyncio.get_running_loop().create_future()
+                self._wakeups.append(wake)
                 try:
-                    await asyncio.wait_for(cond.wait_for(lambda: self._free >= rows or self.stopping),
-                                           timeout=max(0.0, left))
+                    await asyncio.wait_for(wake, timeout=max(0.0, end - time.monotonic()))
                 except asyncio.TimeoutError:
                     self.metrics.cancelled.labels("deadline").inc()
                     raise DeadlineExceeded(f"the request waited past the server's deadline of {self.deadline_s:g} s "
                                            "for a batch slot") from None
-                if self.stopping:
-                    raise QueueFull("the server is shutting down")
-                self._free -= rows
-            finally:
-                self._waiting -= 1
-                self.metrics.queue.set(self._waiting)
+                finally:
+                    if wake in self._wakeups:
+                        self._wakeups.remove(wake)
+            if self.stopping:
+                raise QueueFull("the server is shutting down")
+            self._free -= rows
+        finally:
+            self._waiting -= 1
+            self.metrics.queue.set(self._waiting)
         self.metrics.running.inc(rows)
 
     def _thread_start(self) -> None:
@@ -147,12 +146,17 @@ class Runner:
 
         use_threads(self.narrow)
 
-    async def release(self, rows: int) -> None:
-        cond = self._condition()
-        async with cond:
-            self._free += rows
-            cond.notify_all()
+    def release(self, rows: int) -> None:
+        """Give back ``rows`` slots and wake the waiting requests; never waits (on the event loop's thread)."""
+        self._free += rows
         self.metrics.running.dec(rows)
+        self._wake()
+
+    def _wake(self) -> None:
+        wakeups, self._wakeups = self._wakeups, []
+        for wake in wakeups:
+            if not wake.done():
+                wake.set_result(None)
 
     def ticket(self) -> Ticket:
         t = Ticket()
@@ -203,7 +207,5 @@ class Runner:
         self.stopping = True
         for t in list(self._tickets):
             t.cancel("shutdown")
-        cond = self._condition()
-        async with cond:
-            cond.notify_all()
+        self._wake()
         self._pool.shutdown(wait=False, cancel_futures=True)

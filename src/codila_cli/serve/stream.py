@@ -10,7 +10,6 @@ block. The last chunk carries ``finish_reason`` and ``usage``.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from codila_cli.serve.checks import fitted, request_settings, served, stop_list
-from codila_cli.serve.editor import claim_slot, superseded
 from codila_cli.serve.errors import APIError
 
 
@@ -51,9 +49,9 @@ class Job:
     context: int = 0  # characters at the start of ``prompt`` that are other files' text (/infill's input_extra)
     clamped: int | None = None  # the token limit a request asked beyond the context was lowered to
     fields: list[str] | None = None  # llama.cpp's response_fields: the answer holds only these paths
+    listed: bool = False  # llama.cpp's n_cmpl > 1: the answer is a list, even of one
     deadline_ms: int | None = None  # llama.cpp's t_max_predict_ms: a fill returns what is committed by then
     n_indent: int | None = None  # llama.cpp's n_indent: a fill ends before a line indented less (serve/editor.py)
-    slot: tuple | None = None  # (client address, id_slot): a newer fill in the same slot cancels this one
     nothing: bool = False  # asked for 0 tokens (llama.vscode's cache warm-up): answered empty, nothing decoded
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = field(default_factory=lambda: "cmpl-" + uuid.uuid4().hex[:24])
@@ -101,13 +99,13 @@ class Job:
     def infill(cls, request: Request, *, prefix: str, suffix: str, max_middle: int | None, temperature: float | None,
                top_p: float | None, seed: int | None, codila: dict | None, model: str | None, n: int = 1,
                stop: Any = None) -> Job:
-        from codila_cli.serve.requests import infill_settings, request_terms
+        from codila_cli.serve.requests import infill_settings
 
         st = request.app.state
         try:
             cfg = infill_settings(max_middle=max_middle or None, temperature=temperature, top_p=top_p, codila=codila)
         except (ValueError, TypeError) as exc:
-            raise APIError(400, request_terms(str(exc)), param="codila") from None
+            raise APIError(400, str(exc), param="codila") from None
         models = st.engine.infill_models
         if models is None:
             raise APIError(400, "this server has no infill model", param="suffix")
@@ -187,8 +185,12 @@ class Job:
                                                        seed=self.seed_of(i), on_step=timed or on_step, batched=True,
                                                        on_row=on_row)
         except OutOfTime:  # what is committed, left to right, by the client's time limit
+            from codila_cli.engine.tasks import context_cut
+
             text = cut_indent(cut_at_stop(timed.text, self.stops)[0], self.n_indent)[0]
-            return RowOut(text, "length", 0, len(tok.encode(text, add_special_tokens=False)),
+            cut = context_cut(self.engine.infill_models.dlm, self.prompt, self.suffix, config=self.settings)[2]
+            return RowOut(text, "length", cut["prefix_kept"] + cut["suffix_kept"],
+                          len(tok.encode(text, add_special_tokens=False)),
                           {"decoder": "codila" if self.settings.needs_helper else "dreamon", "seed": self.seed_of(i),
                            "stopped_at_ms": self.deadline_ms, "wall_seconds": round(timed.seconds, 4),
                            **self._clamp_info()})
@@ -229,7 +231,6 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
     if job.n > runner.max_batch:  # it could never be admitted
         raise APIError(400, f"n = {job.n} is more than this server decodes at once (--max-batch {runner.max_batch})",
                        param="n")
-    mine = claim_slot(st, job)
     try:
         await runner.admit(job.n, since=arrived)
     except QueueFull as exc:
@@ -239,12 +240,7 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
                        code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
     except DeadlineExceeded as exc:
         raise APIError(504, str(exc), kind="timeout_error", code="deadline_exceeded") from None
-    if job.slot is not None and st.slot_seq.get(job.slot) != mine:  # superseded while it waited
-        await runner.release(job.n)
-        return JSONResponse(superseded())
     ticket = runner.ticket()
-    if job.slot is not None:
-        st.slots[job.slot] = ticket
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     t0 = time.perf_counter()
@@ -270,7 +266,13 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
     tasks = [asyncio.ensure_future(runner.call(lambda i=i: row(i), ticket, watch=watch, since=arrived))
              for i in range(job.n)]
 
-    async def finish() -> None:
+    finished = False
+
+    async def finish() -> None:  # once, whichever way the request ends (its stream may never start)
+        nonlocal finished
+        if finished:
+            return
+        finished = True
         for t in tasks:
             if not t.done():
                 t.cancel()
@@ -278,9 +280,7 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
                 t.exception()  # retrieved (a stream already answered it): no "never retrieved" warning
         ticket.cancel("finished")
         runner.done(ticket)
-        if job.slot is not None and st.slots.get(job.slot) is ticket:
-            del st.slots[job.slot]
-        await runner.release(job.n)
+        runner.release(job.n)
         st.metrics.latency.labels(request.url.path).observe(time.perf_counter() - t0)
 
     if not stream:
@@ -293,16 +293,33 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
         if any(o is None for o in outs):  # cancelled: by a stopping server, else the client went away
             if ticket.reason == "shutdown":
                 raise _stopped()
-            if ticket.reason == "superseded":
-                return JSONResponse(superseded())
             return Response(status_code=499)
         _count(st, outs)
         from codila_cli.serve import formats
 
         return JSONResponse(formats.select(formats.document(job, style, outs), job.fields))
-    return StreamingResponse(_events(job, style, queue, finish, st, t0, ticket),
-                             media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return _Stream(_events(job, style, queue, finish, st, t0, ticket), finish,
+                   media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream",
+                   headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+class _Stream(StreamingResponse):
+    """A stream whose request is finished (its slots released, its rows cancelled) however the response
+    ends: a client that goes away before the first byte leaves the body generator unstarted, so its own
+    ``finally`` never runs, and a cancelled send leaves it suspended until the garbage collector."""
+
+    def __init__(self, content: Any, finish: Any, **kw: Any) -> None:
+        super().__init__(content, **kw)
+        self._finish = finish
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        import anyio
+
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish()
 
 
 def _nothing(job: Job, style: str, stream: bool) -> Response:
@@ -349,8 +366,6 @@ async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: A
             else:
                 out, ft = value
                 if out is None:
-                    if ticket.reason == "superseded":  # llama.cpp's stream (the one format with slots): its end
-                        yield f"data: {json.dumps(superseded())}\n\n"
                     if ticket.reason in ("deadline", "shutdown"):
                         yield formats.failure(job, style, _stopped() if ticket.reason == "shutdown" else APIError(
                             504, f"the request ran past the server's deadline of {st.runner.deadline_s:g} s",
