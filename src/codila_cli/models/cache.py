@@ -87,11 +87,14 @@ def resolve_local_dir(spec: ModelSpec) -> Path:
 
 
 def _check_dir(path: Path, spec: ModelSpec) -> None:
-    if not (path / "config.json").is_file():
+    from codila_cli.models.files import check_folder
+
+    if not os.path.lexists(path / "config.json"):
         raise ModelNotFoundError(
             f"'{spec.name}' has no config.json ({path})",
             hint=_download_hint(spec) if spec.repo_id else "point at a Hugging Face model directory",
         )
+    check_folder(path, name=spec.name)  # every file a load opens is a regular file (a FIFO hangs a reader)
     if not any(path.glob("*.safetensors")):
         pickles = [n for n in WEIGHT_PICKLE if (path / n).exists()]
         if pickles:

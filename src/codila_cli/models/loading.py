@@ -8,7 +8,6 @@ executes code shipped inside a checkpoint.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,16 @@ DEVICES_HELP = "auto, cpu, cuda, cuda:N or mps"
 
 
 def read_config(path: Path, *, name: str) -> dict:
-    try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"'{name}': config.json cannot be read: {exc}",
-                             hint="the checkpoint is damaged: copy it again") from exc
+    """``path``'s config.json, read safely (models/files.py) and checked (models/validate.py): a size that
+    is not a positive whole number, or heads that do not divide the width, are refused here, naming the
+    field, before any network is built from them."""
+    from codila_cli.models.files import read_json
+    from codila_cli.models.validate import check_config
+
+    cfg = read_json(path / "config.json", name=name, limit=16 * 2**20)
     if not isinstance(cfg, dict) or "model_type" not in cfg:
         raise ModelLoadError(f"'{name}': config.json has no model_type", hint="is this a Hugging Face model directory?")
+    check_config(cfg, name=name, path=path)
     return cfg
 
 
@@ -150,11 +152,16 @@ def _hf_config(cfg: dict, *, name: str) -> Any:
 def _weight_files(path: Path, *, name: str) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
+        from codila_cli.models.files import read_json
+
         try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError) as exc:
+            shards = sorted(set(read_json(index, name=name)["weight_map"].values()))
+        except (TypeError, AttributeError, KeyError) as exc:
             raise ModelLoadError(f"'{name}': damaged model.safetensors.index.json: {exc}",
                                  hint="the checkpoint is damaged: copy it again") from exc
+        if any(not isinstance(s, str) or "/" in s or "\\" in s or s.startswith(".") for s in shards):
+            raise ModelLoadError(f"'{name}': model.safetensors.index.json names a shard outside its folder",
+                                 hint="the checkpoint is damaged: copy it again")
         files = [path / s for s in shards]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
@@ -233,6 +240,10 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
     forces one, e.g. transformers for training) and load its safetensors weights with strict key checks."""
     import torch
 
+    from codila_cli.models.validate import check_shapes, check_weights_against_config
+
+    # the headers against the config before a byte of weights is read or a layer built (issue 60)
+    check_weights_against_config(cfg, _weight_files(path, name=name), name=name, path=path)
     state = load_state_dict(path, name=name, device=device, dtype=dtype)
     if (engine or engine_for(path, cfg)) == "native":
         from codila_cli.models.native import NativeConfig, NativeLM, load_native
@@ -245,6 +256,7 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
         with torch.device("meta"):
             model = NativeLM(native_cfg, causal=causal)
         _check_weights(model, state, tied=native_cfg.tie_word_embeddings, name=name)
+        check_shapes(model, state, name=name, path=path)
         model = load_native(model, state, device=device, dtype=dtype)
         assert_materialised(model, name=name)
         return model
@@ -256,6 +268,7 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
         model = AutoModelForCausalLM.from_config(hf_cfg, dtype=dtype)
     tied = bool(getattr(hf_cfg, "tie_word_embeddings", False))
     _check_weights(model, state, tied=tied, name=name)
+    check_shapes(model, state, name=name, path=path)
     # the loaded tensors become the parameters (assign): one copy of the weights, not two
     model.load_state_dict(state, strict=False, assign=True)
     state.clear()
