@@ -569,3 +569,34 @@ def test_train_prints_one_line_or_with_json_one_object(pair, tmp_path):
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["output"] == str(tmp_path / "b") and out["step"] == 1
+
+
+@pytest.mark.parametrize("cut_at", [2, 4])
+def test_an_interrupt_during_a_steps_validation_loses_no_log_line_on_resume(pair, tmp_path, monkeypatch, cut_at):
+    """Issue 60: an interrupt between a step's update and its log line (during its validation) saved the
+    step, so --resume went on after it and its line, and at the last step the helper's valid_block_ce,
+    were lost. The checkpoint now keeps the unfinished record, and --resume finishes it first."""
+    from codila_cli.train.align import trainer
+
+    real = trainer.validate
+    calls = {"n": 0}
+
+    def interrupted(cfg, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == cut_at // 2:  # validations run at steps 2 and 4 (--valid-every 2)
+            raise KeyboardInterrupt
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(trainer, "validate", interrupted)
+    out = tmp_path / "h"
+    r = _align(pair, out, "--valid-every", "2", "--ckpt-every", "1")
+    assert r.exit_code == 130, r.output
+    assert [row["step"] for row in _log(out)] == list(range(1, cut_at))  # the cut step's line is not written yet
+    monkeypatch.setattr(trainer, "validate", real)
+    r = _align(pair, out, "--valid-every", "2", "--ckpt-every", "1", "--resume")
+    assert r.exit_code == 0, r.stderr
+    rows = _log(out)
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    assert all("valid" in row for row in rows if row["step"] % 2 == 0)
+    card = json.loads((out / "config.json").read_text())["codila_training"]
+    assert card["steps"] == 4 and card["valid_block_ce"], card

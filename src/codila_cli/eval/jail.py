@@ -287,7 +287,7 @@ def nobody_runs_jail() -> bool:
         return False
     try:
         r = subprocess.run([*command(path, probe=True), "-I", "-c", "print('ok')"], capture_output=True, text=True,
-                           timeout=20, check=False, preexec_fn=become_nobody)  # noqa: PLW1509 - drop before exec
+                           timeout=20, check=False, preexec_fn=become_nobody)
     except (OSError, subprocess.SubprocessError):
         return False
     return r.returncode == 0 and r.stdout.strip() == "ok"

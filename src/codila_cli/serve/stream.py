@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from codila_cli.serve.checks import fitted, request_settings, served, stop_list
 from codila_cli.serve.errors import APIError
+from codila_cli.serve.events import Stream, as_api_error, count, events, stopped
 
 
 @dataclass
@@ -235,7 +236,7 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
         await runner.admit(job.n, since=arrived)
     except QueueFull as exc:
         if runner.stopping:
-            raise _stopped() from None
+            raise stopped() from None
         raise APIError(429, f"the server is busy: {exc}; try again shortly", kind="rate_limit_error",
                        code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
     except DeadlineExceeded as exc:
@@ -287,39 +288,20 @@ async def run_job(request: Request, job: Job, *, style: str, stream: bool) -> Re
         try:
             outs = await asyncio.gather(*tasks)
         except Exception as exc:  # noqa: BLE001 - one error object for this client
-            raise _as_api_error(exc) from None
+            raise as_api_error(exc) from None
         finally:
             await finish()
         if any(o is None for o in outs):  # cancelled: by a stopping server, else the client went away
             if ticket.reason == "shutdown":
-                raise _stopped()
+                raise stopped()
             return Response(status_code=499)
-        _count(st, outs)
+        count(st, outs)
         from codila_cli.serve import formats
 
         return JSONResponse(formats.select(formats.document(job, style, outs), job.fields))
-    return _Stream(_events(job, style, queue, finish, st, t0, ticket), finish,
+    return Stream(events(job, style, queue, finish, st, t0, ticket), finish,
                    media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream",
                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-class _Stream(StreamingResponse):
-    """A stream whose request is finished (its slots released, its rows cancelled) however the response
-    ends: a client that goes away before the first byte leaves the body generator unstarted, so its own
-    ``finally`` never runs, and a cancelled send leaves it suspended until the garbage collector."""
-
-    def __init__(self, content: Any, finish: Any, **kw: Any) -> None:
-        super().__init__(content, **kw)
-        self._finish = finish
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        import anyio
-
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._finish()
 
 
 def _nothing(job: Job, style: str, stream: bool) -> Response:
@@ -332,84 +314,3 @@ def _nothing(job: Job, style: str, stream: bool) -> Response:
     chunks = [*formats.opening(job, style), *(formats.last(job, style, i, o) for i, o in enumerate(outs)),
               *formats.closing(job, style, outs)]
     return StreamingResponse(iter(chunks), media_type="application/x-ndjson" if style.startswith("ollama") else "text/event-stream")
-
-
-def _stopped() -> APIError:
-    return APIError(503, "the server is stopping: this request was cancelled; send it again", kind="server_error",
-                    code="server_shutdown")
-
-
-async def _events(job: Job, style: str, queue: asyncio.Queue, finish: Any, st: Any, t0: float, ticket: Any):
-    """The stream's chunks; it always ends in the format's way: the last chunks and ``[DONE]``, or an error
-    event (and ``[DONE]`` where the format has it) when the request failed, ran past the deadline or the
-    server stopped. A client that went away gets nothing more."""
-    from codila_cli.serve import formats
-
-    outs: dict[int, RowOut] = {}
-    first = True
-    try:
-        for chunk in formats.opening(job, style):
-            yield chunk
-        left = set(range(job.n))
-        while left:
-            kind, i, value = await queue.get()
-            if kind == "text":
-                if first:
-                    st.metrics.first_chunk.observe(time.perf_counter() - t0)
-                    first = False
-                yield formats.piece(job, style, i, value)
-            elif kind == "error":
-                yield formats.failure(job, style, _as_api_error(value))
-                for chunk in _done(style):
-                    yield chunk
-                return
-            else:
-                out, ft = value
-                if out is None:
-                    if ticket.reason in ("deadline", "shutdown"):
-                        yield formats.failure(job, style, _stopped() if ticket.reason == "shutdown" else APIError(
-                            504, f"the request ran past the server's deadline of {st.runner.deadline_s:g} s",
-                            kind="timeout_error", code="deadline_exceeded"))
-                        for chunk in _done(style):
-                            yield chunk
-                    return
-                rest = ft.rest(out.text)
-                if rest:
-                    yield formats.piece(job, style, i, rest)
-                outs[i] = out
-                left.discard(i)
-                yield formats.last(job, style, i, out)
-        _count(st, list(outs.values()))
-        for chunk in formats.closing(job, style, [outs[i] for i in range(job.n)]):
-            yield chunk
-    finally:
-        await finish()
-
-
-def _done(style: str) -> list[str]:
-    """OpenAI's end of stream after an error event (the other formats have none)."""
-    return ["data: [DONE]\n\n"] if style.startswith("openai") else []
-
-
-def _count(st: Any, outs: list) -> None:
-    for o in outs:
-        st.metrics.prompt_tokens.inc(o.prompt_tokens)
-        st.metrics.tokens.inc(o.completion_tokens)
-
-
-def _as_api_error(exc: BaseException) -> APIError:
-    from codila_cli.errors import CodilaError, UsageError
-    from codila_cli.serve.runner import DeadlineExceeded
-
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, DeadlineExceeded):
-        return APIError(504, str(exc), kind="timeout_error", code="deadline_exceeded")
-    if isinstance(exc, (UsageError, ValueError)):
-        return APIError(400, str(exc))
-    if isinstance(exc, CodilaError):
-        return APIError(500, str(exc), kind="server_error")
-    return APIError(500, f"internal error: {type(exc).__name__}: {exc}"[:500], kind="server_error")
-
-
-

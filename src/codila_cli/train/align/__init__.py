@@ -210,7 +210,7 @@ def prepare_data(cfg: AlignConfig, pair: Pair, *, main: bool = True) -> dict:
     when the source and tokenizer are unchanged. Rank 0 writes; the others wait for it."""
     import numpy as np
 
-    from codila_cli.models.tokens import encode_text
+    from codila_cli.models.tokens import encode_long
     from codila_cli.train.sources import documents, is_valid_document, parse_source
 
     src = parse_source(cfg.data, field=cfg.field, glob=cfg.glob)
@@ -230,7 +230,7 @@ def prepare_data(cfg: AlignConfig, pair: Pair, *, main: bool = True) -> dict:
     for text in documents(src):
         digest.update(hashlib.sha256(text.encode("utf-8")).digest())
         split = "valid" if is_valid_document(text, cfg.valid_fraction) else "train"
-        ids = encode_text(pair.dlm_tokenizer, text)  # "<|endoftext|>" in a file is text, as at inference
+        ids = encode_long(pair.dlm_tokenizer, text)  # "<|endoftext|>" in a file is text, as at inference
         streams[split].append(np.asarray([*ids, eos], np.int32))
         counts[split] += 1
     if counts["train"] + counts["valid"] == 0:

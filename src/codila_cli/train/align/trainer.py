@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,6 +173,7 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
                                main=shard.main)
     ckpt_path, log_path = state_dir / "ckpt.pt", state_dir / "log.jsonl"
     step = 0
+    pending: dict | None = None  # the record of an update whose log line is not written yet
     if cfg.resume:
         from codila_cli.train.checkpoint import load_checkpoint
 
@@ -179,6 +181,7 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
         models.ar.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step = int(state["step"])
+        pending = state.get("record")  # an interrupt came between the update and its log line
     if shard.main:
         (state_dir / "run.json").write_text(json.dumps(cfg.fingerprint(), indent=2) + "\n", encoding="utf-8")
     train_stream = np.load(state_dir / "data" / "train.npy", mmap_mode="r")
@@ -189,11 +192,35 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
 
     def save() -> None:
         if shard.main:
-            save_checkpoint({"model": models.ar.state_dict(), "opt": opt.state_dict(), "step": step}, ckpt_path)
+            save_checkpoint({"model": models.ar.state_dict(), "opt": opt.state_dict(), "step": step,
+                             "record": pending}, ckpt_path)
 
-    last: dict = {"step": step}
+    def finish(record: dict) -> None:
+        """The step's validation when it is due, then its log line; an interrupt before the line is written
+        leaves the record in the checkpoint (``save``), and ``--resume`` finishes it (issue 60: a resumed
+        run lost the line, and with it the helper's ``valid_block_ce``, in three of the battery's runs)."""
+        nonlocal pending
+        pending = record
+        at = record["step"]
+        if (at % cfg.valid_every == 0 or at == cfg.steps) and "valid" not in record:
+            if shard.main:
+                record.update(validate(cfg, models, valid_stream, bos, device))
+            if device.type == "cuda":
+                record["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        with deferred_interrupt():  # the line and the end of the pending record together
+            if shard.main:
+                with open(log_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(record) + "\n")
+            pending = None
+        if shard.main and on_log:
+            on_log(record)
+
+    last: dict = _last_record(log_path, step) if cfg.resume else {"step": step}
     t_start = time.perf_counter()
     try:
+        if pending is not None:
+            finish(pending)
+            last = _last_record(log_path, step)
         while step < cfg.steps:
             t0 = time.perf_counter()
             for group in opt.param_groups:
@@ -212,34 +239,27 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
                     (loss / cfg.grad_accum).backward()
                 total += loss.detach() / cfg.grad_accum
             gnorm = torch.nn.utils.clip_grad_norm_(models.ar.parameters(), cfg.grad_clip)
-            with deferred_interrupt():  # the update and its step count together (an interrupt saves a whole step)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                step += 1
             if shard.world > 1:
                 import torch.distributed as dist
 
                 dist.all_reduce(total)
                 total /= shard.world
             dt = time.perf_counter() - t0
-            last = {"step": step, "loss": round(float(total), 5), "grad_norm": round(float(gnorm), 4),
-                    "lr": lr_at(step - 1, cfg), "block": st.block, "frontier": st.frontier,
-                    "tokens_per_second": round(cfg.batch * cfg.seq_len / dt, 1),
-                    "blocks_per_second": round(cfg.batch * (1 if st.frontier else cfg.blocks_per_row) / dt, 2),
-                    "elapsed": round(time.perf_counter() - t_start, 1)}
+            record = {"step": step + 1, "loss": round(float(total), 5), "grad_norm": round(float(gnorm), 4),
+                      "lr": lr_at(step, cfg), "block": st.block, "frontier": st.frontier,
+                      "tokens_per_second": round(cfg.batch * cfg.seq_len / dt, 1),
+                      "blocks_per_second": round(cfg.batch * (1 if st.frontier else cfg.blocks_per_row) / dt, 2),
+                      "elapsed": round(time.perf_counter() - t_start, 1)}
             if cache:  # micro-batches of this rank whose marginals the DLM computed (0: all read from the cache)
-                last["dlm_forwards"] = cache.misses - misses
-                last["cache_damaged"] = cache.damaged  # entries refused and recomputed so far (cache.py)
-            if step % cfg.valid_every == 0 or step == cfg.steps:
-                if shard.main:
-                    last.update(validate(cfg, models, valid_stream, bos, device))
-                if device.type == "cuda":
-                    last["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
-            if shard.main:
-                with open(log_path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(last) + "\n")
-                if on_log:
-                    on_log(last)
+                record["dlm_forwards"] = cache.misses - misses
+                record["cache_damaged"] = cache.damaged  # entries refused and recomputed so far (cache.py)
+            with deferred_interrupt():  # the update, its step count and its pending record together
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                pending = record
+            finish(record)
+            last = record
             if step % cfg.ckpt_every == 0 or step == cfg.steps:
                 save()
     except KeyboardInterrupt:
@@ -257,3 +277,19 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
 
         dist.barrier()
     return last
+
+
+def _last_record(log_path: Path, step: int) -> dict:
+    """The log line of ``step`` (the last one written for it), else ``{"step": step}``."""
+    try:
+        lines = log_path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {"step": step}
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("step") == step:
+            return record
+    return {"step": step}
