@@ -11,7 +11,6 @@ import socket
 import time
 
 import pytest
-
 from test_serve import Server
 
 httpx = pytest.importorskip("httpx")
