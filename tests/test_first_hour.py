@@ -224,6 +224,23 @@ def test_a_silent_open_stdin_is_named_not_waited_for(tiny):
     assert proc.returncode == 0 and "Warning: stdin is an open pipe with nothing on it" in err
 
 
+def test_a_pipe_that_sends_text_and_stays_open_is_not_waited_for(tiny):
+    """Issue 60: text, then an open pipe, was waited on for ever with no word (the docs say 1 s)."""
+    proc = subprocess.Popen([*CLI, "gen", "--dlm", str(tiny["dlm"]), "-K", "8", "--max-new-tokens", "8", "--seed", "0",
+                             "--json", "def f("], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write(b"some context\n")
+        proc.stdin.flush()
+        proc.wait(timeout=120)  # stdin stays open and silent after its text
+        out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
+    finally:
+        proc.kill()
+        proc.stdin.close()
+    assert proc.returncode == 0, err
+    assert "Warning: stdin sent 13 bytes, then stayed open and silent for 1 s without ending; it was not used" in err
+    assert "prompt_context" not in json.loads(out) or not json.loads(out)["prompt_context"]
+
+
 def _help_examples(*command: str) -> list[str]:
     """The command lines under a --help's "Examples:" (up to the next unindented heading)."""
     text = runner.invoke(app, [*command, "--help"]).stdout

@@ -440,6 +440,19 @@ def test_in_place_keeps_owner_group_mode_bom_and_every_line_ending(tmp_path, tin
     assert out.startswith("\ufeffdef f(x):\r\n    y = x\n".encode()) and out.endswith(b"    return y\n")
 
 
+def test_json_text_is_the_file_as_it_would_be_written_bom_and_line_endings_kept(tmp_path, tiny):
+    """Issue 60: --json's text dropped the BOM and turned CRLF into LF, so an editor writing it back
+    rewrote every line ending. It is now exactly what stdout gets (and --in-place writes)."""
+    import json
+
+    f = tmp_path / "a.py"
+    f.write_bytes("\ufeffdef f(x):\r\n    y = x\r\n    # codila: fill\r\n    return y\r\n".encode())
+    plain = _fill(tiny, str(f), "--seed", "3")
+    doc = json.loads(_fill(tiny, str(f), "--seed", "3", "--json").stdout)
+    assert doc["text"].encode("utf-8") == plain.stdout_bytes and doc["text"].startswith("\ufeffdef f(x):\r\n")
+    assert doc["newline"] == "\r\n" and "\r" not in doc["middle"]
+
+
 def test_in_place_keeps_extended_attributes(tmp_path, tiny):
     """Issue 40: --in-place dropped extended attributes (tags, labels) with the old inode."""
     f = tmp_path / "a.py"

@@ -4,6 +4,8 @@ and bytes outside the fill kept exactly."""
 
 from __future__ import annotations
 
+import os
+
 import json
 
 import pytest
@@ -148,8 +150,15 @@ def test_infill_status_line_names_the_language_and_an_unknown_one_is_not_checked
     assert "syntax: not checked" in r.stderr and "does not parse" not in r.stderr
     r = runner.invoke(app, ["infill", str(odd), "--dlm", str(tiny["dlm"]), "--seed", "0", "--strict"])
     assert r.exit_code == 2 and "Error: --strict needs a syntax check" in r.stderr and "Hint: name it with --language" in r.stderr
-    r = runner.invoke(app, ["infill", str(odd), "--dlm", str(tiny["dlm"]), "--language", "klingon"])
-    assert r.exit_code == 2 and "Error: unknown language 'klingon'" in r.stderr and "Hint: --language takes one of" in r.stderr
+    import subprocess
+    import sys
+
+    for args, env, where in ((["--language", "klingon"], {}, "--language"),
+                             ([], {"CODILA_LANGUAGE": "klingon"}, "CODILA_LANGUAGE")):  # issue 60: the variable named
+        r = subprocess.run([sys.executable, "-m", "codila_cli", "infill", str(odd), "--dlm", str(tiny["dlm"]), *args],
+                           capture_output=True, text=True, env={**os.environ, **env}, check=False)
+        assert r.returncode == 2 and f"Error: {where}: unknown language 'klingon'" in r.stderr, r.stderr
+        assert f"Hint: {where} takes one of" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_gen_checks_as_the_named_language(tiny):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codila_cli.errors import UsageError
-from codila_cli.user_input import LIMITS, read_text
+from codila_cli.user_input import LIMITS, decode, read_text
 
 MAX_PROMPT_BYTES = LIMITS["prompt"]  # a prompt larger than this is a mistake (`gen - < /dev/zero`), not a prompt
 
@@ -31,9 +31,13 @@ MAX_PROMPT_BYTES = LIMITS["prompt"]  # a prompt larger than this is a mistake (`
 STDIN_GRACE_S = 1.0  # how long a prompt argument waits for a piped stdin to show data or end
 
 
-def silent_stdin_warning(*, wait_flag: bool) -> str:
-    """The warning for a silent open stdin left unread (``wait_flag``: the command has ``--stdin``)."""
+def silent_stdin_warning(*, wait_flag: bool, sent: int = 0) -> str:
+    """The warning for an open stdin left unused (``wait_flag``: the command has ``--stdin``; ``sent``: bytes
+    it sent before it went silent without ending)."""
     wait = "give --stdin to wait for it, " if wait_flag else ""
+    if sent:
+        return (f"Warning: stdin sent {sent} bytes, then stayed open and silent for {STDIN_GRACE_S:g} s without "
+                f"ending; it was not used (close the pipe, {wait}or < /dev/null)\n")
     return f"Warning: stdin is an open pipe with nothing on it; it was not read (pipe text in, {wait}or < /dev/null)\n"
 
 
@@ -45,6 +49,7 @@ class Prompt:
     text: str
     context: int = 0
     silent_stdin: bool = False
+    stdin_sent: int = 0  # bytes a pipe sent before it went silent without ending (then not used)
 
 
 def _read_stdin() -> str:
@@ -69,14 +74,27 @@ def _stdin_kind() -> str:
     return "pipe" if stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode) else "device"
 
 
-def _stdin_ready(timeout: float) -> bool:
-    """Whether stdin has data or its end within ``timeout`` seconds (a regular file always has)."""
+def _read_while_talking(grace: float) -> tuple[bytes, bool]:
+    """stdin's bytes up to its end, as long as it is never silent for ``grace`` seconds: (bytes read,
+    whether it ended). A pipe that sends text and then stays open is not waited on for ever (issue 60)."""
     import select
 
-    try:
-        return bool(select.select([sys.stdin.fileno()], [], [], timeout)[0])
-    except (OSError, ValueError):
-        return True
+    fd, chunks, size = sys.stdin.fileno(), [], 0
+    while True:
+        try:
+            ready = select.select([fd], [], [], grace)[0]
+        except (OSError, ValueError):
+            ready = [fd]
+        if not ready:
+            return b"".join(chunks), False
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks), True
+        size += len(chunk)
+        if size > MAX_PROMPT_BYTES:
+            raise UsageError(f"stdin is over the {MAX_PROMPT_BYTES // 2**20} MiB limit for a prompt",
+                             hint="no model's context holds a prompt this large; pipe less")
+        chunks.append(chunk)
 
 
 def read_prompt_parts(prompt: str | None, prompt_file: Path | None, *, with_stdin: bool = False) -> Prompt:
@@ -98,9 +116,13 @@ def read_prompt_parts(prompt: str | None, prompt_file: Path | None, *, with_stdi
     given = _read_file(prompt_file) if prompt_file is not None else str(prompt)
     if kind in ("tty", "device"):
         return Prompt(given)
-    if not with_stdin and kind == "pipe" and not _stdin_ready(STDIN_GRACE_S):
-        return Prompt(given, silent_stdin=True)
-    piped = _read_stdin()
+    if not with_stdin and kind == "pipe":
+        raw, ended = _read_while_talking(STDIN_GRACE_S)
+        if not ended:  # silent for the grace period, before sending anything or after sending some
+            return Prompt(given, silent_stdin=True, stdin_sent=len(raw))
+        piped = decode(raw, where="stdin")
+    else:
+        piped = _read_stdin()
     if not piped.strip():
         return Prompt(given)
     context = piped.rstrip("\n") + "\n\n"

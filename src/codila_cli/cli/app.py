@@ -212,6 +212,11 @@ def main() -> None:
     except KeyboardInterrupt:
         say("Interrupted.\n")
         _exit_now(EXIT_INTERRUPTED)
+    except CodilaError as exc:  # an option's own check while the arguments are parsed (--language)
+        try:
+            _fail(exc)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
     except Exception as exc:
         exit_code = _parser_error(exc)
         if exit_code is None:

@@ -89,7 +89,7 @@ def gen(
     given = read_prompt_parts(prompt, prompt_file, with_stdin=with_stdin)
     text = given.text
     if given.silent_stdin and not quiet:
-        say(silent_stdin_warning(wait_flag=True))
+        say(silent_stdin_warning(wait_flag=True, sent=given.stdin_sent))
     if not text.strip():
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar, language=language)

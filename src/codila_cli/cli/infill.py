@@ -113,7 +113,10 @@ def infill(
     if json_out:
         import json
 
-        sys.stdout.write(json.dumps(_document(name, region, out, cfg, models, sources), ensure_ascii=False) + "\n")
+        doc = _document(name, region, out, cfg, models, sources)
+        # the text exactly as the file would be written: its BOM and line endings kept (issue 60)
+        doc["text"], doc["newline"] = disk_bytes(src, region, out.middle).decode("utf-8"), src.newline
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     elif diff:
         sys.stdout.write(unified_diff(src, disk_bytes(src, region, out.middle), name.lstrip("/")))
     elif not in_place:

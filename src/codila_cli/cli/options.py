@@ -38,7 +38,21 @@ def json_option(help: str = "One JSON object.") -> Any:
 Device = Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.", rich_help_panel="Runtime")]
 Dtype = Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).", rich_help_panel="Runtime")]
 Threads = Annotated[int, typer.Option("--threads", envvar="CODILA_THREADS", min=0, max=1024, help="CPU threads torch runs; 0 = auto: the usable cores less those other processes keep busy, less one (so a busy core never stalls the run; docs/usage.md).", rich_help_panel="Runtime")]
-Language = Annotated[str | None, typer.Option("--language", envvar="CODILA_LANGUAGE", help="What the syntax report checks the code as: python, javascript, typescript, tsx, go, rust, java, c, cpp, csharp, bash, ruby, … (`codila models --languages` lists them; aliases and editors' ids such as js, typescriptreact work). Default: the file's extension or #! line (gen: Python, or a chat answer's fence).", rich_help_panel="Input")]
+def _known_language(ctx: typer.Context, value: str | None) -> str | None:
+    """--language (or CODILA_LANGUAGE), refused under the name the user set it by when codila does not know it."""
+    if value:
+        from codila_cli.languages import by_name, names
+
+        if by_name(value) is None:
+            from codila_cli.errors import UsageError
+
+            source = getattr(ctx.get_parameter_source("language"), "name", "")
+            where = "CODILA_LANGUAGE" if source == "ENVIRONMENT" else "--language"
+            raise UsageError(f"{where}: unknown language {value!r}", hint=f"{where} takes one of: {', '.join(names())}")
+    return value
+
+
+Language = Annotated[str | None, typer.Option("--language", envvar="CODILA_LANGUAGE", callback=_known_language, help="What the syntax report checks the code as: python, javascript, typescript, tsx, go, rust, java, c, cpp, csharp, bash, ruby, … (`codila models --languages` lists them; aliases and editors' ids such as js, typescriptreact work). Default: the file's extension or #! line (gen: Python, or a chat answer's fence).", rich_help_panel="Input")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Only the payload and errors.", rich_help_panel="Output")]
 Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Seed, settings and timings on stderr.", rich_help_panel="Output")]
 ColorOption = Annotated[Color, typer.Option(help="Colour on stderr.", rich_help_panel="Output")]

@@ -62,7 +62,7 @@ def plan(
     given = read_prompt_parts(prompt, prompt_file)
     text = given.text
     if given.silent_stdin and not quiet:
-        say(silent_stdin_warning(wait_flag=False))
+        say(silent_stdin_warning(wait_flag=False, sent=given.stdin_sent))
     if not text.strip():  # before any model loads
         raise UsageError("the prompt is empty", hint='codila plan "a CLI that counts words in files"')
     gamma = parse_commit(commit)

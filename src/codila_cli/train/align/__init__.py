@@ -199,8 +199,8 @@ def inspect_pair(cfg: AlignConfig) -> Pair:
                  "dlm_vocab_rows": int(dcfg.get("embedding_size") or dcfg.get("vocab_size") or len(dtok)),
                  "ar_vocab_rows": int(acfg.get("vocab_size", len(atok))), "dlm_name": cfg.dlm, "ar_name": cfg.ar}
         bridge = bridge_between(**sides)  # equal ids, else equal token strings
-    except CodilaError as exc:  # no mask token, tokenizers that share too few ids: the user's choice of pair
-        raise UsageError(exc.message, hint=exc.hint or "choose another pair") from None
+    except CodilaError as exc:  # no mask token, tokenizers that share too few ids: exit 1 as in gen (docs/exit-codes.md)
+        raise type(exc)(exc.message, hint=exc.hint or "choose another pair") from None
     return Pair(dpath, apath, identity(dspec, dpath), identity(aspec, apath), dtok, dspecials, aspecials, bridge)
 
 
