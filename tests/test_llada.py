@@ -65,7 +65,11 @@ def test_fast_dllm_llada_decoding_matches_the_official_code(case, results):
 
 
 def test_the_fast_dllm_goldens_cover_every_cache_greedy_and_sampled():
-    assert len(FAST) == 24 and {c["settings"]["cache"] for c in FAST} == {"none", "prefix", "dual"}
+    assert len(FAST) == 40 and {c["settings"]["cache"] for c in FAST} == {"none", "prefix", "dual"}
+    # issue 60: blocks the first forward finishes, where the official cached loop runs one more forward
+    done_first = [c for c in FAST if c["group"].startswith("block-done-first")]
+    assert len(done_first) == 16 and any(c["settings"]["temperature"] > 0 for c in done_first)
+    assert any(c["forwards"] == 2 * c["settings"]["gen_length"] // c["settings"]["block_length"] for c in done_first)
     assert {c["settings"]["temperature"] > 0 for c in FAST} == {True, False}
     assert any(c["forwards"] < c["settings"]["gen_length"] // 2 for c in FAST)  # several slots per forward
 

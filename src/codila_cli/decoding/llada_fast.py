@@ -3,7 +3,9 @@
 cache or with its prefix or dual approximate KV cache. ``--decoder threshold --threshold-convention
 fast-dllm`` on a LLaDA checkpoint (decoding/threshold.py dispatches here).
 
-Canvas [1, P + L] cut into L / block_length blocks, left to right; each block loops until it has no mask:
+Canvas [1, P + L] cut into L / block_length blocks, left to right; each block loops until it has no mask
+(with a cache, after at least one cached forward: the official loop runs one even when the block's first
+forward committed all of it, drawing its noise and committing nothing):
 
 * the forward: ``none``, the whole canvas; ``prefix``/``dual``, the whole canvas at the block's first
   forward (its keys and values kept: the prefix before the block, or everything), then only the canvas
@@ -52,8 +54,11 @@ def decode_fast_dllm_llada(dlm: Any, prompt_ids: list[int], *, config: Any, gene
     if config.max_new_tokens % B:
         raise ValueError(f"Fast-dLLM's blocks must tile the canvas: {B} does not divide {config.max_new_tokens}")
     for lo in range(P, n, B):
-        hi, first, past = lo + B, True, None
-        while bool((c.x[0, lo:hi] == c.mask_id).any()):
+        hi, first, past, cached = lo + B, True, None, 0
+        # the official cached loops run a cached forward after the block's first one even when that one
+        # finished the block (its noise drawn, nothing committed): so does this one, or at T > 0 every later
+        # block's draws would differ (issue 60), and at any T the forward count
+        while first or bool((c.x[0, lo:hi] == c.mask_id).any()) or (mode != "none" and cached == 0):
             if mode == "none" or first:
                 start, end, draws = 0, n, 1
                 if mode == "none":
@@ -68,6 +73,7 @@ def decode_fast_dllm_llada(dlm: Any, prompt_ids: list[int], *, config: Any, gene
                 start, end, draws = lo, (n if mode == "prefix" else hi), (2 if mode == "prefix" else 1)
                 pos = torch.arange(start, end, device=c.x.device)[None]
                 logits = dlm.kv_call(c.x[:, start:end], positions=pos, past=past, keep=0)[0][0]
+                cached += 1
             first = False
             span = c.x[0, start:end]
             masked = span == c.mask_id
