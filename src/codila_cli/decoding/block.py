@@ -95,7 +95,7 @@ def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any) -> tuple[torch.Te
 
     from codila_cli.decoding.marginals import process_logits
 
-    probs = torch.softmax(process_logits(logits, s), dim=-1)
+    probs = torch.softmax(process_logits(logits, s, top_k_first=True), dim=-1)
     x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1) if s.temperature > 0 else probs.argmax(-1)
     return x0, probs.gather(-1, x0[:, None]).squeeze(-1)
 

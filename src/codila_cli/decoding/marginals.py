@@ -12,21 +12,34 @@ import torch
 from codila_cli.decoding.config import SamplingConfig
 
 
-def process_logits(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
-    """[M, V] fp32 logits -> tempered, top-p/top-k filtered logits [M, V]."""
+def process_logits(logits: torch.Tensor, s: SamplingConfig, *, top_k_first: bool = False) -> torch.Tensor:
+    """[M, V] fp32 logits -> tempered, top-p/top-k filtered logits [M, V]: Dream's order (top-p, then
+    top-k), or with ``top_k_first`` SDAR's (top-k, then top-p over the survivors renormalised: its
+    ``sample_with_temperature_topk_topp``; the two differ when both are set)."""
     if s.temperature > 0:
         logits = logits / s.temperature
-    if s.top_p is not None and s.top_p < 1.0:
-        sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)
-        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        drop = cum > s.top_p
-        drop[..., 1:] = drop[..., :-1].clone()  # keep the first token that crosses top_p
-        drop[..., 0] = False
-        logits = logits.masked_fill(drop.scatter(-1, idx, drop), torch.finfo(logits.dtype).min)
-    if s.top_k is not None and s.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, s.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
+    filters = (_top_k, _top_p) if top_k_first else (_top_p, _top_k)
+    for f in filters:
+        logits = f(logits, s)
     return logits
+
+
+def _top_p(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
+    if s.top_p is None or s.top_p >= 1.0:
+        return logits
+    sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)
+    cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)  # filtered entries weigh 0: the survivors' mass
+    drop = cum > s.top_p
+    drop[..., 1:] = drop[..., :-1].clone()  # keep the first token that crosses top_p
+    drop[..., 0] = False
+    return logits.masked_fill(drop.scatter(-1, idx, drop), torch.finfo(logits.dtype).min)
+
+
+def _top_k(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
+    if s.top_k is None or s.top_k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, s.top_k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
 
 
 def entropy(probs: torch.Tensor, logits: torch.Tensor | None = None, *, x0: torch.Tensor | None = None) -> torch.Tensor:
