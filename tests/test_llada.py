@@ -208,3 +208,23 @@ def test_serve_decodes_llada_and_fits_blocks_to_each_request():
         assert bad.status_code == 400 and "does not divide" in bad.json()["error"]["message"]
     finally:
         s.stop()
+
+
+def test_a_mask_in_the_prompt_is_refused_and_trailing_zero_quota_forwards_are_counted_as_skipped():
+    """Issue 60: the official loop fills mask ids in the prompt (and returns masks where it cannot); codila
+    refuses such a prompt. With more forwards than masked slots in the last block, the official loop runs
+    zero-quota forwards once nothing is masked; codila skips them and counts only the forwards it ran."""
+    from codila_cli.decoding.llada import LladaConfig, decode_llada
+    from codila_cli.errors import UsageError
+
+    dlm = load_dlm(LLADA_DIR / "checkpoints" / "llada-tiny-a", name="a", device=torch.device("cpu"),
+                   dtype=torch.float32)
+    prompt = [513, 84, 82, 294]
+    with pytest.raises(UsageError, match="holds the mask token"):
+        decode_llada(dlm, [*prompt, dlm.specials.mask, 82], config=LladaConfig(max_new_tokens=8, block_length=8))
+    res = decode_llada(dlm, prompt, config=LladaConfig(max_new_tokens=8, block_length=8, steps=16, early_stop=False))
+    assert c_masked(res) == 0 and res.dlm_forwards == 8  # the official loop: 16 (8 of them with quota 0)
+
+
+def c_masked(res) -> int:
+    return sum(t == 517 for t in res.canvas)

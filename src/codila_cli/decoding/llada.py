@@ -16,9 +16,13 @@ the first m % s forwards one more: LLaDA's linear schedule). Per forward:
   ``dynamic``, every slot above ``threshold`` when they are at least the quota, and ``sequential``, the
   quota from the block's first masked slot on.
 
-Every forward runs, as in the official loop (a forward whose quota is 0 still draws its noise at T > 0).
-Intended differences (docs/decoders.md, "Parity"): the mask token is never chosen (its logit is the fp32
-minimum); early stop once a stop token is committed with nothing masked before it (``early_stop``).
+Every forward runs while a slot is masked, as in the official loop (a forward whose quota is 0 still draws
+its noise at T > 0). Intended differences (docs/decoders.md, "Parity"): the mask token is never chosen (its
+logit is the fp32 minimum); the forwards the official loop still runs once nothing is masked (the last
+block's zero-quota forwards, when it has more forwards than masked slots) are skipped: they cannot change
+the output, and ``dlm_forwards`` counts the forwards that ran; early stop once a stop token is committed
+with nothing masked before it (``early_stop``); a prompt that holds the mask id is refused (the official
+loop would fill it as a canvas slot, and return masks where it could not).
 """
 
 from __future__ import annotations
@@ -110,6 +114,13 @@ def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, genera
 
     if (problem := config.tiling_problem()) is not None:
         raise ValueError(problem)
+    if dlm.specials.mask in prompt_ids:
+        from codila_cli.errors import UsageError
+
+        at = prompt_ids.index(dlm.specials.mask)
+        raise UsageError(f"the prompt holds the mask token (id {dlm.specials.mask}) at token {at}; LLaDA's sampler "
+                         "would fill it as if it were part of the answer",
+                         hint="remove the mask token from the prompt's ids")
     c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
     P, L, B = c.prompt_len, config.max_new_tokens, config.block_length
     blocks = L // B
