@@ -602,3 +602,27 @@ def test_an_interrupt_during_a_steps_validation_loses_no_log_line_on_resume(pair
     assert all("valid" in row for row in rows if row["step"] % 2 == 0)
     card = json.loads((out / "config.json").read_text())["codila_training"]
     assert card["steps"] == 4 and card["valid_block_ce"], card
+
+
+def test_long_documents_are_encoded_in_bounded_pieces(pair):
+    """Issue 60: one 12 MiB JSON line drove train align to 4.5 GB in the tokenizer. A document longer than
+    a piece is encoded a piece at a time (the tokenizer never sees more than a piece), cut after line
+    breaks where a token ends anyway, so a document of normal lines gets the ids it gets whole."""
+    from transformers import AutoTokenizer
+
+    from codila_cli.models.tokens import encode_long, encode_text
+
+    tok = AutoTokenizer.from_pretrained(str(pair["dlm"]))
+    seen = []
+
+    class Watched:
+        def __call__(self, text, **kw):
+            seen.append(len(text))
+            return tok(text, **kw)
+
+    code = "def f(x):\n    return x + 1\n\n\nclass A:\n    pass\n" * 300
+    assert encode_long(Watched(), code, piece=500) == encode_text(tok, code)
+    assert max(seen) <= 500 and len(seen) > 10
+    seen.clear()
+    line = "x" * 5000  # one line longer than a piece: cut at the piece
+    assert len(encode_long(Watched(), line, piece=512)) >= len(encode_text(tok, line)) and max(seen) <= 512

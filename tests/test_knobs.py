@@ -194,7 +194,8 @@ SHARED = {
                    "eval/settings.py",  # the paper's grids and the default label's B
                    "train/align/output.py",  # training measures which block size to recommend
                    "decoding/block.py",  # CoDiLA's blocks on a block-diffusion model (SDAR)
-                   "models/sdar.py"},  # an SDAR checkpoint's trained block size (config.json's key)
+                   "models/sdar.py",  # an SDAR checkpoint's trained block size (config.json's key)
+                   "models/validate.py"},  # that key checked as a size before a network is built (issue 60)
     "alg": {"decoding/config.py", "decoding/dream.py", "decoding/codila.py", "decoding/dreamon.py",
             "decoding/marginals.py",  # the confidence rules themselves
             "resolve.py"},  # CoDiLA has no origin rule: the one cross-knob rule between decoders

@@ -164,3 +164,25 @@ def test_the_trained_block_size_comes_from_the_config_else_the_repository_name()
     assert trained_block({"block_size": 8}, "/hub/models--JetLM--SDAR-8B-Chat-b32/snapshots/abc") == 8
     assert trained_block({}, "/hub/models--JetLM--SDAR-8B-Chat-b32/snapshots/abc") == 32
     assert trained_block({}, "/models/SDAR-1.7B-Chat") == 4 and trained_block({}, None) == 4
+
+
+def test_a_token_limit_is_kept_though_whole_blocks_are_decoded():
+    """Issue 63: SDAR's block decoder wrote one token past the limit (--max-new-tokens 32 reported 33,
+    max_tokens 24 answered completion_tokens 25). Whole blocks are still decoded, as the official loop does;
+    the text and the count keep the limit, in gen and in the server."""
+    for limit in (5, 24, 32):
+        r = _gen("--max-new-tokens", str(limit), "--no-early-stop", "--json", "def f(x):")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["metrics"]["tokens"] == limit, (limit, doc["metrics"]["tokens"])
+    from test_serve import Server
+
+    import httpx
+
+    s = Server("--dlm", str(A), "-q")
+    try:
+        body = {"prompt": "def f(x):", "max_tokens": 24, "codila": {"early_stop": False}}
+        out = httpx.post(s.url + "/v1/completions", json=body, timeout=120).json()
+        assert out["usage"]["completion_tokens"] == 24, out["usage"]
+    finally:
+        s.stop()

@@ -2,7 +2,8 @@
 of JetAstra/SDAR ``generate.py``), and CoDiLA inside each block.
 
 Blocks of B tokens are aligned to absolute positions from 0, the prompt included: the canvas is the prompt
-then masks up to a whole number of blocks (so the output may run a few tokens past max_new_tokens). The
+then masks up to a whole number of blocks (a few slots past max_new_tokens: the caller keeps the limit,
+engine/generate.py::_decode_blocks). The
 prompt's whole blocks are prefilled once (models/sdar.py::prefill); then, block by block, starting with the
 one that holds the prompt's end:
 

@@ -64,16 +64,20 @@ class MetricsRecorder:
     def __call__(self, event: StepEvent) -> None:
         self.events.append(event)
 
-    def finish(self, *, wall_seconds: float, dlm_forwards: int, ar_forwards: int) -> Metrics:
+    def finish(self, *, wall_seconds: float, dlm_forwards: int, ar_forwards: int, limit: int | None = None) -> Metrics:
+        """``limit``: the canvas slots the result keeps (a block decoder decodes whole blocks past the token
+        limit; what lies past it is not counted as generated)."""
         work = [e for e in self.events if e.source != "fill"]
-        tokens = sum(len(e.positions) for e in work)
+        if limit is not None:
+            work = [e for e in work if any(p < limit for p in e.positions)]
+        tokens = sum(sum(p < limit for p in e.positions) if limit is not None else len(e.positions) for e in work)
         pos, when = [], []
         for e in work:
             pos += list(e.positions)
             when += [e.step] * len(e.positions)
         return Metrics(
             dlm_forwards=dlm_forwards, ar_forwards=ar_forwards, tokens=tokens,
-            tokens_by_ar=sum(len(e.positions) for e in work if e.source == "ar"),
+            tokens_by_ar=sum(sum(limit is None or p < limit for p in e.positions) for e in work if e.source == "ar"),
             steps=len(work), tokens_per_step=tokens / dlm_forwards if dlm_forwards else 0.0,
             tokens_per_second=tokens / wall_seconds if wall_seconds > 0 else 0.0,
             wall_seconds=wall_seconds, order_spearman=spearman([float(p) for p in pos], [float(w) for w in when]),

@@ -117,10 +117,15 @@ def _decode_blocks(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder
                    on_step: OnStep, raw: bool) -> Any:
     """A block-diffusion DLM (models/sdar.py): its own sampler, or CoDiLA inside each block of -B slots (the
     helper writes every block, or with --tau its low-entropy prefix; decoding/block.py)."""
+    from dataclasses import replace
+
     from codila_cli.decoding.block import decode_block, decode_block_codila
 
+    def kept(res: Any) -> Any:  # whole blocks are decoded (as the official loop does); the limit is kept
+        return replace(res, canvas=res.canvas[: config.max_new_tokens])
+
     if decoder == "block":
-        return decode_block(dlm, ids, config=config, generator=gen, on_step=on_step)
+        return kept(decode_block(dlm, ids, config=config, generator=gen, on_step=on_step))
     if decoder != "codila":
         raise UsageError(f"{dlm.name} is a block-diffusion model: --decoder {decoder} does not run it",
                          hint="use --decoder block (its own sampler) or --decoder codila with an AR helper")
@@ -131,7 +136,7 @@ def _decode_blocks(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder
 
     rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar, models.bridge), raw=raw)
     writer = make_writer(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
-    return decode_block_codila(dlm, ids, config=config, writer=writer, generator=gen, on_step=on_step)
+    return kept(decode_block_codila(dlm, ids, config=config, writer=writer, generator=gen, on_step=on_step))
 
 
 def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
@@ -154,7 +159,8 @@ def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *,
     text = extract_code(completion) if mode == "chat" else prompt + completion
     if text and not text.endswith("\n"):
         text += "\n"
-    metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards)
+    metrics = recorder.finish(wall_seconds=wall, dlm_forwards=res.dlm_forwards, ar_forwards=res.ar_forwards,
+                              limit=len(res.canvas))
     stop_ids = set(dlm.specials.stop_ids)
     ended = cut is not None or any(t in stop_ids for t in res.canvas)  # else the canvas ran out
     extra = {"stopped_early": res.stopped_early, "ended": ended, "stop_line": stop_line,
