@@ -190,3 +190,25 @@ def test_an_api_key_read_with_its_newline_still_matches_and_the_start_says_so():
         assert httpx.get(s.url + "/v1/models", timeout=10).status_code == 401
     finally:
         s.stop()
+
+
+def test_a_block_diffusion_infill_model_is_refused_at_start_and_health_names_each_model_once():
+    """Issue 63, item 4: `serve --infill-dlm <an SDAR model>` started, then answered every /infill with 400;
+    a model that is both the DLM and the infill model was listed twice."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sdar = Path(__file__).parent / "fixtures" / "sdar" / "checkpoints" / "sdar-tiny-a"
+    r = subprocess.run([sys.executable, "-m", "codila_cli", "serve", "--port", "0", "--infill-dlm", str(sdar)],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2 and "listening" not in r.stderr, r.stderr
+    assert "Error: --infill-dlm" in r.stderr and "block-diffusion" in r.stderr and "Hint:" in r.stderr
+    s = Server("-q", "--dlm", "bundled-infill", "--infill-dlm", "bundled-infill")
+    try:
+        health = httpx.get(s.url + "/health", timeout=10).json()
+        assert health["models"] == ["bundled-infill"], health
+        names = [m["id"] for m in httpx.get(s.url + "/v1/models", timeout=10).json()["data"]]
+        assert len(names) == len(set(names)), names
+    finally:
+        s.stop()

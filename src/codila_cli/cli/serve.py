@@ -79,6 +79,7 @@ def serve(
     flags = {"device": device, "dtype": knob_value(dtype)}
     base = resolve_gen(flags, user=user, dlm=dlm, ar=ar)
     infill_name = infill_dlm or _default_infill(base.dlm)
+    _check_infill_model(infill_name)
     from codila_cli.engine import Engine
 
     engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype,
@@ -201,6 +202,23 @@ def _check_port(host: str, port: int) -> None:
                 raise PortInUseError(f"port {port} on {host} is in use (another server listens there)",
                                      hint=f"stop it, or pass --port {port + 1} (--port 0 takes any free port)") from None
             raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}", hint="check --host and --port") from None
+
+
+def _check_infill_model(name: str | None) -> None:
+    """Refuse, before anything loads, an infill model whose family cannot fill in the middle (SDAR's blocks
+    are written left to right: every /infill would be a 400)."""
+    if name is None:
+        return
+    from codila_cli.models.cache import resolve_local_dir
+    from codila_cli.models.families import family_of
+    from codila_cli.models.loading import read_config
+    from codila_cli.models.registry import resolve_spec
+
+    family = family_of(read_config(resolve_local_dir(resolve_spec(name, kind="dlm")), name=name))
+    if family is not None and family.infill == "no":
+        raise UsageError(f"--infill-dlm {name} is a block-diffusion model ({family.name}): it writes left to right, block by block, "
+                         "and cannot fill in the middle", hint="give a DreamOn or another Dream- or LLaDA-family model "
+                         "as --infill-dlm, or leave it out (fill-in-the-middle requests are then refused)")
 
 
 def _default_infill(dlm: str) -> str | None:

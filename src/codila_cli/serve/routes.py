@@ -174,7 +174,7 @@ def _names(request: Request) -> list[str]:
     names = [served_name(st.engine.models.dlm.name), "codila"]
     if st.engine.infill_models is not None:
         names.append(served_name(st.engine.infill_models.dlm.name))
-    return names
+    return list(dict.fromkeys(names))  # a model that is both the DLM and the infill model is named once
 
 
 def _check_model(request: Request, model: str | None) -> None:
