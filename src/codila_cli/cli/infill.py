@@ -113,10 +113,7 @@ def infill(
     if json_out:
         import json
 
-        doc = _document(name, region, out, cfg, models, sources)
-        # the text exactly as the file would be written: its BOM and line endings kept (issue 60)
-        doc["text"], doc["newline"] = disk_bytes(src, region, out.middle).decode("utf-8"), src.newline
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(_document(name, src, region, out, cfg, models, sources), ensure_ascii=False) + "\n")
     elif diff:
         sys.stdout.write(unified_diff(src, disk_bytes(src, region, out.middle), name.lstrip("/")))
     elif not in_place:
@@ -143,12 +140,16 @@ def _run(engine: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, inst
         return engine.infill(src, region, config=cfg, seed=seed, instruction=instruction, on_step=view)
 
 
-def _document(name: str, region: Any, out: Any, cfg: Any, models: Any, sources: dict[str, str]) -> dict:
+def _document(name: str, src: Any, region: Any, out: Any, cfg: Any, models: Any, sources: dict[str, str]) -> dict:
+    """--json's object; ``text`` is the file exactly as it would be written: its BOM and line endings kept
+    (issue 60: an editor writing it back rewrote every line ending), ``newline`` the file's line ending."""
     from codila_cli.decoding.knobs import flat
+    from codila_cli.infill_files import disk_bytes
 
     return {"schema_version": 1, "command": "infill", "file": name,
             "region": {"how": region.how, "start_line": region.start + 1, "end_line": region.end},
-            "middle": out.middle, "text": out.new_text, "seed": out.seed, "models": models.describe(),
+            "middle": out.middle, "text": disk_bytes(src, region, out.middle).decode("utf-8"), "newline": src.newline,
+            "seed": out.seed, "models": models.describe(),
             "settings": {**flat(cfg), "expand_budget": cfg.budget},
             "settings_sources": sources,
             "syntax": out.syntax_after.to_dict(), "syntax_before": out.syntax_before.to_dict(),

@@ -55,12 +55,8 @@ def serve(
     from codila_cli.config import load_config
     from codila_cli.resolve import resolve_gen
 
-    _check(host=host, port=port, api_key=api_key, no_auth=no_auth, max_batch=max_batch, max_queue=max_queue,
-           timeout=timeout, max_body=max_body, lanes=lanes, idle_timeout=idle_timeout)
-    if api_key is not None and api_key != api_key.strip():  # a key read from a file keeps its newline
-        api_key = api_key.strip()
-        say("Warning: the API key has spaces or a line break around it; they are dropped (HTTP clients send "
-            "a header without them, so the key as given could never match)\n")
+    api_key = _check(host=host, port=port, api_key=api_key, no_auth=no_auth, max_batch=max_batch,
+                     max_queue=max_queue, timeout=timeout, max_body=max_body, lanes=lanes, idle_timeout=idle_timeout)
     try:
         import fastapi  # noqa: F401
         import uvicorn
@@ -157,8 +153,9 @@ def _lanes(asked: int, engine: Any) -> int:
 
 
 def _check(*, host: str, port: int, api_key: str | None, no_auth: bool, max_batch: int, max_queue: int,
-           timeout: float, max_body: int, lanes: int, idle_timeout: float = 10.0) -> None:
-    """Refuse bad limits and an open non-loopback address before anything loads."""
+           timeout: float, max_body: int, lanes: int, idle_timeout: float = 10.0) -> str | None:
+    """Refuse bad limits and an open non-loopback address before anything loads; the API key to use (one
+    read from a file keeps its newline: spaces around it are dropped, with a warning)."""
     import math
 
     if not (math.isfinite(idle_timeout) and 0 < idle_timeout <= 3600):
@@ -184,6 +181,11 @@ def _check(*, host: str, port: int, api_key: str | None, no_auth: bool, max_batc
                          hint="pass --api-key KEY (clients send Authorization: Bearer KEY), or --no-auth to allow it")
     if port:
         _check_port(host, port)
+    if api_key is not None and api_key != api_key.strip():
+        say("Warning: the API key has spaces or a line break around it; they are dropped (HTTP clients send "
+            "a header without them, so the key as given could never match)\n")
+        return api_key.strip()
+    return api_key
 
 
 def _check_port(host: str, port: int) -> None:
