@@ -250,7 +250,7 @@ def test_missing_model_exits_3_with_hint(tmp_path, monkeypatch):
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert lines[0].startswith("Error: ") and str(tmp_path / "cache") in lines[0]
-    assert lines[1] == "Hint: hf download Dream-org/Dream-Coder-v0-Instruct-7B --revision 5d9e88c723af9045f362748b5284bdf43d9c501e"
+    assert lines[1] == "Hint: codila pull dream-coder"  # the pinned revision (issue 64: codila fetches it)
 
 
 @pytest.mark.parametrize("flags", [

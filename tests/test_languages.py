@@ -4,9 +4,8 @@ and bytes outside the fill kept exactly."""
 
 from __future__ import annotations
 
-import os
-
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner

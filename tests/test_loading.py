@@ -70,8 +70,7 @@ def test_missing_model_names_cache_and_hint(tmp_path, monkeypatch):
     with pytest.raises(ModelNotFoundError) as exc:
         resolve_local_dir(resolve_spec("dream-coder", kind="dlm"))
     assert str(tmp_path / "empty-cache") in exc.value.message
-    assert exc.value.hint == ("hf download Dream-org/Dream-Coder-v0-Instruct-7B --revision "
-                              "5d9e88c723af9045f362748b5284bdf43d9c501e")
+    assert exc.value.hint == "codila pull dream-coder"
     assert exc.value.exit_code == 3
 
 
@@ -96,9 +95,10 @@ def _fake_hub(tiny, cache, repo: str, rev: str, *, main: bool = True):
 
 
 def test_aliases_are_pinned_to_a_revision_and_load_exactly_it(tiny, tmp_path, monkeypatch):
-    from codila_cli.models.registry import ALIASES
+    from codila_cli.models.registry import ALIASES, RECORDED_AT_PULL
 
-    assert all(s.revision and len(s.revision) == 40 for s in ALIASES.values())
+    assert all(s.revision and len(s.revision) == 40 for s in ALIASES.values() if s.name not in RECORDED_AT_PULL)
+    assert all(ALIASES[n].revision is None for n in RECORDED_AT_PULL)
     cache = tmp_path / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     pinned = ALIASES["dream-coder"].revision
@@ -106,7 +106,7 @@ def test_aliases_are_pinned_to_a_revision_and_load_exactly_it(tiny, tmp_path, mo
     _fake_hub(tiny, cache, "Dream-org/Dream-Coder-v0-Instruct-7B", "f" * 40)
     with pytest.raises(ModelNotFoundError) as exc:
         resolve_local_dir(resolve_spec("dream-coder", kind="dlm"))
-    assert f"--revision {pinned}" in exc.value.hint and "dream-coder@main" in exc.value.hint
+    assert "codila pull dream-coder" in exc.value.hint and "dream-coder@main" in exc.value.hint
     assert resolve_local_dir(resolve_spec("dream-coder@main", kind="dlm")).name == "f" * 40
     _fake_hub(tiny, cache, "Dream-org/Dream-Coder-v0-Instruct-7B", pinned, main=False)
     assert resolve_local_dir(resolve_spec("dream-coder", kind="dlm")).name == pinned
@@ -245,6 +245,6 @@ def test_every_missing_model_is_named_in_one_error(tmp_path, monkeypatch):
     err = r.stderr.splitlines()
     assert err[0].startswith("Error: 2 models are not in the Hugging Face cache") and "'dream-coder'" in err[0] \
         and "'qwen3-0.6b'" in err[0]
-    assert err[1].startswith("Hint: hf download Dream-org/Dream-Coder") and "; hf download Qwen/Qwen3-0.6B" in err[1]
+    assert err[1].startswith("Hint: codila pull dream-coder") and "; codila pull qwen3-0.6b" in err[1]
     one = CliRunner().invoke(app, ["gen", "--dlm", "dream-coder", "def f():"])  # one missing: named alone
     assert one.exit_code == 3 and one.stderr.startswith("Error: model 'dream-coder'")

@@ -175,9 +175,8 @@ def test_a_token_limit_is_kept_though_whole_blocks_are_decoded():
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
         assert doc["metrics"]["tokens"] == limit, (limit, doc["metrics"]["tokens"])
-    from test_serve import Server
-
     import httpx
+    from test_serve import Server
 
     s = Server("--dlm", str(A), "-q")
     try:

@@ -32,15 +32,26 @@ def list_models() -> list[dict[str, Any]]:
     except Exception:  # noqa: BLE001 -- CacheNotFound, or an unreadable cache: report everything as not cached
         cached = {}
     rows = []
+    from codila_cli.models.pull import recorded
+    from codila_cli.models.registry import ALIAS_CARDS
+
     for alias, spec in ALIASES.items():
         repo = cached.get(spec.repo_id)
-        rows.append({"alias": alias, "repo": spec.repo_id, "revision": spec.revision, "kind": KIND_NAMES[spec.kind],
-                     "cached": repo is not None, "size_bytes": int(repo.size_on_disk) if repo else None,
-                     "location": str(repo.repo_path) if repo else None, "demonstration": False})
+        rev = spec.revision or recorded(cache, spec.repo_id)  # pinned, else what `codila pull` recorded
+        commits = {r.commit_hash for r in repo.revisions} if repo else set()
+        have = rev in commits if rev else False
+        family, licence = ALIAS_CARDS.get(alias, ("-", "-"))
+        rows.append({"alias": alias, "repo": spec.repo_id, "revision": rev, "kind": KIND_NAMES[spec.kind],
+                     "revision_source": "pinned" if spec.revision else ("recorded by codila pull" if rev else
+                                                                         "resolved by codila pull"),
+                     "other_revisions_cached": len(commits - {rev}), "family": family, "licence": licence,
+                     "cached": have, "size_bytes": int(repo.size_on_disk) if repo and have else None,
+                     "location": str(repo.repo_path) if repo and have else None, "demonstration": False})
     for alias, (kind, _) in BUNDLED.items():
         ok = bundled_available(alias)
         rows.append({"alias": alias, "repo": "(bundled with codila: a small demonstration model)", "revision": None,
-                     "kind": KIND_NAMES[kind], "cached": ok, "size_bytes": _dir_size(bundled_path(alias)) if ok else None,
+                     "revision_source": "bundled", "other_revisions_cached": 0, "family": "dream" if kind != "ar"
+                     else "ar", "licence": "Apache-2.0", "kind": KIND_NAMES[kind], "cached": ok, "size_bytes": _dir_size(bundled_path(alias)) if ok else None,
                      "location": str(bundled_path(alias)) if ok else None, "demonstration": True})
     defaults = command_defaults()
     for r in rows:

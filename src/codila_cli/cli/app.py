@@ -24,6 +24,7 @@ from codila_cli.cli.infill import infill
 from codila_cli.cli.models import config_path, config_set, config_show, config_unset, doctor, models
 from codila_cli.cli.options import PanelCommand
 from codila_cli.cli.plan import plan
+from codila_cli.cli.pull import pull
 from codila_cli.cli.serve import serve
 from codila_cli.cli.train import STAGES, align
 from codila_cli.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_RUNTIME, CodilaError, UsageError
@@ -146,6 +147,7 @@ config_app.command("show")(guarded(config_show, "config show"))
 config_app.command("set")(guarded(config_set, "config set"))
 config_app.command("unset")(guarded(config_unset, "config unset"))
 app.command("models")(guarded(models, "models"))
+app.command("pull")(guarded(pull, "pull"))
 app.command("doctor")(guarded(doctor, "doctor"))
 app.command("eval", cls=PanelCommand)(guarded(eval_cmd, "eval"))
 app.command("infill", cls=PanelCommand)(guarded(infill, "infill"))

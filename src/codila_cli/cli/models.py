@@ -39,16 +39,23 @@ def models(
         sys.stdout.write("".join(f"{r['alias']}\n" for r in rows if r["cached"]))
     else:
         w = max(15, *(len(r["alias"]) for r in rows))
-        sys.stdout.write(f"{'alias':<{w}} {'kind':<7} {'available':<10} {'size':>9}  {'default for':<16} repository\n")
+        sys.stdout.write(f"{'alias':<{w}} {'kind':<7} {'available':<10} {'size':>10}  {'revision':<17} {'family':<7} "
+                         f"{'licence':<11} {'default for':<16} repository\n")
         for r in rows:
-            size = f"{r['size_bytes'] / 2**20:.1f} MiB" if r["size_bytes"] else "-"
+            size = _size(r["size_bytes"]) if r["size_bytes"] else "-"
             default = ", ".join(r["default_for"]) or "-"
-            sys.stdout.write(f"{r['alias']:<{w}} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>9}  "
-                             f"{default:<16} {r['repo']}\n")
+            rev = {"pinned": "pinned ", "recorded by codila pull": "pulled "}.get(r["revision_source"], "") + (
+                r["revision"][:8] if r["revision"] else "-" if r["revision_source"] == "bundled" else "at pull")
+            sys.stdout.write(f"{r['alias']:<{w}} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>10}  "
+                             f"{rev:<17} {r['family']:<7} {r['licence']:<11} {default:<16} {r['repo']}\n")
         if any(r["demonstration"] for r in rows):
             sys.stdout.write("\nbundled-*: demonstration models (a few M parameters, trained on a CPU) that run every "
                              "command offline; not a code assistant (docs/bundled-models.md).\n")
         _families(list_families())
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _families(rows: list[dict]) -> None:

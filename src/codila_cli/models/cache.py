@@ -1,4 +1,5 @@
-"""Resolve models from the local Hugging Face cache only; codila never downloads.
+"""Resolve models from the local Hugging Face cache only: loading never downloads (``codila pull`` does:
+models/pull.py; a pull without a revision records the commit it got, and loads use it).
 
 Environment variables are read at call time (HF_HUB_CACHE > HF_HOME/hub > XDG_CACHE_HOME/huggingface/hub
 > ~/.cache/huggingface/hub), so a test or a user changing them in-process is honoured. This module
@@ -27,8 +28,7 @@ def hf_cache_dir() -> Path:
 
 
 def _download_hint(spec: ModelSpec) -> str:
-    rev = f" --revision {spec.revision}" if spec.revision else ""
-    return f"hf download {spec.repo_id}{rev}"
+    return f"codila pull {spec.name}"
 
 
 def resolve_local_dirs(specs: list[ModelSpec | None]) -> list[Path | None]:
@@ -68,9 +68,12 @@ def resolve_local_dir(spec: ModelSpec) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    from codila_cli.models.pull import recorded
+
+    revision = spec.revision or recorded(cache, spec.repo_id)  # no revision named: the commit codila pull got
     try:
         folder = snapshot_download(
-            spec.repo_id, revision=spec.revision, cache_dir=str(cache), local_files_only=True
+            spec.repo_id, revision=revision, cache_dir=str(cache), local_files_only=True
         )
     except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError) as exc:
         what = f"'{spec.name}' ({spec.repo_id}{'@' + spec.revision if spec.revision else ''})"
