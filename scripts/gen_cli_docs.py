@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-COMMANDS = [[], ["gen"], ["infill"], ["plan"], ["eval"], ["models"], ["doctor"], ["config"], ["config", "path"],
+COMMANDS = [[], ["gen"], ["infill"], ["plan"], ["eval"], ["models"], ["pull"], ["doctor"], ["config"], ["config", "path"],
             ["config", "show"], ["train"], ["train", "align"],
             *[["train", s] for s in ("corpus", "tokenizer", "arinit", "dlm", "sft", "ar", "tasks", "export")]]
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"

@@ -16,7 +16,7 @@ from codila_cli.ui.terminal import say
 
 
 def pull(
-    names: Annotated[list[str], typer.Argument(help="Aliases (`codila models`) or ORG/NAME[@REVISION] repository ids: DLMs and AR helpers alike.", show_default=False)],
+    names: Annotated[list[str], typer.Argument(metavar="NAME...", help="Aliases (`codila models`) or ORG/NAME[@REVISION] repository ids: DLMs and AR helpers alike.", show_default=False)],
     json_out: json_option("One JSON object: each model's repository, commit, snapshot directory and bytes.") = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress; errors only.")] = False,
 ) -> None:
@@ -26,9 +26,12 @@ def pull(
     private repositories; HF_ENDPOINT names another hub.
 
     Examples:
-      codila pull sdar-1.7b
-      codila pull dream-coder qwen3-0.6b
-      codila pull JetLM/SDAR-8B-Chat@main
+
+        codila pull sdar-1.7b
+
+        codila pull dream-coder qwen3-0.6b
+
+        codila pull JetLM/SDAR-8B-Chat@main
     """
     from codila_cli.models.cache import hf_cache_dir
     from codila_cli.models.pull import plan
