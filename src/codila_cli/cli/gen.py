@@ -13,6 +13,7 @@ from codila_cli.cli.options import (
     ColorOption,
     HelpAll,
     Language,
+    NoFitCheck,
     Quiet,
     Threads,
     Verbose,
@@ -42,6 +43,7 @@ def gen(
     knobs: dict[str, Any],  # one flag per knob of GEN_KNOBS (cli/options.py::with_knob_flags)
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).", rich_help_panel=panel("Runtime"))] = False,
     threads: Threads = 0,
+    no_fit_check: NoFitCheck = False,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", rich_help_panel=panel("Decoding"), min=0, max=2**63 - 1)] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.", rich_help_panel=panel("Decoding"))] = 1,
     json_out: json_option("Print one JSON object instead of the code.") = False,

@@ -37,6 +37,16 @@ def json_option(help: str = "One JSON object.") -> Any:
 
 Device = Annotated[str, typer.Option(envvar="CODILA_DEVICE", help="auto, cpu, cuda, cuda:N, mps.", rich_help_panel="Runtime")]
 Dtype = Annotated[str, typer.Option(envvar="CODILA_DTYPE", help="auto, float32, bfloat16, float16 (auto: see codila gen --help).", rich_help_panel="Runtime")]
+def _no_fit_check(value: bool) -> bool:
+    """--no-fit-check reaches the loader as CODILA_NO_FIT_CHECK (models/fit.py), whatever command loads."""
+    if value:
+        import os
+
+        os.environ["CODILA_NO_FIT_CHECK"] = "1"
+    return value
+
+
+NoFitCheck = Annotated[bool, typer.Option("--no-fit-check", callback=_no_fit_check, help="Load even when the fit check says the models need more memory than this device has (CODILA_MEMORY_LIMIT sets the limit it checks against).", rich_help_panel="Runtime")]
 Threads = Annotated[int, typer.Option("--threads", envvar="CODILA_THREADS", min=0, max=1024, help="CPU threads torch runs; 0 = auto: the usable cores less those other processes keep busy, less one (so a busy core never stalls the run; docs/usage.md).", rich_help_panel="Runtime")]
 def _known_language(ctx: typer.Context, value: str | None) -> str | None:
     """--language (or CODILA_LANGUAGE), refused under the name the user set it by when codila does not know it."""

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import Quiet, ar_option, dlm_option, knob_option, knob_value
+from codila_cli.cli.options import NoFitCheck, Quiet, ar_option, dlm_option, knob_option, knob_value
 from codila_cli.errors import UsageError
 from codila_cli.ui.terminal import say
 
@@ -40,6 +40,7 @@ def serve(
     lanes: Annotated[int, typer.Option("--lanes", help="Batched steps that run at once, each on its own cohort of requests with cores/lanes torch threads; 0 = auto: 2 on a CPU with 2 or more cores (a cohort samples while the other's forward runs), 1 on a GPU; 1–8.")] = 0,
     device: knob_option("device") = None,
     dtype: knob_option("dtype") = None,
+    no_fit_check: NoFitCheck = False,
     threads: Annotated[int, typer.Option("--threads", envvar="CODILA_THREADS", min=0, max=1024, help="CPU threads torch runs, shared by the lanes; 0 = auto: every usable core (a server owns its machine; cap it when other work runs there).", rich_help_panel="Runtime")] = 0,
     quiet: Quiet = False,
 ) -> None:

@@ -73,12 +73,13 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
 
     dev = choose_device(device)
     dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(dlm_path, name=dlm, role="dlm"))  # "auto" is per model
+    ar_dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(ar_path, name=ar, role="ar")) if ar_path else None
+    fits([(dlm, dlm_path, dt), *([(ar, ar_path, ar_dt)] if ar_path else [])], dev)  # before any weight is read
     models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt),
                     bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
     if ar_spec is not None and ar_path is not None:
         from codila_cli.models.ar import load_ar
 
-        ar_dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(ar_path, name=ar, role="ar"))
         models.attach_helper(load_ar(ar_path, name=ar, device=dev, dtype=ar_dt))
     if compile:  # torch.compile of the model forwards; pays on GPUs at 7B, rarely for the small CPU models
         import torch
@@ -88,3 +89,18 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
                 m.forward = torch.compile(m.forward, dynamic=True)
     models.load_seconds = time.perf_counter() - t0
     return models
+
+
+def fits(loads: list[tuple[str, Any, Any]], device: Any) -> None:
+    """The fit check (models/fit.py) of (name, directory, torch dtype) loads on ``device``; a model in fp32
+    is also sized in bf16, which the refusal names when that would fit."""
+    from codila_cli.models import fit
+    from codila_cli.models.loading import _weight_files, read_config
+
+    needs, bf16 = [], []
+    for name, path, dt in loads:
+        cfg, files = read_config(path, name=name), _weight_files(path, name=name)
+        kind = str(dt).removeprefix("torch.")
+        needs.append(fit.estimate(path, cfg, name=name, dtype=kind, files=files))
+        bf16.append(fit.estimate(path, cfg, name=name, dtype="bfloat16", files=files) if kind == "float32" else needs[-1])
+    fit.check(needs, device, alternative=bf16 if bf16 != needs else None)

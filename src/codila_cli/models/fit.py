@@ -1,0 +1,150 @@
+"""Will it fit? The memory a load needs, from the weights' safetensors headers (nothing loaded), against
+what the device has, checked before any weight is read (issue 64: a 7B model on a 16 GB laptop died of
+out-of-memory half-loaded, or swapped for minutes).
+
+A model needs (:func:`estimate`): its weights at the dtype it will run in; while loading, one weight file
+in its stored dtype on top when it is cast (codila casts file by file, tensor by tensor); and for
+decoding, the activations of a canvas of ``CANVAS`` positions: one fp32 logits row per position, the
+key/value cache of every layer, and a few hidden-size buffers per position. A CPU has (:func:`available`)
+the smallest of the kernel's ``MemAvailable``, the cgroup's limit less its usage (v2 ``memory.max``, v1
+``memory.limit_in_bytes``) and ``CODILA_MEMORY_LIMIT`` (e.g. ``8G``, for a user who wants a margin, and
+for tests); a CUDA device its free memory. ``--no-fit-check`` (``CODILA_NO_FIT_CHECK=1``) skips it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codila_cli.errors import ModelLoadError
+
+CANVAS = 2048  # positions the activation estimate allows for (a prompt and its canvas: Dream's usable context)
+RUNTIME = 400 * 2**20  # the process itself on a CPU: the interpreter, torch, the tokenizer
+BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+         "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+@dataclass(frozen=True)
+class Need:
+    name: str
+    dtype: str  # what the weights run in
+    weights: int  # bytes
+    loading: int  # bytes on top while loading (a file cast to the run dtype)
+    activations: int  # bytes for a canvas of CANVAS positions
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.loading + self.activations
+
+
+def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path]) -> Need:
+    """The bytes a load of the checkpoint at ``path`` in ``dtype`` ("float32", "bfloat16", "float16") needs."""
+    from codila_cli.models.validate import weight_headers
+
+    size = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
+    weights = largest = 0
+    per_file: dict[Path, int] = {}
+    for f in files:
+        stored = 0
+        for stored_dtype, shape in weight_headers([f], name=name).values():
+            n = 1
+            for d in shape:
+                n *= d
+            floating = stored_dtype in ("F64", "F32", "F16", "BF16")
+            weights += n * (size if floating else BYTES.get(stored_dtype, 4))
+            stored += n * BYTES.get(stored_dtype, 4)
+        per_file[f] = stored
+        largest = max(largest, stored)
+    stored_kind = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
+    loading = largest if stored_kind != dtype else 0
+    hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
+    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layers") or 0)
+    heads = int(cfg.get("num_attention_heads") or cfg.get("n_heads") or 1)
+    kv = int(cfg.get("num_key_value_heads") or cfg.get("n_kv_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or (hidden // heads if heads else 0))
+    vocab = int(cfg.get("embedding_size") or cfg.get("vocab_size") or 0)
+    activations = CANVAS * (vocab * 4 + hidden * 4 * 8) + layers * 2 * CANVAS * kv * head_dim * size
+    return Need(name, dtype, weights, loading, activations)
+
+
+def available(device: Any) -> tuple[int, str]:
+    """(bytes this device can still give, where that number comes from)."""
+    limit = os.environ.get("CODILA_MEMORY_LIMIT", "").strip()
+    if limit:
+        return parse_size(limit), "CODILA_MEMORY_LIMIT"
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free), f"free memory of {torch.cuda.get_device_name(device)}"
+    found = [(n, w) for n, w in ((_meminfo(), "MemAvailable"), (_cgroup_room(), "the cgroup's memory limit")) if n]
+    return min(found) if found else (1 << 62, "unknown")
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?", text.strip(), re.IGNORECASE)
+    if not m:
+        from codila_cli.errors import UsageError
+
+        raise UsageError(f"CODILA_MEMORY_LIMIT is {text!r}, not a size", hint="e.g. CODILA_MEMORY_LIMIT=8G")
+    return int(float(m[1]) * 1024 ** "_KMGT".index((m[2] or "_").upper()))
+
+
+def check(needs: list[Need], device: Any, *, alternative: list[Need] | None = None) -> None:
+    """Refuse, with the numbers, loads that together need more than the device has; ``alternative``: the
+    same loads in bf16, named in the hint when they would fit."""
+    if os.environ.get("CODILA_NO_FIT_CHECK", "").strip() in ("1", "true", "yes"):
+        return
+    have, where = available(device)
+    runtime = RUNTIME if getattr(device, "type", "cpu") == "cpu" else 0
+    total = sum(n.total for n in needs) + runtime
+    if total <= have:
+        return
+    parts = ", ".join(f"{n.name} {_gib(n.weights)} of {n.dtype} weights + {_gib(n.loading + n.activations)} to "
+                      "load and decode" for n in needs)
+    hint = "use a smaller model, or a device with more memory"
+    if alternative and (bf16 := sum(n.total for n in alternative) + runtime) <= have:
+        hint = f"--dtype bfloat16 needs {_gib(bf16)}: fits"
+    raise ModelLoadError(f"the models need about {_gib(total)} ({parts}), and {device} has {_gib(have)} "
+                         f"({where})", hint=f"{hint} (--no-fit-check loads anyway)")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _meminfo() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """The memory this process's cgroup may still take (limit less usage), v2 then v1; None without a limit."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, rel = line.split(":", 2)
+            if names == "":  # v2: the unified hierarchy, mounted alone or beside v1's (hybrid)
+                base = next((r / rel.lstrip("/") for r in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+                             if (r / "cgroup.controllers").is_file()), Path("/nonexistent"))
+                limit, usage = base / "memory.max", base / "memory.current"
+            elif "memory" in names.split(","):
+                base = Path("/sys/fs/cgroup/memory") / rel.lstrip("/")
+                limit, usage = base / "memory.limit_in_bytes", base / "memory.usage_in_bytes"
+            else:
+                continue
+            if limit.is_file():
+                text = limit.read_text().strip()
+                if text == "max" or int(text) >= 1 << 60:
+                    continue
+                return max(0, int(text) - int(usage.read_text().strip() or 0))
+    except (OSError, ValueError):
+        pass
+    return None
