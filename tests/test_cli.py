@@ -36,7 +36,7 @@ def test_json_schema_and_tokens_per_step(tiny):
     doc = json.loads(r.stdout)
     assert set(doc) >= {"schema_version", "command", "text", "models", "seed", "settings", "syntax", "metrics"}
     assert doc["command"] == "gen" and doc["seed"] == 3
-    assert set(doc["syntax"]) == {"valid", "parses", "checked", "language", "errors", "warnings"}
+    assert set(doc["syntax"]) == {"valid", "parses", "looks_wrong", "checked", "language", "errors", "warnings"}
     assert doc["syntax"]["checked"] is True and doc["syntax"]["language"] == "python"
     for e in doc["syntax"]["errors"]:
         assert set(e) == {"line", "column", "kind", "message", "where"} and e["message"] and e["where"] in ("generated", "given")

@@ -177,7 +177,7 @@ def test_fim_on_a_typescript_file_reports_typescript_and_no_language_means_no_re
     assert bare["content"] == ts["content"] and bare["codila"]["syntax"]["checked"] is False
     odd = httpx.post(server.url + "/infill", json={**body, "filename": None, "language": "vue"}, timeout=60)
     assert odd.status_code == 200 and odd.json()["codila"]["syntax"] == {
-        "valid": None, "parses": None, "checked": False, "language": "vue", "errors": [], "warnings": []}
+        "valid": None, "parses": None, "looks_wrong": None, "checked": False, "language": "vue", "errors": [], "warnings": []}
     r = client.completions.create(model="codila", prompt=prefix, suffix=suffix, max_tokens=16, seed=5,
                                   extra_body={"language": "ts"})
     assert r.model_extra["codila"]["choices"][0]["syntax"]["language"] == "typescript"

@@ -110,3 +110,14 @@ def test_the_report_says_parses_and_names_static_findings_in_the_generated_code_
     assert not r.valid and r.errors[0].where == "given" and "(in the given text)" in syntax_line(r)
     assert syntax_line(r).startswith("syntax: does not parse, 1 problem(s): line 1 col")
     assert r.to_dict()["parses"] is False and r.to_dict()["warnings"] == []
+
+
+def test_json_valid_is_the_terminals_verdict_for_code_that_looks_wrong():
+    """Issue 63: --json said "valid": true for code the terminal called "looks wrong"; scripts read valid."""
+    from codila_cli.syntax import check_python
+
+    prompt = "def fib(n):\n"
+    wrong = check_python(prompt + "    return n\n", span=(len(prompt), len(prompt) + 13)).to_dict()
+    assert wrong["parses"] is True and wrong["looks_wrong"] is True and wrong["valid"] is False
+    right = check_python(prompt + "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n", span=(len(prompt), 60)).to_dict()
+    assert right["parses"] and right["valid"] and right["looks_wrong"] is False

@@ -58,8 +58,16 @@ class SyntaxReport:
     language: str | None = "python"  # what it was checked as; None: no language was named or known
     checked: bool = True  # False: no grammar, so nothing was checked (``valid`` is then False and means nothing)
 
+    @property
+    def looks_wrong(self) -> bool:
+        """A function the generated code defines does no job (checks.py): the terminal says "looks wrong"."""
+        return any(w.kind == "looks-wrong" for w in self.warnings)
+
     def to_dict(self) -> dict:
-        return {"valid": self.valid if self.checked else None, "parses": self.valid if self.checked else None,
+        """``valid``: one verdict with the terminal's: it parses and nothing looks wrong (issue 63: a script
+        read ``valid: true`` for code the terminal called "looks wrong"); ``parses``: the parse alone."""
+        return {"valid": (self.valid and not self.looks_wrong) if self.checked else None,
+                "parses": self.valid if self.checked else None, "looks_wrong": self.looks_wrong if self.checked else None,
                 "checked": self.checked, "language": self.language, "errors": [asdict(e) for e in self.errors],
                 "warnings": [asdict(w) for w in self.warnings]}
 
