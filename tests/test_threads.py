@@ -108,3 +108,22 @@ def test_a_lone_row_takes_every_thread_only_when_wide(tiny_models, monkeypatch, 
     assert batcher.wide_steps == (2 if wide else 0) and len(out[0]) == 3 and len(out[1]) == 5
     with pytest.raises(ValueError, match="threads"):
         StepBatcher(threads=0)
+
+
+def test_a_thread_count_over_the_free_cores_is_warned_with_its_cost(monkeypatch):
+    """Issue 63: --threads 2 on a busy 2-core machine ran 10x slower than --threads 1 with no word, and
+    --threads 64 on 2 cores was taken silently. Both now warn, saying what it costs and what fits."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+    from codila_cli.engine import threads
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "others_running", lambda: 1)  # one other task keeps a core busy
+    run = lambda *a: CliRunner().invoke(app, ["gen", "--max-new-tokens", "4", "--seed", "0", *a, "def f():"])  # noqa: E731
+    busy = run("--threads", "2")
+    assert busy.exit_code == 0 and "Warning: --threads 2 with 1 other task(s) running on 2 core(s), 1 free now" in busy.stderr
+    assert "--threads 1 or 0 (auto)" in busy.stderr
+    assert "Warning: --threads" not in run("--threads", "1").stderr
+    assert "Warning: --threads 64 is more than the 2 core(s)" in run("--threads", "64").stderr
+    assert "Warning: --threads" not in run("--threads", "2", "-q").stderr

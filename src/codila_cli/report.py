@@ -164,7 +164,8 @@ def bundled_notice(models: Any, user: Any, *, quiet: bool, command: str = "gen")
 
 
 def note_bundled(models: Any, *, quiet: bool, user: Any = None, command: str = "gen") -> None:
-    """Write :func:`bundled_notice` to stderr (once per command, after the models load)."""
+    """Write :func:`bundled_notice` to stderr (once per command, after the models load), and the warning of
+    a ``--threads`` count over the free cores (engine/threads.py::over_free)."""
     if user is None:
         from codila_cli.config import load_config
 
@@ -172,3 +173,5 @@ def note_bundled(models: Any, *, quiet: bool, user: Any = None, command: str = "
     line = bundled_notice(models, user, quiet=quiet, command=command)
     if line:
         say(line + "\n")
+    if getattr(models, "threads_note", None) and not quiet:
+        say(f"Warning: {models.threads_note}\n")

@@ -82,6 +82,8 @@ def serve(
     engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype,
                          settings=base, threads=threads, server=True)
     engine.lanes, engine.stack = _lanes(lanes, engine), not deterministic
+    if engine.threads.warning and not quiet:
+        say(f"Warning: {engine.threads.warning}\n")
     from codila_cli.serve.app import ServeConfig, create_app
 
     app = create_app(engine, ServeConfig(api_key=api_key, max_batch=max_batch, max_queue=max_queue,

@@ -51,6 +51,7 @@ class Engine:
             infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype)
             if infill is not models and models.ar is not None:
                 infill.attach_helper(models.ar)
+        models.threads_note = chosen.warning
         return cls(models=models, infill_models=infill, settings=settings, threads=chosen)
 
     @property

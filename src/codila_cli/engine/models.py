@@ -18,6 +18,7 @@ class Models:
     bridge: Any | None = None
     load_seconds: float = 0.0
     bundled: tuple[str, ...] = ()  # the bundled aliases among the loaded models (demonstration-size)
+    threads_note: str | None = None  # why the asked --threads will run slowly here (engine/threads.py)
 
     def attach_helper(self, ar: Any) -> None:
         """Use the loaded helper ``ar`` with this DLM, and the vocabulary bridge between them: equal ids

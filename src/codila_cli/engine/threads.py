@@ -40,6 +40,7 @@ class Threads:
 
     count: int
     why: str  # "asked" (--threads / CODILA_THREADS), or the default's reasoning
+    warning: str | None = None  # an asked count over the cores free now: what it will cost
 
 
 def usable_cores() -> int:
@@ -88,7 +89,25 @@ def choose_threads(asked: int | None, *, serve: bool = False) -> Threads:
     """``asked`` (``--threads`` or ``CODILA_THREADS``; None or 0 = auto), else :func:`default_threads`."""
     if asked is not None and not 0 <= asked <= MAX_THREADS:
         raise ValueError(f"threads must be from 0 (auto) to {MAX_THREADS}, got {asked}")
-    return Threads(asked, "asked") if asked else default_threads(serve=serve)
+    return Threads(asked, "asked", over_free(asked, serve=serve)) if asked else default_threads(serve=serve)
+
+
+def over_free(asked: int, *, serve: bool = False) -> str | None:
+    """Why ``asked`` threads will run slowly here (None: they fit): more than the usable cores, or (not for
+    a server, which owns its machine) more than the cores other processes leave free right now, where
+    torch's threads wait at every operator for the one that shares a core (issue 63: 5.0 against 49.4
+    tokens/s with --threads 2 and 1 on a busy 2-core machine)."""
+    cores = usable_cores()
+    if asked > cores:
+        return (f"--threads {asked} is more than the {cores} core(s) this process may use: the extra threads share "
+                f"cores and every step waits for them (--threads 0 picks for you)")
+    busy = others_running()
+    free = max(1, cores - busy)
+    if not serve and asked > free:
+        return (f"--threads {asked} with {busy} other task(s) running on {cores} core(s), {free} free now: each step "
+                f"waits for the thread that shares a core, several times slower (10x measured on a busy 2-core "
+                f"machine); --threads {free} or 0 (auto) avoids it")
+    return None
 
 
 def apply_threads(asked: int | None, *, serve: bool = False) -> Threads:
