@@ -390,3 +390,15 @@ def test_every_serve_help_example_starts_a_server_as_shown(tmp_path):
             assert proc.wait(timeout=60) in (0, 130), example
         finally:
             proc.kill()
+
+
+def test_doctor_has_a_row_for_the_serve_extra(monkeypatch):
+    """Issue 63: doctor had rows for [eval] and [train] but none for [serve], so after a plain `pip install .`
+    it missed the refusal `codila serve` then gives."""
+    from codila_cli import info
+
+    real = info._installed
+    monkeypatch.setattr(info, "_installed", lambda dist: dist != "fastapi" and real(dist))
+    r = runner.invoke(app, ["doctor", "--json"])
+    (row,) = [c for c in json.loads(r.stdout)["checks"] if c["name"] == "extra [serve]"]
+    assert not row["ok"] and row["refuses"] == "codila serve" and "pip install 'codila[serve]'" in row["value"]

