@@ -121,3 +121,13 @@ def test_json_valid_is_the_terminals_verdict_for_code_that_looks_wrong():
     assert wrong["parses"] is True and wrong["looks_wrong"] is True and wrong["valid"] is False
     right = check_python(prompt + "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n", span=(len(prompt), 60)).to_dict()
     assert right["parses"] and right["valid"] and right["looks_wrong"] is False
+
+
+def test_code_after_a_return_or_raise_looks_wrong():
+    """Issue 63: code after `return` was not flagged; it never runs."""
+    from codila_cli.checks import looks_wrong
+
+    assert looks_wrong("def f(x):\n    return x + 1\n    y = 2\n") == (
+        (3, 5, "in `f`, the code after the `return` on line 2 never runs"),)
+    assert looks_wrong("def f(x):\n    if x:\n        raise ValueError(x)\n        print(1)\n    return x * 2\n")[0][:2] == (4, 9)
+    assert looks_wrong("def f(x):\n    if x:\n        return 1\n    return x * 2\n") == ()

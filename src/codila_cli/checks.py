@@ -3,7 +3,8 @@
 * :func:`looks_wrong`: cheap structural signs, read with Python's ``ast``, that a function the model
   wrote does not do its job: a body that only returns one of its parameters unchanged (``def fib(n):
   return n``), that does nothing (``pass``, ``...``, a docstring alone), or that only raises
-  ``NotImplementedError``. Only functions whose body lies in the generated text are judged.
+  ``NotImplementedError``, or that has code after a ``return`` or ``raise`` in the same block (it never
+  runs). Only functions whose body lies in the generated text are judged.
 * :func:`prompt_doctests` / :func:`run_doctests`: the prompt's own doctests (``>>> fib(10)`` then
   ``55``), run against the generated program by ``codila gen --check`` with the isolated verdict of
   ``codila eval`` (eval/verdict.py): the examples run and are compared in a jail of their own, and
@@ -68,7 +69,26 @@ def looks_wrong(code: str, *, span: tuple[int, int] | None = None) -> tuple[tupl
             out.append((first.lineno, first.col_offset + 1, f"{where} only returns its argument `{body[0].value.id}`"))
         elif len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0]):
             out.append((first.lineno, first.col_offset + 1, f"{where} only raises NotImplementedError"))
-    return tuple(sorted(out))
+        out += _after_exit(node, where)
+    return tuple(sorted(set(out)))
+
+
+def _after_exit(fn: ast.AST, where: str) -> list[tuple[int, int, str]]:
+    """Statements after a ``return`` or ``raise`` in the same block of ``fn`` (never run; issue 63)."""
+    found = []
+    for node in ast.walk(fn):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if not isinstance(block, list):
+                continue
+            for k, stmt in enumerate(block[:-1]):
+                if isinstance(stmt, ast.Return | ast.Raise):
+                    dead = block[k + 1]
+                    word = "return" if isinstance(stmt, ast.Return) else "raise"
+                    found.append((dead.lineno, dead.col_offset + 1,
+                                  f"in {where}, the code after the `{word}` on line {stmt.lineno} never runs"))
+                    break
+    return found
 
 
 def doctest_text(prompt: str, program: str | None = None) -> str:

@@ -60,10 +60,14 @@ def _size(n: int) -> str:
 
 def _families(rows: list[dict]) -> None:
     """The families table of ``codila models``: each row what a checkpoint of that family can do."""
-    sys.stdout.write(f"\n{'family':<7} {'gen --decoder':<24} {'infill':<28} {'plan':<5} {'CoDiLA':<7} {'KV cache':<27} licence\n")
+    dw = max(13, *(len(", ".join(f["decoders"])) for f in rows))  # columns as wide as their longest cell
+    iw, cw = max(6, *(len(f["infill"]) for f in rows)), max(8, *(len(f["cache"]) for f in rows))
+    sys.stdout.write(f"\n{'family':<7} {'gen --decoder':<{dw}} {'infill':<{iw}} {'plan':<5} {'CoDiLA':<7} "
+                     f"{'KV cache':<{cw}} licence\n")
     for f in rows:
-        sys.stdout.write(f"{f['name']:<7} {', '.join(f['decoders']):<24} {f['infill']:<28} {'yes' if f['plan'] else 'no':<5} "
-                         f"{'yes' if f['codila'] else 'no':<7} {f['cache']:<27} {f['licence']}\n")
+        sys.stdout.write(f"{f['name']:<7} {', '.join(f['decoders']):<{dw}} {f['infill']:<{iw}} "
+                         f"{'yes' if f['plan'] else 'no':<5} {'yes' if f['codila'] else 'no':<7} {f['cache']:<{cw}} "
+                         f"{f['licence']}\n")
     sys.stdout.write("".join(f"  {f['name']}: {f['note']}\n" for f in rows if f["note"]))
 
 
