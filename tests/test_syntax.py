@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,3 +132,36 @@ def test_code_after_a_return_or_raise_looks_wrong():
         (3, 5, "in `f`, the code after the `return` on line 2 never runs"),)
     assert looks_wrong("def f(x):\n    if x:\n        raise ValueError(x)\n        print(1)\n    return x * 2\n")[0][:2] == (4, 9)
     assert looks_wrong("def f(x):\n    if x:\n        return 1\n    return x * 2\n") == ()
+
+
+def _where(code: str, fill: str, at: str, language: str) -> set[str]:
+    from codila_cli.languages import by_name
+    from codila_cli.syntax import check_code
+
+    i = code.index(at)
+    full = code[:i] + fill + code[i:]
+    return {e.where for e in check_code(full, language=by_name(language), span=(i, i + len(fill))).errors}
+
+
+@pytest.mark.parametrize("language, code, fill, at", [
+    ("java", "class A {\n    int f(int a) {\n        return a;\n    }\n\n    int g(int b) {\n        return b;\n    }\n}\n",
+     "        if (a > 0) {\n", "        return a;"),
+    ("javascript", "function f(a) {\n  return a;\n}\n\nfunction g(b) {\n  return b;\n}\n", "function h(c) {\n  return c;\n",
+     "function g"),
+    ("typescript", "function f(a: number): number {\n  return a;\n}\n\nfunction g(b: number): number {\n  return b;\n}\n",
+     "function h(c: number): number {\n  if (c > 0) {\n", "function g"),
+    ("python", "def f(a):\n    return a\n\n\ndef g(b):\n    return b\n", "def h(c):\n", "def g"),
+])
+def test_errors_the_fill_caused_are_the_fills_not_the_users(language, code, fill, at):
+    """Issue 63: an unclosed bracket the model wrote made later, untouched lines report "(in the given
+    text)", and a valid TypeScript prompt was blamed for the Python written after it. The user's text alone
+    decides: it has no error, so every error is the fill's."""
+    assert _where(code, fill, at, language) == {"generated"}
+
+
+@pytest.mark.parametrize("language, code, fill, at", [
+    ("python", "x = = 1\n\n\ndef f(a):\n    return a\n", "def g(b):\n    return b\n", "def f"),
+    ("javascript", "let x = = 1;\n\nfunction f(a) {\n  return a;\n}\n", "function g(b) {\n  return b;\n}\n", "function f"),
+])
+def test_an_error_already_in_the_users_text_stays_given(language, code, fill, at):
+    assert _where(code, fill, at, language) == {"given"}

@@ -120,7 +120,7 @@ def test_a_thread_count_over_the_free_cores_is_warned_with_its_cost(monkeypatch)
 
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     monkeypatch.setattr(threads, "others_running", lambda: 1)  # one other task keeps a core busy
-    run = lambda *a: CliRunner().invoke(app, ["gen", "--max-new-tokens", "4", "--seed", "0", *a, "def f():"])  # noqa: E731
+    run = lambda *a: CliRunner().invoke(app, ["gen", "--max-new-tokens", "4", "--seed", "0", *a, "def f():"])
     busy = run("--threads", "2")
     assert busy.exit_code == 0 and "Warning: --threads 2 with 1 other task(s) running on 2 core(s), 1 free now" in busy.stderr
     assert "--threads 1 or 0 (auto)" in busy.stderr

@@ -15,8 +15,9 @@ line ("'(' was never closed", "unterminated triple-quoted string literal …"), 
 what looks wrong (checks.py: a function that only returns its argument, or has no body; kind
 ``looks-wrong``, first) and pyflakes' cheap static findings (undefined names, unused imports and
 variables, redefinitions). Given the span of the text that was generated (``span``: character offsets), only the
-findings inside it are kept, and each syntax problem says whether it lies in the generated text or in
-the user's own text around it (``where``).
+findings inside it are kept, and each syntax problem says whether the user's own text has it alone
+(``where`` "given": the text without the generated span is checked too, and has a problem on that line)
+or the output brought it ("generated", wherever the parser reports it).
 """
 
 from __future__ import annotations
@@ -155,23 +156,35 @@ def check_code(code: str, *, language: Any, limit: int = 20, span: tuple[int, in
         return not_checked(language.name if language is not None else None)
     if language.python:
         return check_python(code, limit=limit, span=span)
-    issues = sorted(_tree_sitter_issues(code, limit, language.grammar), key=lambda i: (i.line, i.column))
-    return _placed(code, SyntaxReport(not issues, tuple(issues), language=language.name), span)
+    def issues(text: str) -> SyntaxReport:
+        found = sorted(_tree_sitter_issues(text, limit, language.grammar), key=lambda i: (i.line, i.column))
+        return SyntaxReport(not found, tuple(found), language=language.name)
+
+    return _placed(code, issues(code), span, issues)
 
 
-def _placed(code: str, report: SyntaxReport, span: tuple[int, int] | None) -> SyntaxReport:
-    """Each problem marked as in the generated text or the given text around it (``span``)."""
+def _placed(code: str, report: SyntaxReport, span: tuple[int, int] | None, recheck: Any) -> SyntaxReport:
+    """Each problem marked "given" when the user's text alone (``code`` without the generated ``span``,
+    checked by ``recheck``) has a problem on the same line, else "generated" (issue 63: a parser blamed the
+    user's untouched lines for an unclosed bracket the model wrote, or a valid TypeScript prompt for the
+    Python the model wrote after it). The seam (the lines around the fill point) is the fill's: a prompt
+    alone ends where its continuation is missing."""
     if span is None or not report.errors:
         return report
     first, last = _line_of(code, span[0]), _line_of(code, span[1])
-    return replace(report, errors=tuple(replace(e, where="generated" if first <= e.line <= last else "given")
-                                        for e in report.errors))
+    given = code[: span[0]] + code[span[1] :]
+    added = code.count("\n", span[0], span[1])
+    seam = _line_of(given, span[0])
+    theirs = {e.line if e.line < seam else e.line + added for e in recheck(given).errors if e.line != seam}
+    return replace(report, errors=tuple(
+        replace(e, where="given" if e.line in theirs and not first <= e.line <= last else "generated")
+        for e in report.errors))
 
 
 def check_python(code: str, *, limit: int = 20, span: tuple[int, int] | None = None) -> SyntaxReport:
     """Whether ``code`` parses, every problem located, and (when it parses) pyflakes' findings;
     ``span``: the character offsets of the generated part (see the module docstring)."""
-    report = _placed(code, _check(code, limit), span)
+    report = _placed(code, _check(code, limit), span, lambda text: _check(text, limit))
     if report.valid:
         from codila_cli.checks import looks_wrong
 
