@@ -176,3 +176,24 @@ def test_models_lists_languages():
     for name in ("python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "bash"):
         assert name in rows
     assert ".ts" in rows["typescript"]["extensions"] and rows["python"]["checks"].endswith("pyflakes")
+
+
+def test_infill_from_stdin_guesses_the_language_from_a_shebang_or_a_modeline_and_says_so(tiny):
+    """Issue 63: `codila infill -` (how an editor pipes a buffer) reported "not checked" unless --language
+    was given. A #! line or an editor modeline names the language now, and the report says it was guessed;
+    text with neither (and that Python does not parse) stays "not checked"."""
+    import subprocess
+    import sys
+
+    def fill(text: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "codila_cli", "infill", "-", "--dlm", str(tiny["dlm"]), "--seed", "0"],
+                           input=text, capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr
+        return next(ln for ln in r.stderr.splitlines() if ln.startswith("syntax:"))
+
+    assert "(checked as rust: guessed from a modeline" in fill("fn f() -> i32 {\n    // codila: fill\n}\n// vim: set ft=rust:\n")
+    assert "(checked as go: guessed from a modeline" in fill("// -*- mode: go -*-\npackage main\n\n// codila: fill\n")
+    assert "(checked as bash: guessed from the #! line" in fill("#!/bin/bash\necho hi\n# codila: fill\n")
+    assert fill("fn f() -> i32 {\n    // codila: fill\n}\n").startswith("syntax: not checked")
+    assert languages.for_modeline("x\n# vim: ts=4 ft=python\n") is languages.PYTHON
+    assert languages.for_modeline("# vim: ts=4\n") is None

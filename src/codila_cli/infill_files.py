@@ -41,6 +41,7 @@ class Source:
     bom: bool = False  # the file started with a UTF-8 byte order mark
     endings: tuple[str, ...] = ()  # each line's own ending as read ("\n", "\r\n", "" for a last line without)
     language: Any = None  # languages.Language (read_source: --language, extension, #! line); None: unknown
+    guessed: str = ""  # how the language was guessed from the text alone ("the #! line", "a modeline", …)
 
     @property
     def rules(self) -> Any:
@@ -84,22 +85,29 @@ def read_source(name: str, *, stdin_bytes: bytes | None = None, language: str | 
     endings = tuple("\r\n" if p.endswith("\r") else "\n" for p in parts[:-1]) + (("",) if parts[-1] else ())
     newline = "\r\n" if endings.count("\r\n") > endings.count("\n") else "\n"
     text = text.replace("\r\n", "\n")
-    return Source(text, newline, path, hashlib.sha256(raw).hexdigest(), text.endswith("\n"), bom, endings,
-                  _language(language, None if name == "-" else name, text))
+    lang, guessed = _language(language, None if name == "-" else name, text)
+    return Source(text, newline, path, hashlib.sha256(raw).hexdigest(), text.endswith("\n"), bom, endings, lang,
+                  guessed)
 
 
-def _language(language: str | None, path: str | None, text: str) -> Any:
+def _language(language: str | None, path: str | None, text: str) -> tuple[Any, str]:
+    """(the language, how it was guessed: "" when named by --language or an extension). Stdin (an editor's
+    buffer) names none: its ``#!`` line or modeline does, else text that Python parses is Python."""
     from codila_cli import languages
 
     try:
         lang = languages.resolve(language=language, path=path, text=text)
     except ValueError as exc:
         raise UsageError(str(exc).split(" (known")[0], hint=f"--language takes one of: {', '.join(languages.names())}") from None
-    if lang is None and path is None:
+    if language or (path and languages.for_path(path)):
+        return lang, ""
+    if lang is not None:
+        return lang, "the #! line" if languages.for_shebang(text) is not None else "a modeline"
+    if path is None:
         from codila_cli.syntax import check_python
 
-        return languages.PYTHON if check_python(text).valid else None
-    return lang
+        return (languages.PYTHON, "the text, which Python parses") if check_python(text).valid else (None, "")
+    return None, ""
 
 
 @dataclass(frozen=True)

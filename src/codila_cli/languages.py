@@ -119,15 +119,32 @@ def for_shebang(text: str) -> Language | None:
     return by_name(program) if program else None
 
 
+_MODELINE = (re.compile(r"\b(?:vim?|ex):.*?\b(?:ft|filetype|syntax)=([A-Za-z0-9_+#-]+)"),  # vim: set ft=go:
+             re.compile(r"-\*-.*?\bmode:\s*([A-Za-z0-9_+#-]+)", re.IGNORECASE),  # -*- mode: rust -*-
+             re.compile(r"-\*-\s*([A-Za-z0-9_+#-]+)\s*-\*-"))  # -*- python -*-
+
+
+def for_modeline(text: str) -> Language | None:
+    """The language an editor modeline in the first or last five lines names (vim's ``ft=``/``filetype=``,
+    Emacs' ``-*- mode: … -*-``); None if none names a language codila knows."""
+    lines = text.splitlines()
+    for line in [*lines[:5], *lines[-5:]]:
+        for pattern in _MODELINE:
+            m = pattern.search(line)
+            if m and (lang := by_name(m[1].lower())) is not None:
+                return lang
+    return None
+
+
 def resolve(*, language: str | None = None, path: str | None = None, text: str = "") -> Language | None:
     """The language to check with: ``language`` when given (ValueError if codila does not know it), else
-    the file's extension, else its ``#!`` line; None when none of them names one."""
+    the file's extension, else its ``#!`` line, else an editor modeline; None when none of them names one."""
     if language:
         lang = by_name(language)
         if lang is None:
             raise ValueError(f"unknown language {language!r} (known: {', '.join(names())})")
         return lang
-    return (for_path(path) if path else None) or for_shebang(text)
+    return (for_path(path) if path else None) or for_shebang(text) or for_modeline(text)
 
 
 PYTHON = _BY_NAME["python"]

@@ -179,6 +179,8 @@ def _status(src: Any, region: Any, out: Any, *, in_place: bool, verbose: bool) -
         lines.append(f"Warning: the file is longer than the model's context; the model saw the {cut['prefix_kept']} "
                      f"prefix and {cut['suffix_kept']} suffix tokens nearest the fill (the output keeps the whole file)")
     status = syntax_line(out.syntax_after)
+    if src.guessed and src.language is not None:  # stdin names no language: say where it came from
+        status += f" (checked as {src.language.name}: guessed from {src.guessed}; --language names it)"
     if out.introduced_errors:
         status += " (introduced by the fill)"
     elif out.syntax_before.checked and not out.syntax_before.valid:
