@@ -595,7 +595,10 @@ def test_eval_names_the_limits_this_machine_cannot_enforce(monkeypatch):
 
     monkeypatch.setattr(jail, "run_cgroups", lambda **_: jail.RunGroups())
     monkeypatch.setattr(jail.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(jail, "nobody_runs_jail", lambda: False)  # and the jail cannot start as uid 65534
     gaps = jail.limit_gaps(SandboxLimits())
     assert len(gaps) == 2 and "no process cap" in gaps[0] and "per process only" in gaps[1]
+    monkeypatch.setattr(jail, "nobody_runs_jail", lambda: True)  # issue 60: it can, and RLIMIT_NPROC caps it
+    assert len(jail.limit_gaps(SandboxLimits())) == 1
     monkeypatch.setattr(jail, "run_cgroups", lambda **_: jail.RunGroups((), True, True))
     assert jail.limit_gaps(SandboxLimits()) == []

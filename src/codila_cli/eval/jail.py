@@ -38,10 +38,35 @@ class Jail:
         return f"bubblewrap ({self.path})" if self.kind == "bwrap" else f"none: {self.why}"
 
 
-def interpreter() -> tuple[str, str]:
+def interpreter(*, nobody: bool = False) -> tuple[str, str]:
     """(the real Python binary, its installation prefix): the stdlib-only interpreter a program runs on
-    (a virtual environment's site-packages are not part of the jail)."""
-    return os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+    (a virtual environment's site-packages are not part of the jail). ``nobody``: for a jail started as
+    uid 65534 (:func:`drops_to_nobody`), which cannot reach an interpreter under a private directory such
+    as a 0700 ``/root``: then the system's ``python3`` of the same version, where there is one."""
+    own = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
+    if not nobody or _nobody_reaches(own[0]):
+        return own
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    if system is not None:
+        try:
+            r = subprocess.run([system, "-I", "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                               text=True, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return own
+        if r.stdout.strip() == str(tuple(sys.version_info[:2])) and _nobody_reaches(os.path.realpath(system)):
+            return os.path.realpath(system), "/usr"
+    return own
+
+
+def _nobody_reaches(path: str) -> bool:
+    """Whether uid 65534 may enter every directory above ``path`` and run it (world-executable bits)."""
+    import stat
+
+    p = Path(path)
+    try:
+        return all(os.stat(d).st_mode & stat.S_IXOTH for d in p.parents) and bool(os.stat(p).st_mode & stat.S_IXOTH)
+    except OSError:
+        return False
 
 
 @lru_cache(maxsize=1)
@@ -61,14 +86,14 @@ def detect() -> Jail:
 
 
 def command(bwrap: str, *, files: tuple[tuple[int, str], ...] = (), scratch_bytes: int | None = None,
-            probe: bool = False) -> list[str]:
+            probe: bool = False, nobody: bool = False) -> list[str]:
     """The bwrap command line up to the interpreter (the caller appends its arguments).
 
     The run's directory ``/sandbox`` is a tmpfs of its own, never a host directory: ``files`` are
     (descriptor, name) pairs that bwrap copies into it (``--file``) before the program starts, so a run
     leaves nothing on the host's disk. ``/sandbox``, ``/tmp`` and ``/dev/shm`` are each capped at
     ``scratch_bytes`` (tmpfs ``size=``; their pages are also charged to the run's memory cgroup)."""
-    python, prefix = interpreter()
+    python, prefix = interpreter(nobody=nobody)
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", "65534", "--gid", "65534", "--hostname", "codila-sandbox", "--clearenv",
             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/sandbox",
@@ -276,7 +301,7 @@ def become_nobody() -> None:
 def drops_to_nobody(groups: RunGroups) -> bool:
     """Whether a run with ``groups`` starts as uid 65534, so that RLIMIT_NPROC caps its processes: codila
     runs as root (whose processes the kernel does not count), no pids cgroup caps the run, and bwrap works
-    started as that user here (the interpreter must be reachable by it: not one under a 0700 /root)."""
+    started as that user here (with an interpreter it can reach: :func:`interpreter`)."""
     return os.geteuid() == 0 and not groups.pids and nobody_runs_jail()
 
 
@@ -286,8 +311,8 @@ def nobody_runs_jail() -> bool:
     if path is None or os.geteuid() != 0:
         return False
     try:
-        r = subprocess.run([*command(path, probe=True), "-I", "-c", "print('ok')"], capture_output=True, text=True,
-                           timeout=20, check=False, preexec_fn=become_nobody)
+        r = subprocess.run([*command(path, probe=True, nobody=True), "-I", "-c", "print('ok')"], capture_output=True,
+                           text=True, timeout=20, check=False, preexec_fn=become_nobody)
     except (OSError, subprocess.SubprocessError):
         return False
     return r.returncode == 0 and r.stdout.strip() == "ok"

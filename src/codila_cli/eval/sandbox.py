@@ -162,11 +162,11 @@ class _Jailed:
                     memfds.append(fd)
                     os.write(fd, text.encode("utf-8"))
                     os.lseek(fd, 0, os.SEEK_SET)
-                cmd = [*jails.command(jail.path, files=tuple(zip(memfds, files)),
-                                      scratch_bytes=limits.scratch_mb * 2**20), "-I", *args]
-                cwd, env = None, {}
                 if capped:
                     self.groups = jails.run_cgroups(max_procs=limits.max_procs, memory_bytes=limits.memory_mb * 2**20)
+                cmd = [*jails.command(jail.path, files=tuple(zip(memfds, files)), scratch_bytes=limits.scratch_mb * 2**20,
+                                      nobody=jails.drops_to_nobody(self.groups)), "-I", *args]
+                cwd, env = None, {}
             else:
                 self.tmp = Path(tempfile.mkdtemp(prefix="codila-sandbox-"))
                 for name, text in files.items():
