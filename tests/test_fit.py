@@ -83,3 +83,17 @@ def test_a_memory_cgroup_limit_is_what_the_check_reads():
             group.rmdir()
         except OSError:
             pass
+
+
+def test_models_fit_says_for_each_cached_model_whether_it_fits_and_how(monkeypatch):
+    import json
+
+    monkeypatch.setenv("CODILA_MEMORY_LIMIT", "505M")  # the bundled helper in fp32 needs ~512 MiB: bf16 fits
+    r = CliRunner().invoke(app, ["models", "--fit", "--json"])
+    assert r.exit_code == 0, r.stderr
+    rows = {row["alias"]: row for row in json.loads(r.stdout)["models"]}
+    ar = rows["bundled-ar"]
+    assert ar["dtype"] == "float32" and not ar["fits"] and ar["fits_in_bf16"] and ar["needs_bytes"] > ar["has_bytes"]
+    assert rows["dream-coder"]["cached"] is False or "fits" in rows["dream-coder"]
+    text = CliRunner().invoke(app, ["models", "--fit"]).stdout
+    assert "fits in bfloat16 (--dtype bfloat16) (CODILA_MEMORY_LIMIT)" in text

@@ -254,3 +254,29 @@ def list_families() -> list[dict]:
     from codila_cli.models.families import FAMILIES
 
     return [{**asdict(f), "model_types": list(f.model_types), "decoders": list(f.decoders)} for f in FAMILIES]
+
+
+def list_fit() -> list[dict[str, Any]]:
+    """``codila models --fit``: for each model in the cache (or bundled), alone on the device ``auto``
+    picks, whether it fits now (models/fit.py), at the dtype ``auto`` gives it, and in bf16."""
+    from codila_cli.engine.models import sized
+    from codila_cli.models import fit
+    from codila_cli.models.cache import resolve_local_dir
+    from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
+    from codila_cli.models.registry import resolve_spec
+
+    device = choose_device("auto")
+    rows = []
+    for r in list_models():
+        row = {"alias": r["alias"], "kind": r["kind"], "device": str(device), "cached": r["cached"]}
+        if r["cached"]:
+            spec = resolve_spec(r["alias"], kind="ar" if r["kind"] == "AR" else "dlm")
+            path = resolve_local_dir(spec)
+            dt = choose_dtype("auto", device, bf16_on_cpu=bf16_on_cpu(path, name=spec.name,
+                                                                     role="ar" if r["kind"] == "AR" else "dlm"))
+            needs, bf16 = sized([(spec.name, path, dt)])
+            v = fit.verdict(needs, device, alternative=bf16 if bf16 != needs else None)
+            row.update(dtype=str(dt).removeprefix("torch."), needs_bytes=v.total, has_bytes=v.have, source=v.where,
+                       fits=v.fits, bf16_bytes=v.bf16, fits_in_bf16=None if v.bf16 is None else v.bf16 <= v.have)
+        rows.append(row)
+    return rows

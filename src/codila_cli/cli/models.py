@@ -18,11 +18,14 @@ def models(
     json_out: json_option() = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the names of available models.")] = False,
     languages: Annotated[bool, typer.Option("--languages", help="List the languages the syntax report checks instead (name, extensions, aliases, checks).")] = False,
+    fit: Annotated[bool, typer.Option("--fit", help="For each model in the cache, whether it fits this machine's memory now (the fit check every load runs), at its auto dtype and in bfloat16.")] = False,
 ) -> None:
     """List model aliases, whether each is in the Hugging Face cache, the bundled models, and the model
     families codila runs with what each supports (gen's decoders, infill, plan, CoDiLA, KV cache)."""
     from codila_cli.info import list_families, list_languages, list_models
 
+    if fit:
+        return _fit(json_out)
     if languages:
         rows = list_languages()
         if json_out:
@@ -52,6 +55,26 @@ def models(
             sys.stdout.write("\nbundled-*: demonstration models (a few M parameters, trained on a CPU) that run every "
                              "command offline; not a code assistant (docs/bundled-models.md).\n")
         _families(list_families())
+
+
+def _fit(json_out: bool) -> None:
+    """``codila models --fit``: a row per model: its dtype, what it needs, what the device has, the verdict."""
+    from codila_cli.info import list_fit
+
+    rows = list_fit()
+    if json_out:
+        sys.stdout.write(json.dumps({"schema_version": 1, "command": "models --fit", "models": rows}) + "\n")
+        return
+    sys.stdout.write(f"{'alias':<17} {'device':<6} {'dtype':<9} {'needs':>9} {'has':>9}  verdict\n")
+    for r in rows:
+        if not r["cached"]:
+            sys.stdout.write(f"{r['alias']:<17} {r['device']:<6} {'-':<9} {'-':>9} {'-':>9}  not in the cache "
+                             f"(codila pull {r['alias']})\n")
+            continue
+        verdict = "fits" if r["fits"] else ("fits in bfloat16 (--dtype bfloat16)" if r["fits_in_bf16"] else
+                                            "does not fit")
+        sys.stdout.write(f"{r['alias']:<17} {r['device']:<6} {r['dtype']:<9} {_size(r['needs_bytes']):>9} "
+                         f"{_size(r['has_bytes']):>9}  {verdict} ({r['source']})\n")
 
 
 def _size(n: int) -> str:

@@ -96,6 +96,14 @@ def fits(loads: list[tuple[str, Any, Any]], device: Any) -> None:
     """The fit check (models/fit.py) of (name, directory, torch dtype) loads on ``device``; a model in fp32
     is also sized in bf16, which the refusal names when that would fit."""
     from codila_cli.models import fit
+
+    needs, bf16 = sized(loads)
+    fit.check(needs, device, alternative=bf16 if bf16 != needs else None)
+
+
+def sized(loads: list[tuple[str, Any, Any]]) -> tuple[list, list]:
+    """(what each load needs at its dtype, and in bf16) from the weights' headers (models/fit.py)."""
+    from codila_cli.models import fit
     from codila_cli.models.loading import _weight_files, read_config
 
     needs, bf16 = [], []
@@ -104,4 +112,4 @@ def fits(loads: list[tuple[str, Any, Any]], device: Any) -> None:
         kind = str(dt).removeprefix("torch.")
         needs.append(fit.estimate(path, cfg, name=name, dtype=kind, files=files))
         bf16.append(fit.estimate(path, cfg, name=name, dtype="bfloat16", files=files) if kind == "float32" else needs[-1])
-    fit.check(needs, device, alternative=bf16 if bf16 != needs else None)
+    return needs, bf16

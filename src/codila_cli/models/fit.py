@@ -93,21 +93,38 @@ def parse_size(text: str) -> int:
     return int(float(m[1]) * 1024 ** "_KMGT".index((m[2] or "_").upper()))
 
 
+@dataclass(frozen=True)
+class Verdict:
+    fits: bool
+    total: int  # bytes the loads need, the process included
+    have: int
+    where: str  # where ``have`` comes from
+    bf16: int | None  # bytes in bf16, where some load runs in fp32
+
+
+def verdict(needs: list[Need], device: Any, *, alternative: list[Need] | None = None) -> Verdict:
+    """Whether ``needs`` fit ``device`` now (and what the same loads need in bf16)."""
+    have, where = available(device)
+    runtime = RUNTIME if getattr(device, "type", "cpu") == "cpu" else 0
+    total = sum(n.total for n in needs) + runtime
+    bf16 = sum(n.total for n in alternative) + runtime if alternative else None
+    return Verdict(total <= have, total, have, where, bf16)
+
+
 def check(needs: list[Need], device: Any, *, alternative: list[Need] | None = None) -> None:
     """Refuse, with the numbers, loads that together need more than the device has; ``alternative``: the
     same loads in bf16, named in the hint when they would fit."""
     if os.environ.get("CODILA_NO_FIT_CHECK", "").strip() in ("1", "true", "yes"):
         return
-    have, where = available(device)
-    runtime = RUNTIME if getattr(device, "type", "cpu") == "cpu" else 0
-    total = sum(n.total for n in needs) + runtime
-    if total <= have:
+    v = verdict(needs, device, alternative=alternative)
+    if v.fits:
         return
+    total, have, where = v.total, v.have, v.where
     parts = ", ".join(f"{n.name} {_gib(n.weights)} of {n.dtype} weights + {_gib(n.loading + n.activations)} to "
                       "load and decode" for n in needs)
     hint = "use a smaller model, or a device with more memory"
-    if alternative and (bf16 := sum(n.total for n in alternative) + runtime) <= have:
-        hint = f"--dtype bfloat16 needs {_gib(bf16)}: fits"
+    if v.bf16 is not None and v.bf16 <= have:
+        hint = f"--dtype bfloat16 needs {_gib(v.bf16)}: fits"
     raise ModelLoadError(f"the models need about {_gib(total)} ({parts}), and {device} has {_gib(have)} "
                          f"({where})", hint=f"{hint} (--no-fit-check loads anyway)")
 
