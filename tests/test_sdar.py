@@ -183,5 +183,11 @@ def test_a_token_limit_is_kept_though_whole_blocks_are_decoded():
         body = {"prompt": "def f(x):", "max_tokens": 24, "codila": {"early_stop": False}}
         out = httpx.post(s.url + "/v1/completions", json=body, timeout=120).json()
         assert out["usage"]["completion_tokens"] == 24, out["usage"]
+        # issue 61, item 3: the server names the family it runs (it said "dream" for every model)
+        assert httpx.get(s.url + "/health").json()["family"] == "sdar"
+        assert httpx.get(s.url + "/api/tags").json()["models"][0]["details"]["family"] == "sdar"
+        show = httpx.post(s.url + "/api/show", json={"model": "codila"}).json()
+        assert show["details"]["family"] == "sdar" and show["model_info"]["general.architecture"] == "sdar"
     finally:
         s.stop()
+    assert json.loads(_gen("--max-new-tokens", "4", "--json", "def f():").stdout)["models"]["dlm"]["family"] == "sdar"

@@ -32,7 +32,12 @@ class Models:
             dlm_name=self.dlm.name, ar_name=ar.name)
 
     def describe(self) -> dict:
-        out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path)}}
+        """``--json``'s ``models``: each model's name and directory, and the DLM's family (models/families.py)."""
+        from codila_cli.models.families import family_of
+
+        family = family_of(self.dlm.ckpt.config)
+        out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path),
+                       "family": family.name if family is not None else None}}
         if self.ar is not None:
             out["ar"] = {"name": self.ar.name, "path": str(self.ar.ckpt.path)}
         return out

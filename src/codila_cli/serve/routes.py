@@ -200,7 +200,8 @@ async def health(request: Request) -> dict:
     dlm = st.engine.models.dlm
     return {"status": "ok", "models": _names(request)[:1] + _names(request)[2:], "running": st.runner.in_use,
             "rows_decoding": st.engine.batcher.active, "max_batch": st.config.max_batch,
-            "device": str(dlm.device), "dtype": str(dlm.ckpt.dtype).removeprefix("torch."),
+            "device": str(dlm.device), "dtype": str(dlm.ckpt.dtype).removeprefix("torch."), "family": family(dlm),
+            "infill_family": family(st.engine.infill_models.dlm) if st.engine.infill_models is not None else None,
             "lanes": st.engine.lanes, "lone_request_uses_every_core": st.engine.wide,
             "deterministic": not st.engine.stack}
 
@@ -225,8 +226,16 @@ async def tags(request: Request) -> dict:
         out.append({"name": f"{name}:latest", "model": f"{name}:latest", "size": size,
                     "modified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "digest": uuid.uuid5(uuid.NAMESPACE_URL, str(path)).hex,
-                    "details": {"format": "safetensors", "family": "dream", "families": ["dream"]}})
+                    "details": {"format": "safetensors", "family": family(m.dlm), "families": [family(m.dlm)]}})
     return {"models": out}
+
+
+def family(dlm: Any) -> str:
+    """The family a loaded DLM belongs to (models/families.py, from its config), as Ollama's ``family``."""
+    from codila_cli.models.families import family_of
+
+    f = family_of(dlm.ckpt.config)
+    return f.name if f is not None else str(dlm.ckpt.config.get("model_type", "unknown")).lower()
 
 
 @router.post("/api/chat")
@@ -254,8 +263,8 @@ async def show(body: OllamaShow, request: Request) -> dict:
     fim = st.engine.infill_models is not None
     return {"modelfile": f"FROM {_names(request)[0]}\n", "parameters": f"num_ctx {dlm.context_length}",
             "template": "{{ .Prompt }}" + ("{{ .Suffix }}" if fim else ""),
-            "details": {"format": "safetensors", "family": "dream", "families": ["dream"]},
-            "model_info": {"general.architecture": "dream", "dream.context_length": dlm.context_length},
+            "details": {"format": "safetensors", "family": family(dlm), "families": [family(dlm)]},
+            "model_info": {"general.architecture": family(dlm), f"{family(dlm)}.context_length": dlm.context_length},
             "capabilities": ["completion", "insert"] if fim else ["completion"]}
 
 
