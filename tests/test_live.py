@@ -163,3 +163,15 @@ def test_num_samples_view_follows_each_sample_in_turn_on_a_cpu(tiny, monkeypatch
     want = ["sample 1 of 3"] if gpu else ["sample 1 of 3", "sample 2 of 3", "sample 3 of 3"]
     assert [t.rsplit(" · ", 1)[-1] for t in titles] == want
     assert on.stdout == off.stdout
+
+
+def test_proposed_line_breaks_show_as_masked_dots_not_a_wall_of_arrows():
+    """Issue 63: with --decoder dream the canvas was a wall of ↵ (the DLM proposes a line break for most far
+    masks), which looked like a rendering bug. A blank proposal is drawn as a masked slot."""
+    class Tok:
+        def decode(self, ids, skip_special_tokens=False):
+            return {5: "def", 6: "\n", 7: "  ", 8: "x"}[ids[0]]
+
+    view = LiveView(tokenizer=Tok(), mask_id=1, console=Console(file=io.StringIO()))
+    text = view.tokens_text((5, 1, 1, 1, 1), {0: "dlm"}, None, proposed={1: 6, 2: 6, 3: 7, 4: 8})
+    assert text.plain == "def···x"

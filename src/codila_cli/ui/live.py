@@ -3,7 +3,8 @@
 Shown on stderr and only when stderr is a terminal (never with --json or -q). Every kind of slot has a
 look that holds without colour too (``NO_COLOR``, a monochrome terminal), and a colour where there is one:
 
-* masked, nothing proposed yet: a dim dot ``·``;
+* masked, nothing proposed yet (or only blank space, such as the line breaks a DLM proposes far from the
+  text): a dim dot ``·``;
 * proposed by the DLM but not committed (its current top-1, the plan the helper reads): dim italic, yellow;
 * committed by the DLM: plain, cyan;
 * written by the AR helper (CoDiLA): bold, green;
@@ -172,10 +173,11 @@ class LiveView:
                 focus = len(text.plain)
             under = " underline" if in_block else ""
             if tok == self.mask_id:
-                if i in proposed:
-                    text.append(self.piece(proposed[i]).replace("\n", "↵"), style=STYLES["proposed"] + under)
-                else:
-                    text.append("·", style=STYLES["masked"] + under)
+                guess = self.piece(proposed[i]) if i in proposed else ""
+                if guess.strip():
+                    text.append(guess.replace("\n", "↵"), style=STYLES["proposed"] + under)
+                else:  # nothing proposed, or only blank space: far from the text a DLM proposes line breaks
+                    text.append("·", style=STYLES["masked"] + under)  # everywhere (a wall of ↵ read as a bug)
                 continue
             style = STYLES.get(owner.get(i, "dlm"), STYLES["dlm"]) + under
             piece = self.piece(tok)
