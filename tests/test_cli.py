@@ -383,6 +383,11 @@ def test_num_samples_json_consecutive_seeds(tiny, monkeypatch, gpu):
     samples one after another on a CPU, where a batch is slower; the samples are the same either way."""
 
     monkeypatch.setattr(rt, "batching_pays", lambda models, config=None: gpu)
+    # a step waits for every row (not 10 ms): on a loaded machine a row late from its own sampling caught the
+    # next step instead, and the forward count depended on the load (issue 63: found beside a CPU hog)
+    from codila_cli.decoding.batch import StepBatcher
+
+    monkeypatch.setitem(StepBatcher.__init__.__kwdefaults__, "gather_s", 60.0)
     r = gen("--dlm", str(tiny["dlm"]), "--ar", str(tiny["ar"]), "--decoder", "codila", "-n", "3", "--temperature", "1",
             "--ar-temperature", "1", "--max-new-tokens", "16", "--seed", "40", "--json", "def f(")
     assert r.exit_code == 0, r.stderr

@@ -83,7 +83,11 @@ def test_a_real_width_dream_layer_decodes_batched_as_alone_in_bf16(tmp_path, mon
     seeded, and a packed forward gives each row its lone logits bit for bit. Skipped, naming the layer, where this CPU's own bf16 matrix product rounds a row by batch size."""
     from test_batch import _bf16_gemm_depends_on_the_batch
 
+    from codila_cli.decoding.batch import StepBatcher
     from codila_cli.decoding.config import DreamConfig, SamplingConfig
+
+    # each step waits for every row (the forward count below is exact, not a split a loaded machine causes)
+    monkeypatch.setitem(StepBatcher.__init__.__kwdefaults__, "gather_s", 60.0)
     from codila_cli.engine.generate import generate, generate_many
     from codila_cli.engine.models import load_models
     from codila_cli.train.shaped import PRESETS, Shape, build_shaped
