@@ -197,3 +197,13 @@ def test_infill_from_stdin_guesses_the_language_from_a_shebang_or_a_modeline_and
     assert fill("fn f() -> i32 {\n    // codila: fill\n}\n").startswith("syntax: not checked")
     assert languages.for_modeline("x\n# vim: ts=4 ft=python\n") is languages.PYTHON
     assert languages.for_modeline("# vim: ts=4\n") is None
+
+
+def test_a_named_python_is_named_in_the_summary(tiny):
+    """Issue 63: `--language python` printed a summary without the language name the others print."""
+    named = runner.invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "--seed", "0", "--max-new-tokens", "8",
+                                "--language", "python", "def f(x):"])
+    line = next(ln for ln in named.stderr.splitlines() if ln.startswith("syntax:"))
+    assert "(python)" in line
+    plain = runner.invoke(app, ["gen", "--dlm", str(tiny["dlm"]), "--seed", "0", "--max-new-tokens", "8", "def f(x):"])
+    assert "(python)" not in next(ln for ln in plain.stderr.splitlines() if ln.startswith("syntax:"))

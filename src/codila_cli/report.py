@@ -9,7 +9,7 @@ from typing import Any
 from codila_cli.ui.terminal import say
 
 
-def syntax_line(report: Any) -> str:
+def syntax_line(report: Any, *, named: bool = False) -> str:
     """What the check found, in its own words: ``syntax: parses`` (and nothing more is claimed), with the
     static findings in the generated code if any (``… parses; 2 warnings: line 3 col 5: undefined name
     'b'; …``), or ``syntax: does not parse`` with the first five problems, each with its line and column
@@ -22,7 +22,7 @@ def syntax_line(report: Any) -> str:
         return (f"syntax: not checked (codila has no grammar for {report.language})" if report.language else
                 "syntax: not checked (the language is unknown; --language names it)")
     lang = getattr(report, "language", "python")
-    shown = f" ({lang})" if lang not in (None, "python") else ""
+    shown = f" ({lang})" if lang is not None and (lang != "python" or named) else ""  # named: --language said it
     if report.valid:
         warnings = getattr(report, "warnings", ())
         if not warnings:

@@ -122,7 +122,8 @@ def gen(
                **({"check": checked.to_dict()} if checked is not None else {})}
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-    _report(result, req, models, quiet=quiet, verbose=verbose, err=err, prompt=text[given.context:], checked=checked)
+    _report(result, req, models, quiet=quiet, verbose=verbose, err=err, prompt=text[given.context:], checked=checked,
+            named=language is not None)
     if strict and not (clean(result.syntax) and (checked is None or checked.passed)):
         what = ("does not parse" if not result.syntax.valid else
                 f"has {len(result.syntax.warnings)} finding(s)" if not clean(result.syntax) else "fails --check")
@@ -221,14 +222,14 @@ def _check(result: Any, prompt: str) -> Any:
 
 
 def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, err: Any, prompt: str = "",
-            checked: Any = None) -> None:
+            checked: Any = None, named: bool = False) -> None:
     """The syntax report, then what ``--check`` found. Green only for what was checked and held: code
     that merely parses is reported in the terminal's own colour, with what would check it."""
     from codila_cli.report import check_line, clean, gen_verbose_lines, syntax_line, unchecked_note, unfinished_note
 
     if quiet:
         return
-    line = syntax_line(result.syntax)
+    line = syntax_line(result.syntax, named=named)
     if clean(result.syntax) and checked is None:
         line += unchecked_note(prompt)
     err.print(printable(line), style=None if clean(result.syntax) else "yellow", markup=False, highlight=False,
