@@ -29,6 +29,8 @@ def _isolate(tmp_path, monkeypatch):
     monkeypatch.delenv("CODILA_MODEL", raising=False)
     monkeypatch.delenv("CODILA_AR_MODEL", raising=False)
     monkeypatch.delenv("CODILA_DEBUG", raising=False)
+    monkeypatch.delenv("CODILA_MEMORY_LIMIT", raising=False)  # a developer's own limit would refuse test loads
+    monkeypatch.delenv("CODILA_NO_FIT_CHECK", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
 
 

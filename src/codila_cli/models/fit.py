@@ -4,8 +4,9 @@ out-of-memory half-loaded, or swapped for minutes).
 
 A model needs (:func:`estimate`): its weights at the dtype it will run in; while loading, one weight file
 in its stored dtype on top when it is cast (codila casts file by file, tensor by tensor); and for
-decoding, the activations of a canvas of ``CANVAS`` positions: one fp32 logits row per position, the
-key/value cache of every layer, and a few hidden-size buffers per position. A CPU has (:func:`available`)
+decoding, the activations of a canvas of ``CANVAS`` positions: the logits of each position (in the
+run dtype, and in fp32 for the sampler), the MLP's intermediate buffers, a few hidden-size buffers and
+the key/value cache of every layer (benchmarks/fit_estimate.py compares it with the measured peak). A CPU has (:func:`available`)
 the smallest of the kernel's ``MemAvailable``, the cgroup's limit less its usage (v2 ``memory.max``, v1
 ``memory.limit_in_bytes``) and ``CODILA_MEMORY_LIMIT`` (e.g. ``8G``, for a user who wants a margin, and
 for tests); a CUDA device its free memory. ``--no-fit-check`` (``CODILA_NO_FIT_CHECK=1``) skips it.
@@ -66,7 +67,11 @@ def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path])
     kv = int(cfg.get("num_key_value_heads") or cfg.get("n_kv_heads") or heads)
     head_dim = int(cfg.get("head_dim") or (hidden // heads if heads else 0))
     vocab = int(cfg.get("embedding_size") or cfg.get("vocab_size") or 0)
-    activations = CANVAS * (vocab * 4 + hidden * 4 * 8) + layers * 2 * CANVAS * kv * head_dim * size
+    inter = int(cfg.get("intermediate_size") or cfg.get("mlp_hidden_size") or 4 * hidden)
+    # per position: the logits (in the run dtype, and again in fp32 for the sampler when that is another),
+    # the MLP's gate, up and product, a few hidden-size buffers; and the KV cache of every layer
+    per = vocab * 4 + (vocab * size if size != 4 else 0) + inter * size * 3 + hidden * 4 * 8
+    activations = CANVAS * per + layers * 2 * CANVAS * kv * head_dim * size
     return Need(name, dtype, weights, loading, activations)
 
 
