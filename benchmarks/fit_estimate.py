@@ -55,8 +55,9 @@ def main() -> None:
         ar = Shape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, extra_rows=293,
                    tied=True, dream=False)
         build_shaped(args.dir, dlm=dlm, ar=ar, ordinary=30000)
-    lines = ["| dtype (file: bf16) | process RSS MiB | load: estimate MiB | load: measured MiB | "
-             "load + 2048-position forward: estimate MiB | measured MiB | estimate / measured |", "|---|---|---|---|---|---|---|"]
+    head = ("| dtype (file: bf16) | process RSS MiB | load: estimate MiB | load: measured MiB | "
+            "load + 2048-position forward: estimate MiB | measured MiB | estimate / measured |")
+    lines = [head, "|---|---|---|---|---|---|---|"]
     for dtype in ("bfloat16", "float32"):
         out = subprocess.run([sys.executable, "-c", CHILD, str(args.dir / "dlm"), dtype], capture_output=True,
                              text=True, check=True).stdout.split()
