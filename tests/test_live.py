@@ -175,3 +175,19 @@ def test_proposed_line_breaks_show_as_masked_dots_not_a_wall_of_arrows():
     view = LiveView(tokenizer=Tok(), mask_id=1, console=Console(file=io.StringIO()))
     text = view.tokens_text((5, 1, 1, 1, 1), {0: "dlm"}, None, proposed={1: 6, 2: 6, 3: 7, 4: 8})
     assert text.plain == "def···x"
+
+
+@pytest.mark.parametrize("height, shown", [(40, ["import os", "", "def f(x):"]), (10, ["def f(x):"]), (8, [])])
+def test_the_prompts_last_lines_show_above_the_canvas_as_room_allows(height, shown):
+    """Issue 63: the prompt was never shown. Its last lines are, dim, above the canvas; a small terminal
+    keeps only the last one, and a tiny one none (the canvas keeps at least three rows)."""
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=60, height=height, color_system=None)
+    view = LiveView(tokenizer=FakeTok(), mask_id=1, console=console, min_interval=0.0,
+                    prompt="x = 1\nimport os\n\ndef f(x):\n")
+    view(StepEvent(0, (0,), (5,), "dlm", None, 1, 0, 0.1, (5, 1, 1, 1)))
+    with console.capture() as cap:
+        console.print(view.render())
+    lines = cap.get().split("\n")
+    assert lines[: len(shown)] == shown and ("x = 1" not in lines)
+    assert any(line.startswith("def") or "·" in line for line in lines[len(shown):])

@@ -57,3 +57,33 @@ def test_a_canvas_taller_than_a_60x30_terminal_keeps_its_status_and_legend(tiny,
         assert frames > 0, "the live view never appeared"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+@pytest.mark.parametrize("width, height", [(60, 20), (80, 24)])
+def test_a_small_terminal_shows_the_prompt_whole_words_and_no_wall_of_line_breaks(slow_codila, width, height):
+    """Issue 63 at 60x20 and 80x24, the bundled pair with --decoder dream: the notice is wrapped at spaces (it
+    broke mid-word), the prompt shows above the canvas (it never did), the status and legend stay in the
+    window, and the far masks are dots, not a wall of ↵."""
+    session = f"codila-narrow-{width}-{int(time.time() * 1000) % 100000}"
+    cmd = (f"CODILA_TEST_DELAY=0.3 {sys.executable} {slow_codila} gen --decoder dream --max-new-tokens 64 "
+           f"--no-early-stop --seed 0 'def parse_line(line):'; echo CODILA-EXIT=$?; sleep 30")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), cmd], check=True)
+    try:
+        frames = 0
+        for _ in range(1200):
+            time.sleep(0.1)
+            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+            if "CODILA-EXIT=" in pane:
+                break
+            if "DLM forwards" not in pane:
+                continue
+            frames += 1
+            lines = pane.split("\n")
+            assert "def parse_line(line):" in pane, pane  # the prompt
+            assert "tokens/forward" in pane and " end" in pane, pane  # status and legend within the window
+            assert "↵↵↵" not in pane, pane  # committed line ends show ↵; far masks never a wall of them
+            notice = " ".join(ln.strip() for ln in lines if ln.strip() and "Note:" in pane.split("def parse_line")[0])
+            assert "dream-coder" in notice.replace("\n", " ") and "CODILA_NOTICE=0" in notice, pane  # whole words
+        assert frames > 0, "the live view never appeared"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

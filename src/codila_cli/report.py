@@ -163,6 +163,18 @@ def bundled_notice(models: Any, user: Any, *, quiet: bool, command: str = "gen")
             "(hide: CODILA_NOTICE=0)")
 
 
+def _to_width(line: str) -> str:
+    """``line`` wrapped at spaces to the terminal's width when stderr is one (a terminal breaks a long line
+    mid-word: issue 63 at 60 columns); unchanged otherwise."""
+    import textwrap
+
+    from codila_cli.ui.terminal import stderr_is_tty, terminal_width
+
+    if not stderr_is_tty():
+        return line
+    return textwrap.fill(line, width=max(20, terminal_width() - 1), break_long_words=False, break_on_hyphens=False)
+
+
 def note_bundled(models: Any, *, quiet: bool, user: Any = None, command: str = "gen") -> None:
     """Write :func:`bundled_notice` to stderr (once per command, after the models load), and the warning of
     a ``--threads`` count over the free cores (engine/threads.py::over_free)."""
@@ -172,6 +184,6 @@ def note_bundled(models: Any, *, quiet: bool, user: Any = None, command: str = "
         user = load_config()
     line = bundled_notice(models, user, quiet=quiet, command=command)
     if line:
-        say(line + "\n")
+        say(_to_width(line) + "\n")
     if getattr(models, "threads_note", None) and not quiet:
         say(f"Warning: {models.threads_note}\n")

@@ -204,7 +204,8 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
         from codila_cli.ui.live import LiveView, view_block
 
         with LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
-                      block_width=view_block(req.config), title=f"codila gen · {req.decoder}") as view:
+                      block_width=view_block(req.config), title=f"codila gen · {req.decoder}",
+                      prompt=text[context:]) as view:
             result = generate(text, **run, on_step=view)
     else:
         result = generate(text, **run)
@@ -264,7 +265,7 @@ def _many(models: Any, text: str, req: Any, *, seed: int | None, system: str | N
 
         def view(i: int) -> LiveView:
             return LiveView(tokenizer=models.dlm.tokenizer, mask_id=models.dlm.specials.mask, console=err,
-                            block_width=view_block(req.config),
+                            block_width=view_block(req.config), prompt=text[context:],
                             title=f"codila gen · {req.decoder} · sample {i + 1} of {n}")
 
     from codila_cli.ui.progress import item_progress

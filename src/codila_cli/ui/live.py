@@ -65,7 +65,9 @@ def window(rows: list[Any], room: int, focus: int) -> list[Any]:
 
 class LiveView:
     def __init__(self, *, tokenizer: Any, mask_id: int, console: Any, block_width: int | None = None,
-                 title: str = "codila", min_interval: float = 0.1, max_lines: int | None = None) -> None:
+                 title: str = "codila", min_interval: float = 0.1, max_lines: int | None = None,
+                 prompt: str = "", prompt_lines: int = 3) -> None:
+        self.prompt = [safe(x) for x in prompt.rstrip("\n").split("\n")[-prompt_lines:]] if prompt.strip() else []
         self.tokenizer = tokenizer
         self.mask_id = mask_id
         self.console = console
@@ -153,8 +155,13 @@ class LiveView:
         if e is None:
             return Text()
         footer, rows = self.footer(self.status(e))
-        body = self.tokens_text(e.canvas, self._owner, e.block)
-        return Group(self.fitted(body, reserved=rows), *footer)
+        # the prompt's last lines, dim, above the canvas (issue 63: the prompt was never shown); on a small
+        # terminal only its last line, and none where the canvas would get fewer than three rows
+        shown = self.prompt if self.room(rows) >= len(self.prompt) + 3 else self.prompt[-1:] if self.room(rows) >= 4 else []
+        body = self.fitted(self.tokens_text(e.canvas, self._owner, e.block), reserved=rows + len(shown))
+        if not shown:
+            return Group(body, *footer)
+        return Group(Text("\n".join(shown), style="bright_black", no_wrap=True, overflow="ellipsis"), body, *footer)
 
     def tokens_text(self, canvas: tuple[int, ...], owner: dict[int, str], block: tuple[int, int] | None,
                     *, block_width: int | None = -1, proposed: dict[int, int] | None = None) -> Any:

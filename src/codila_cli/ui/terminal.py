@@ -15,7 +15,19 @@ def stderr_console(color: str = "auto") -> Any:
     from rich.console import Console
 
     force = {"always": True, "never": False}.get(color)
-    return Console(stderr=True, highlight=False, force_terminal=force, no_color=color == "never" or None)
+    # on a terminal its own size decides (and follows a resize): an exported COLUMNS or LINES, often stale
+    # (a harness's 80 in a 60-column pane), made Rich wrap lines the terminal then broke mid-word (issue 63)
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} if stderr_is_tty() else None
+    return Console(stderr=True, highlight=False, force_terminal=force, no_color=color == "never" or None,
+                   _environ=environ)
+
+
+def terminal_width(default: int = 80) -> int:
+    """The columns of the terminal on stderr (its own size, not COLUMNS); ``default`` off a terminal."""
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return default
 
 
 def stderr_is_tty() -> bool:
