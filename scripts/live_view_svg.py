@@ -74,7 +74,7 @@ def main() -> None:
         rec = {k: v for k, v in recommended_decoding(args.ar or default_ar()).items() if k != "cache_blocks"}
         cfg = CodilaConfig(max_new_tokens=96, **{"block_size": 4, **rec})  # what `codila gen` runs
         view = LiveView(tokenizer=models.dlm.tokenizer, mask_id=mask, console=null, block_width=cfg.block_size,
-                        title="codila gen · codila", min_interval=0.0)
+                        title="codila gen · codila", min_interval=0.0, prompt=GEN_PROMPT)
         hook, frame = capture(view, args.at, mask)
         generate(models, GEN_PROMPT, decoder="codila", config=cfg, seed=0, on_step=hook)
         save(frame.get("frame", view.render()), args.out_dir / "live-view.svg", "codila gen — live view")
