@@ -12,10 +12,8 @@ adds on a CPU) is its RSS before loading, shown apart.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
-from pathlib import Path
 
 CHILD = """
 import sys
@@ -43,18 +41,9 @@ print(f"{base:.0f} {(need.weights + need.loading) / mib:.0f} {loaded - base:.0f}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/codila-load-mem"))
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
-    if not (args.dir / "dlm" / "config.json").is_file():
-        from codila_cli.train.shaped import Shape, build_shaped
+    from load_memory import cli_args, write_table  # the same checkpoint (this folder is on sys.path when run)
 
-        dlm = Shape(hidden=1024, intermediate=4096, layers=12, heads=16, kv_heads=4, head_dim=64, extra_rows=421,
-                    tied=False, dream=True)
-        ar = Shape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, extra_rows=293,
-                   tied=True, dream=False)
-        build_shaped(args.dir, dlm=dlm, ar=ar, ordinary=30000)
+    args = cli_args()
     head = ("| dtype (file: bf16) | process RSS MiB | load: estimate MiB | load: measured MiB | "
             "load + 2048-position forward: estimate MiB | measured MiB | estimate / measured |")
     lines = [head, "|---|---|---|---|---|---|---|"]
@@ -64,10 +53,7 @@ def main() -> None:
         base, est_load, load, est_all, peak = (float(x) for x in out)
         lines.append(f"| {dtype} | {base:.0f} | {est_load:.0f} | {load:.0f} | {est_all:.0f} | {peak:.0f} | "
                      f"{est_all / peak:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    write_table(lines, args.out)
 
 
 if __name__ == "__main__":

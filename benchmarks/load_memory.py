@@ -31,19 +31,38 @@ print(f"{size:.0f} {peak - base:.0f} {time.perf_counter() - t:.2f}")
 """
 
 
-def main() -> None:
+def ensure_checkpoint(folder: Path) -> None:
+    """The random 245 M-parameter Dream-layout DLM (and a tiny helper) in ``folder``, built once."""
+    if (folder / "dlm" / "config.json").is_file():
+        return
+    from codila_cli.train.shaped import Shape, build_shaped
+
+    dlm = Shape(hidden=1024, intermediate=4096, layers=12, heads=16, kv_heads=4, head_dim=64, extra_rows=421,
+                tied=False, dream=True)
+    ar = Shape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, extra_rows=293,
+               tied=True, dream=False)
+    build_shaped(folder, dlm=dlm, ar=ar, ordinary=30000)
+
+
+def cli_args() -> argparse.Namespace:
+    """--dir (the checkpoint's folder, built once there) and --out (a file for the table); the checkpoint ready."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", type=Path, default=Path("/tmp/codila-load-mem"))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    if not (args.dir / "dlm" / "config.json").is_file():
-        from codila_cli.train.shaped import Shape, build_shaped
+    ensure_checkpoint(args.dir)
+    return args
 
-        dlm = Shape(hidden=1024, intermediate=4096, layers=12, heads=16, kv_heads=4, head_dim=64, extra_rows=421,
-                    tied=False, dream=True)
-        ar = Shape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16, extra_rows=293,
-                   tied=True, dream=False)
-        build_shaped(args.dir, dlm=dlm, ar=ar, ordinary=30000)
+
+def write_table(lines: list[str], out: Path | None) -> None:
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        out.write_text(text)
+
+
+def main() -> None:
+    args = cli_args()
     lines = ["| engine | dtype (file: bf16) | weights MiB | peak RSS growth MiB | × weights | seconds |",
              "|---|---|---|---|---|---|"]
     for engine in ("native", "transformers"):
@@ -52,10 +71,7 @@ def main() -> None:
                                  text=True, check=True, env={**os.environ, "CODILA_ENGINE": engine}).stdout.split()
             size, grow, secs = float(out[0]), float(out[1]), float(out[2])
             lines.append(f"| {engine} | {dtype} | {size:.0f} | {grow:.0f} | {grow / size:.2f}× | {secs:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    write_table(lines, args.out)
 
 
 if __name__ == "__main__":

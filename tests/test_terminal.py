@@ -41,20 +41,26 @@ def test_a_canvas_taller_than_a_60x30_terminal_keeps_its_status_and_legend(tiny,
     session = f"codila-small-{int(time.time() * 1000) % 100000}"
     cmd = (f"CODILA_TEST_DELAY=0.05 {sys.executable} {slow_codila} gen --dlm {tiny['dlm']} --ar {tiny['ar']} "
            f"--decoder codila --max-new-tokens 256 --no-early-stop --seed 0 'def f(x):'; echo CODILA-EXIT=$?; sleep 30")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "60", "-y", "30", cmd], check=True)
+    frames = 0
+    for pane in _view_frames(session, cmd, 60, 30):
+        frames += 1
+        flat = pane.replace("\n", " ")
+        assert "tokens/forward" in flat and "tok/s" in flat, pane
+        assert "masked" in flat and "proposed" in flat and "written" in flat and " end" in flat, pane
+    assert frames > 0, "the live view never appeared"
+
+
+def _view_frames(session: str, cmd: str, width: int, height: int):
+    """The panes of a tmux session running ``cmd`` that show the live view, until the command ends."""
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), cmd], check=True)
     try:
-        frames = 0
         for _ in range(1200):
             time.sleep(0.1)
             pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
             if "CODILA-EXIT=" in pane:
-                break
+                return
             if "DLM forwards" in pane:
-                frames += 1
-                flat = pane.replace("\n", " ")
-                assert "tokens/forward" in flat and "tok/s" in flat, pane
-                assert "masked" in flat and "proposed" in flat and "written" in flat and " end" in flat, pane
-        assert frames > 0, "the live view never appeared"
+                yield pane
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
@@ -67,23 +73,13 @@ def test_a_small_terminal_shows_the_prompt_whole_words_and_no_wall_of_line_break
     session = f"codila-narrow-{width}-{int(time.time() * 1000) % 100000}"
     cmd = (f"CODILA_TEST_DELAY=0.3 {sys.executable} {slow_codila} gen --decoder dream --max-new-tokens 64 "
            f"--no-early-stop --seed 0 'def parse_line(line):'; echo CODILA-EXIT=$?; sleep 30")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), cmd], check=True)
-    try:
-        frames = 0
-        for _ in range(1200):
-            time.sleep(0.1)
-            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-            if "CODILA-EXIT=" in pane:
-                break
-            if "DLM forwards" not in pane:
-                continue
-            frames += 1
-            lines = pane.split("\n")
-            assert "def parse_line(line):" in pane, pane  # the prompt
-            assert "tokens/forward" in pane and " end" in pane, pane  # status and legend within the window
-            assert "↵↵↵" not in pane, pane  # committed line ends show ↵; far masks never a wall of them
-            notice = " ".join(ln.strip() for ln in lines if ln.strip() and "Note:" in pane.split("def parse_line")[0])
-            assert "dream-coder" in notice.replace("\n", " ") and "CODILA_NOTICE=0" in notice, pane  # whole words
-        assert frames > 0, "the live view never appeared"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    frames = 0
+    for pane in _view_frames(session, cmd, width, height):
+        frames += 1
+        lines = pane.split("\n")
+        assert "def parse_line(line):" in pane, pane  # the prompt
+        assert "tokens/forward" in pane and " end" in pane, pane  # status and legend within the window
+        assert "↵↵↵" not in pane, pane  # committed line ends show ↵; far masks never a wall of them
+        notice = " ".join(ln.strip() for ln in lines if ln.strip() and "Note:" in pane.split("def parse_line")[0])
+        assert "dream-coder" in notice and "CODILA_NOTICE=0" in notice, pane  # whole words
+    assert frames > 0, "the live view never appeared"
