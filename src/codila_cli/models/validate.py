@@ -26,7 +26,7 @@ KV_HEADS = (("num_key_value_heads", "n_kv_heads"), 4096)
 VOCAB = (("vocab_size", "embedding_size"), 1 << 24)
 MLP = (("intermediate_size", "mlp_hidden_size"), 1 << 20)
 OTHER = ((("head_dim",), 1 << 14), (("max_position_embeddings", "max_sequence_length"), 1 << 24),
-         (("block_size",), 1 << 16))
+         (("block_size",), 1 << 24))  # SDAR's block; some other configs name their context so
 # the families codila builds itself need these (transformers fills defaults for the helpers it builds)
 REQUIRED = {"dream": (WIDTH, LAYERS, HEADS, VOCAB, MLP), "qwen2": (WIDTH, LAYERS, HEADS, VOCAB, MLP),
             "qwen3": (WIDTH, LAYERS, HEADS, VOCAB, MLP), "sdar": (WIDTH, LAYERS, HEADS, VOCAB, MLP),
