@@ -149,3 +149,22 @@ def test_ctrl_c_leaves_a_resumable_pull_that_never_looks_complete(repo, tmp_path
         assert (_snapshot(cache, hub) / "config.json").exists()
     finally:
         hub.close()
+
+
+def test_two_pulls_of_one_model_at_once_both_end_with_a_whole_snapshot(repo, tmp_path):
+    """Each file is fetched under the cache's lock: the second pull waits for the first, then finds the file,
+    instead of appending to the same partial file."""
+    (repo / "model-00002.safetensors").write_bytes(os.urandom(2 * 2**20))
+    hub = FakeHub(repo, repo_id=REPO, delay=0.02)
+    cache = tmp_path / "cache"
+    try:
+        procs = [subprocess.Popen([sys.executable, "-m", "codila_cli", "pull", REPO], env=_env(hub, cache),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        snap = _snapshot(cache, hub)
+        assert (snap / "model-00002.safetensors").read_bytes() == (repo / "model-00002.safetensors").read_bytes()
+        assert hub.downloads.count("model-00002.safetensors") == 1  # fetched once, by whichever came first
+    finally:
+        hub.close()

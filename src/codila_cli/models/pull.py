@@ -11,7 +11,8 @@ interrupted pull could not resume. Each file grows in ``blobs/<etag>.incomplete`
 interrupted pull; every request asks for the bytes from its size on (an HTTP range), and the whole file
 is verified before it is renamed into place (a mismatch removes it and fails the pull). The resolved
 commit is recorded in the cache (``refs/codila``) when the user named no revision, and later loads use
-it (models/cache.py).
+it (models/cache.py). Each file is fetched under the cache's own lock (``.locks/…/<etag>.lock``, the
+one huggingface_hub takes), so two pulls of one model never write the same partial file.
 
 Nothing here prints: progress goes to ``on_event`` (the command draws it).
 """
@@ -110,12 +111,18 @@ def pull(p: PullPlan, *, token: str | None = None, on_event: Callable[[PullEvent
             on_event(PullEvent("cached", f.name, f.size))
             continue
         on_event(PullEvent("file", f.name, f.size))
-        blob = repo / "blobs" / (f.sha256 or f.blob_id or f"{p.commit}-{f.name}")
-        if not blob.is_file():
-            try:
-                _download(p, f, blob, token=token, on_event=on_event)
-            except Exception as exc:  # noqa: BLE001 - hub and network failures: one line each (Ctrl-C passes)
-                raise _hub_error(exc, p.spec) from None
+        etag = f.sha256 or f.blob_id or f"{p.commit}-{f.name}"
+        blob = repo / "blobs" / etag
+        lock = p.cache_dir / ".locks" / _repo_folder(p.spec.repo_id) / f"{etag}.lock"  # huggingface_hub's own
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
+        with FileLock(str(lock)):  # another pull (codila's or hf's) of the same file waits, then finds it
+            if not blob.is_file():
+                try:
+                    _download(p, f, blob, token=token, on_event=on_event)
+                except Exception as exc:  # noqa: BLE001 - hub and network failures: one line each (Ctrl-C passes)
+                    raise _hub_error(exc, p.spec) from None
         link = snapshot / f.name
         link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(f".{f.name}.link")
