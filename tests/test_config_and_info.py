@@ -163,9 +163,7 @@ def test_every_gen_setting_with_a_default_can_be_set_in_the_config_file():
 
 def test_doctor_plans_dtype_and_memory_and_flags_weights_that_do_not_fit(tiny, monkeypatch):
     """doctor says what `--dtype auto` resolves to per model and how much memory the weights take, and
-    fails (exit 1, Error + Hint) when they exceed the device's memory."""
-    from codila_cli import info
-
+    fails (exit 1, Error + Hint) when the load's fit check would refuse them."""
     monkeypatch.setenv("CODILA_MODEL", str(tiny["dlm"]))
     monkeypatch.setenv("CODILA_AR_MODEL", str(tiny["ar"]))
     monkeypatch.setenv("CODILA_DEVICE", "cpu")
@@ -177,12 +175,13 @@ def test_doctor_plans_dtype_and_memory_and_flags_weights_that_do_not_fit(tiny, m
     monkeypatch.setenv("CODILA_DTYPE", "bfloat16")
     checks = {c["name"]: c for c in json.loads(runner.invoke(app, ["doctor", "--json"]).stdout)["checks"]}
     assert "in bfloat16 on cpu (--dtype bfloat16)" in checks["weights ar"]["value"]
-    monkeypatch.setattr(info, "_memory_gib", lambda kind: 1e-6)
+    monkeypatch.setenv("CODILA_MEMORY_LIMIT", "1M")  # the fit check every load runs decides (models/fit.py)
     r = runner.invoke(app, ["doctor"])
     assert r.exit_code == 1
     assert "BAD  memory" in r.stdout
     err = r.stderr.strip().splitlines()
-    assert err[0].startswith("Error: the models' weights") and err[-1].startswith("Hint:")
+    assert err[0].startswith("Error: the models need about") and "(CODILA_MEMORY_LIMIT)" in err[0]
+    assert err[-1].startswith("Hint:")
 
 
 def test_config_set_checks_the_key_and_the_value_and_keeps_the_rest_of_the_file(tmp_path):

@@ -191,7 +191,7 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
     from codila_cli.models.cache import resolve_local_dir
     from codila_cli.models.registry import resolve_spec
 
-    needed: dict[str, float] = {}  # device type -> GiB of weights planned on it
+    loads: dict[Any, list] = {}  # device -> the (name, directory, dtype) loads planned on it
     setting = os.environ.get("CODILA_DTYPE") or user.get("runtime", "dtype") or "auto"
     device = os.environ.get("CODILA_DEVICE") or user.get("runtime", "device") or "auto"
     dlm = os.environ.get("CODILA_MODEL") or user.get("models", "dlm") or "bundled-dlm"
@@ -208,33 +208,24 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
             dev, dt, gib = weights_plan(path, name=name, role=role, device=device, dtype=setting)
             add(f"weights {role}", f"{gib:.2f} GiB in {str(dt).removeprefix('torch.')} on {dev.type} "
                                    f"(--dtype {setting})")
-            needed[dev.type] = needed.get(dev.type, 0.0) + gib
+            loads.setdefault(dev, []).append((name, path, dt))
         except CodilaError as exc:
             add(f"model {role}", f"{name}: missing", False, f"{role} model {name!r}: {exc.message}"
                 + (f" ({exc.hint})" if exc.hint else ""))
-    for kind, gib in needed.items():
-        total = _memory_gib(kind)
-        if total is not None and gib > total:
-            add("memory", f"the weights need {gib:.1f} GiB, the {kind} has {total:.1f} GiB", False,
-                f"the models' weights ({gib:.1f} GiB) do not fit the {kind}'s {total:.1f} GiB "
-                "(try --dtype bfloat16, or a GPU)")
-        elif total is not None:
-            add("memory", f"weights {gib:.1f} GiB of {total:.1f} GiB ({kind})")
+    for dev, planned in loads.items():  # the fit check every load runs (models/fit.py), before loading
+        from codila_cli.engine.models import sized
+        from codila_cli.models import fit
+
+        needs, bf16 = sized(planned)
+        v = fit.verdict(needs, dev, alternative=bf16 if bf16 != needs else None)
+        numbers = f"the models need about {v.total / 2**30:.2f} GiB, {dev} has {v.have / 2**30:.2f} GiB ({v.where})"
+        if v.fits:
+            add("memory", numbers)
+        else:
+            fits_bf16 = v.bf16 is not None and v.bf16 <= v.have
+            add("memory", numbers, False, f"{numbers}: a load would be refused ("
+                + ("--dtype bfloat16 fits" if fits_bf16 else "use a smaller model, or a device with more memory") + ")")
     return checks, problems
-
-
-def _memory_gib(kind: str) -> float | None:
-    """Total memory of the device kind (GPU 0 for cuda, physical RAM for cpu), or None if unknown."""
-    try:
-        if kind == "cuda":
-            import torch
-
-            return torch.cuda.get_device_properties(0).total_memory / 2**30
-        if kind == "cpu":
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (OSError, ValueError, RuntimeError, AttributeError):
-        return None
-    return None
 
 
 def list_languages() -> list[dict]:
@@ -262,18 +253,17 @@ def list_fit() -> list[dict[str, Any]]:
     from codila_cli.engine.models import sized
     from codila_cli.models import fit
     from codila_cli.models.cache import resolve_local_dir
-    from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
+    from codila_cli.models.loading import choose_device, weights_plan
     from codila_cli.models.registry import resolve_spec
 
-    device = choose_device("auto")
     rows = []
     for r in list_models():
-        row = {"alias": r["alias"], "kind": r["kind"], "device": str(device), "cached": r["cached"]}
+        row = {"alias": r["alias"], "kind": r["kind"], "device": choose_device("auto").type, "cached": r["cached"]}
         if r["cached"]:
-            spec = resolve_spec(r["alias"], kind="ar" if r["kind"] == "AR" else "dlm")
+            role = "ar" if r["kind"] == "AR" else "dlm"
+            spec = resolve_spec(r["alias"], kind=role)
             path = resolve_local_dir(spec)
-            dt = choose_dtype("auto", device, bf16_on_cpu=bf16_on_cpu(path, name=spec.name,
-                                                                     role="ar" if r["kind"] == "AR" else "dlm"))
+            device, dt, _ = weights_plan(path, name=spec.name, role=role, device="auto", dtype="auto")
             needs, bf16 = sized([(spec.name, path, dt)])
             v = fit.verdict(needs, device, alternative=bf16 if bf16 != needs else None)
             row.update(dtype=str(dt).removeprefix("torch."), needs_bytes=v.total, has_bytes=v.have, source=v.where,

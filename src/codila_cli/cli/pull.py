@@ -36,10 +36,9 @@ def pull(
     from codila_cli.models.cache import hf_cache_dir
     from codila_cli.models.pull import plan
     from codila_cli.models.pull import pull as fetch
-    from codila_cli.models.registry import resolve_spec
 
     token = os.environ.get("HF_TOKEN") or None
-    specs = [_spec(resolve_spec, n) for n in names]  # every name checked before the first request
+    specs = [_spec(n) for n in names]  # every name checked before the first request
     done = []
     for spec in specs:
         p = plan(spec, cache_dir=hf_cache_dir(), token=token)
@@ -57,10 +56,11 @@ def pull(
         sys.stdout.write(json.dumps({"schema_version": 1, "command": "pull", "models": done}) + "\n")
 
 
-def _spec(resolve: Any, name: str) -> Any:
+def _spec(name: str) -> Any:
     from codila_cli.errors import UsageError
+    from codila_cli.models.registry import resolve_spec
 
-    spec = resolve(name, kind="dlm")
+    spec = resolve_spec(name, kind="dlm")
     if spec.repo_id is None:
         raise UsageError(f"'{name}' is not on the hub (a bundled model or a local directory)",
                          hint="pull an alias from `codila models` or an ORG/NAME repository id")

@@ -46,16 +46,22 @@ def interpreter(*, nobody: bool = False) -> tuple[str, str]:
     own = os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
     if not nobody or _nobody_reaches(own[0]):
         return own
+    return _system_python() or own
+
+
+@lru_cache(maxsize=1)
+def _system_python() -> tuple[str, str] | None:
+    """The system's ``python3`` of this interpreter's version, reachable by uid 65534; None if none (asked
+    once per process: every run of a root codila without a pids cgroup needs it)."""
     system = shutil.which("python3", path="/usr/bin:/bin")
-    if system is not None:
-        try:
-            r = subprocess.run([system, "-I", "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
-                               text=True, timeout=10, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return own
-        if r.stdout.strip() == str(tuple(sys.version_info[:2])) and _nobody_reaches(os.path.realpath(system)):
-            return os.path.realpath(system), "/usr"
-    return own
+    if system is None or not _nobody_reaches(os.path.realpath(system)):
+        return None
+    try:
+        r = subprocess.run([system, "-I", "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                           text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (os.path.realpath(system), "/usr") if r.stdout.strip() == str(tuple(sys.version_info[:2])) else None
 
 
 def _nobody_reaches(path: str) -> bool:

@@ -200,7 +200,6 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
         leaves the record in the checkpoint (``save``), and ``--resume`` finishes it (issue 60: a resumed
         run lost the line, and with it the helper's ``valid_block_ce``, in three of the battery's runs)."""
         nonlocal pending
-        pending = record
         at = record["step"]
         if (at % cfg.valid_every == 0 or at == cfg.steps) and "valid" not in record:
             if shard.main:
@@ -219,8 +218,8 @@ def train(cfg: Any, pair: Any, meta: dict, *, shard: Any, on_log: Any = None) ->
     t_start = time.perf_counter()
     try:
         if pending is not None:
-            finish(pending)
-            last = _last_record(log_path, step)
+            last = pending
+            finish(last)
         while step < cfg.steps:
             t0 = time.perf_counter()
             for group in opt.param_groups:
