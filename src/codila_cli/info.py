@@ -208,7 +208,7 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
             dev, dt, gib = weights_plan(path, name=name, role=role, device=device, dtype=setting)
             add(f"weights {role}", f"{gib:.2f} GiB in {str(dt).removeprefix('torch.')} on {dev.type} "
                                    f"(--dtype {setting})")
-            loads.setdefault(dev, []).append((name, path, dt))
+            loads.setdefault(dev, []).append((name, path, dt, "none"))
         except CodilaError as exc:
             add(f"model {role}", f"{name}: missing", False, f"{role} model {name!r}: {exc.message}"
                 + (f" ({exc.hint})" if exc.hint else ""))
@@ -216,15 +216,14 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
         from codila_cli.engine.models import sized
         from codila_cli.models import fit
 
-        needs, bf16 = sized(planned)
-        v = fit.verdict(needs, dev, alternative=bf16 if bf16 != needs else None)
+        needs, options = sized(planned)
+        v = fit.verdict(needs, dev, options=options)
         numbers = f"the models need about {v.total / 2**30:.2f} GiB, {dev} has {v.have / 2**30:.2f} GiB ({v.where})"
         if v.fits:
             add("memory", numbers)
         else:
-            fits_bf16 = v.bf16 is not None and v.bf16 <= v.have
             add("memory", numbers, False, f"{numbers}: a load would be refused ("
-                + ("--dtype bfloat16 fits" if fits_bf16 else "use a smaller model, or a device with more memory") + ")")
+                + (f"{v.fitting} fits" if v.fitting else "use a smaller model, or a device with more memory") + ")")
     return checks, problems
 
 
@@ -249,7 +248,9 @@ def list_families() -> list[dict]:
 
 def list_fit() -> list[dict[str, Any]]:
     """``codila models --fit``: for each model in the cache (or bundled), alone on the device ``auto``
-    picks, whether it fits now (models/fit.py), at the dtype ``auto`` gives it, and in bf16."""
+    picks, whether it fits now (models/fit.py), at the dtype ``auto`` gives it, and what it needs in bf16 and
+    (a DLM) with int8 and int4 weights: ``fits_with`` names the first of those flags that fits where it
+    does not fit as it is."""
     from codila_cli.engine.models import sized
     from codila_cli.models import fit
     from codila_cli.models.cache import resolve_local_dir
@@ -264,9 +265,10 @@ def list_fit() -> list[dict[str, Any]]:
             spec = resolve_spec(r["alias"], kind=role)
             path = resolve_local_dir(spec)
             device, dt, _ = weights_plan(path, name=spec.name, role=role, device="auto", dtype="auto")
-            needs, bf16 = sized([(spec.name, path, dt)])
-            v = fit.verdict(needs, device, alternative=bf16 if bf16 != needs else None)
+            needs, options = sized([(spec.name, path, dt, "none")])
+            v = fit.verdict(needs, device, options=options if role == "dlm" else
+                            {k: o for k, o in options.items() if k.startswith("--dtype")})
             row.update(dtype=str(dt).removeprefix("torch."), needs_bytes=v.total, has_bytes=v.have, source=v.where,
-                       fits=v.fits, bf16_bytes=v.bf16, fits_in_bf16=None if v.bf16 is None else v.bf16 <= v.have)
+                       fits=v.fits, options=dict(v.options), fits_with=None if v.fits else v.fitting)
         rows.append(row)
     return rows

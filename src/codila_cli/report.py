@@ -78,7 +78,8 @@ def peak_memory() -> str:
 
 def settings_line(decoder: str, cfg: Any, models: Any) -> str:
     """``-v``: the decoder's settings in eval's setting syntax (the knobs the table marks ``show``, and every
-    other one that is not its default; decoding/config.py) and where each model runs, in what dtype;
+    other one that is not its default; decoding/config.py) and where each model runs, in what dtype (and
+    with what quantized weights);
     `--json`'s ``settings`` has every value."""
     from codila_cli.decoding.config import GEN_KNOBS
     from codila_cli.decoding.knobs import flat, label_parts
@@ -87,7 +88,8 @@ def settings_line(decoder: str, cfg: Any, models: Any) -> str:
     parts = label_parts(GEN_KNOBS, {k: v for k, v in values.items() if k not in ("max_new_tokens",)})
     if decoder == "dream" and values.get("steps") is None and values.get("tokens_per_step") is None:
         parts.insert(0, f"steps={values['max_new_tokens']}")  # Dream's default schedule: one token per step
-    where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')})"
+    where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')}"
+             f"{'' if m.ckpt.quantize == 'none' else ', ' + m.ckpt.quantize + ' weights'})"
              for role, m in (("dlm", models.dlm), ("ar", models.ar)) if m is not None]
     torch = sys.modules.get("torch")
     if torch is not None:

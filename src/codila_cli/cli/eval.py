@@ -14,6 +14,9 @@ from codila_cli.cli.options import (
     Device,
     Dtype,
     NoFitCheck,
+    Quant,
+    Quantize,
+    QuantizeAr,
     Quiet,
     Threads,
     Verbose,
@@ -48,6 +51,8 @@ def eval_cmd(
     dtype: Dtype = "auto",
     threads: Threads = 0,
     no_fit_check: NoFitCheck = False,
+    quantize: Quantize = Quant.none,
+    quantize_ar: QuantizeAr = Quant.none,
     json_out: json_option("Print the summary as one JSON object (the rows stay in rows.jsonl) instead of Markdown.") = False,
     quiet: Quiet = False,
     verbose: Verbose = False,
@@ -83,7 +88,7 @@ def eval_cmd(
         need_jail(unsafe_local_exec, quiet=quiet, limits=limits)
     shard = init_from_env()
     models = Engine.load(dlm=run.dlm, ar=run.ar, device=device_for(shard, device), dtype=dtype, compile=compile_model,
-                         threads=threads).models
+                         threads=threads, quantize=quantize.value, quantize_ar=quantize_ar.value).models
     talk = not quiet and shard.main
     note_bundled(models, quiet=not talk, command="infill" if is_infill(benchmark) else "eval")
     warning = too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens)

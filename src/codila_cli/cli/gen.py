@@ -14,6 +14,9 @@ from codila_cli.cli.options import (
     HelpAll,
     Language,
     NoFitCheck,
+    Quant,
+    Quantize,
+    QuantizeAr,
     Quiet,
     Threads,
     Verbose,
@@ -44,6 +47,8 @@ def gen(
     compile_model: Annotated[bool, typer.Option("--compile", help="torch.compile the model forwards (pays on GPUs; slow first call).", rich_help_panel=panel("Runtime"))] = False,
     threads: Threads = 0,
     no_fit_check: NoFitCheck = False,
+    quantize: Quantize = Quant.none,
+    quantize_ar: QuantizeAr = Quant.none,
     seed: Annotated[int | None, typer.Option(help="Random seed (random when absent; always reported).", rich_help_panel=panel("Decoding"), min=0, max=2**63 - 1)] = None,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", help="Decode N samples (seeds seed, seed+1, …): in one batch on a GPU, one after another on a CPU, where that is faster; 1–64.", rich_help_panel=panel("Decoding"))] = 1,
     json_out: json_option("Print one JSON object instead of the code.") = False,
@@ -96,7 +101,7 @@ def gen(
         raise UsageError("the prompt is empty", hint='give a prompt: codila gen "def fib(n):"')
     req = _resolve(ctx, knobs, user=user, dlm=dlm, ar=ar, language=language)
     engine = Engine.load(dlm=req.dlm, ar=req.ar, device=req.device, dtype=req.dtype, compile=compile_model, threads=threads,
-                         settings=req)
+                         settings=req, quantize=quantize.value, quantize_ar=quantize_ar.value)
     models = engine.models
     note_bundled(models, quiet=quiet, user=user)
     err = terminal.stderr_console(color.value)

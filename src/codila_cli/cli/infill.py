@@ -15,6 +15,9 @@ from codila_cli.cli.options import (
     Dtype,
     Language,
     NoFitCheck,
+    Quant,
+    Quantize,
+    QuantizeAr,
     Quiet,
     Threads,
     Verbose,
@@ -53,6 +56,8 @@ def infill(
     dtype: Dtype = "auto",
     threads: Threads = 0,
     no_fit_check: NoFitCheck = False,
+    quantize: Quantize = Quant.none,
+    quantize_ar: QuantizeAr = Quant.none,
     json_out: json_option("One JSON object (the middle, the new text, syntax, metrics).") = False,
     strict: Annotated[bool, typer.Option(help="Exit 4 (and do not write) when the fill introduces syntax errors or pyflakes finds something in it.", rich_help_panel="Output")] = False,
     quiet: Quiet = False,
@@ -97,7 +102,8 @@ def infill(
     ar_name = (ar or (default_ar() if not own_dlm else None)) if codila else None
     if codila and not ar_name:
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar")
-    engine = Engine.load(dlm=dlm, ar=ar_name, infill_dlm=dlm, device=device, dtype=dtype, threads=threads)
+    engine = Engine.load(dlm=dlm, ar=ar_name, infill_dlm=dlm, device=device, dtype=dtype, threads=threads,
+                         quantize=quantize.value, quantize_ar=quantize_ar.value)
     models = engine.models
     problem = cfg.room_problem(models.dlm.context_length)
     if problem:

@@ -18,7 +18,7 @@ def models(
     json_out: json_option() = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the names of available models.")] = False,
     languages: Annotated[bool, typer.Option("--languages", help="List the languages the syntax report checks instead (name, extensions, aliases, checks).")] = False,
-    fit: Annotated[bool, typer.Option("--fit", help="For each model in the cache, whether it fits this machine's memory now (the fit check every load runs), at its auto dtype and in bfloat16.")] = False,
+    fit: Annotated[bool, typer.Option("--fit", help="For each model in the cache, whether it fits this machine's memory now (the fit check every load runs) at its auto dtype, and if not, which of --dtype bfloat16, --quantize int8, --quantize int4 makes it fit.")] = False,
 ) -> None:
     """List model aliases, whether each is in the Hugging Face cache, the bundled models, and the model
     families codila runs with what each supports (gen's decoders, infill, plan, CoDiLA, KV cache)."""
@@ -71,8 +71,7 @@ def _fit(json_out: bool) -> None:
             sys.stdout.write(f"{r['alias']:<17} {r['device']:<6} {'-':<9} {'-':>9} {'-':>9}  not in the cache "
                              f"(codila pull {r['alias']})\n")
             continue
-        verdict = "fits" if r["fits"] else ("fits in bfloat16 (--dtype bfloat16)" if r["fits_in_bf16"] else
-                                            "does not fit")
+        verdict = "fits" if r["fits"] else (f"fits with {r['fits_with']}" if r["fits_with"] else "does not fit")
         sys.stdout.write(f"{r['alias']:<17} {r['device']:<6} {r['dtype']:<9} {_size(r['needs_bytes']):>9} "
                          f"{_size(r['has_bytes']):>9}  {verdict} ({r['source']})\n")
 

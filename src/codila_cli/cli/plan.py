@@ -14,6 +14,8 @@ from codila_cli.cli.options import (
     Device,
     Dtype,
     NoFitCheck,
+    Quant,
+    Quantize,
     Quiet,
     Threads,
     Verbose,
@@ -43,6 +45,7 @@ def plan(
     dtype: Dtype = "auto",
     threads: Threads = 0,
     no_fit_check: NoFitCheck = False,
+    quantize: Quantize = Quant.none,
     json_out: json_option("One JSON object with the contract, units and metrics.") = False,
     strict: Annotated[bool, typer.Option(help="Exit 4 when the program does not parse or pyflakes finds something in it.", rich_help_panel="Output")] = False,
     quiet: Quiet = False,
@@ -76,7 +79,7 @@ def plan(
     cfg = from_given(PLAN_KNOBS, PlanConfig, {**knobs, **samp}, commit=gamma, defines=names,
                      budget_menu=PlanConfig.budget_menu)
     user_contract = read_contract(contract_file) if contract_file is not None else None
-    engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype, threads=threads)
+    engine = Engine.load(dlm=dlm, ar=None, device=device, dtype=dtype, threads=threads, quantize=quantize.value)
     models = engine.models
     note_bundled(models, quiet=quiet, command="plan")
     out = _run(engine, text, cfg, user_contract, seed=seed, live=terminal.stderr_is_tty() and not (json_out or quiet))

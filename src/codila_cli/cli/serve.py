@@ -9,7 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from codila_cli.cli.options import NoFitCheck, Quiet, ar_option, dlm_option, knob_option, knob_value
+from codila_cli.cli.options import (
+    NoFitCheck,
+    Quant,
+    Quantize,
+    QuantizeAr,
+    Quiet,
+    ar_option,
+    dlm_option,
+    knob_option,
+    knob_value,
+)
 from codila_cli.errors import UsageError
 from codila_cli.ui.terminal import say
 
@@ -41,6 +51,8 @@ def serve(
     device: knob_option("device") = None,
     dtype: knob_option("dtype") = None,
     no_fit_check: NoFitCheck = False,
+    quantize: Quantize = Quant.none,
+    quantize_ar: QuantizeAr = Quant.none,
     threads: Annotated[int, typer.Option("--threads", envvar="CODILA_THREADS", min=0, max=1024, help="CPU threads torch runs, shared by the lanes; 0 = auto: every usable core (a server owns its machine; cap it when other work runs there).", rich_help_panel="Runtime")] = 0,
     quiet: Quiet = False,
 ) -> None:
@@ -80,7 +92,8 @@ def serve(
     from codila_cli.engine import Engine
 
     engine = Engine.load(dlm=base.dlm, ar=base.ar, infill_dlm=infill_name, device=base.device, dtype=base.dtype,
-                         settings=base, threads=threads, server=True)
+                         settings=base, threads=threads, server=True, quantize=quantize.value,
+                         quantize_ar=quantize_ar.value)
     engine.lanes, engine.stack = _lanes(lanes, engine), not deterministic
     if engine.threads.warning and not quiet:
         say(f"Warning: {engine.threads.warning}\n")

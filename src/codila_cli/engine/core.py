@@ -36,19 +36,22 @@ class Engine:
     @classmethod
     def load(cls, *, dlm: str, ar: str | None, infill_dlm: str | None = None, device: str = "auto",
              dtype: str = "auto", compile: bool = False, settings: Any = None, threads: int | None = None,
-             server: bool = False) -> Engine:
+             server: bool = False, quantize: str = "none", quantize_ar: str = "none") -> Engine:
         """Load the gen pair and (``infill_dlm``) the infill model, sharing the helper. ``threads``: torch's
-        CPU threads (None or 0: the default of engine/threads.py, all usable cores for a ``server``)."""
+        CPU threads (None or 0: the default of engine/threads.py, all usable cores for a ``server``);
+        ``quantize``: the DLMs' weights (both), ``quantize_ar`` the helper's (models/quantize.py)."""
         from codila_cli.engine.models import load_models
         from codila_cli.engine.threads import apply_threads
 
         chosen = apply_threads(threads, serve=server)  # before loading: loading runs on these threads too
 
         extra = (infill_dlm,) if infill_dlm is not None and infill_dlm != dlm else ()
-        models = load_models(dlm=dlm, ar=ar, device=device, dtype=dtype, compile=compile, also=extra)
+        models = load_models(dlm=dlm, ar=ar, device=device, dtype=dtype, compile=compile, also=extra,
+                             quantize=quantize, quantize_ar=quantize_ar)
         infill = None
         if infill_dlm is not None:
-            infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype)
+            infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype,
+                                                                            quantize=quantize)
             if infill is not models and models.ar is not None:
                 infill.attach_helper(models.ar)
         models.threads_note = chosen.warning

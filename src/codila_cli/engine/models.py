@@ -32,15 +32,21 @@ class Models:
             dlm_name=self.dlm.name, ar_name=ar.name)
 
     def describe(self) -> dict:
-        """``--json``'s ``models``: each model's name and directory, and the DLM's family (models/families.py)."""
+        """``--json``'s ``models``: each model's name, directory, dtype and quantization, and the DLM's family
+        (models/families.py)."""
         from codila_cli.models.families import family_of
 
         family = family_of(self.dlm.ckpt.config)
         out = {"dlm": {"name": self.dlm.name, "path": str(self.dlm.ckpt.path),
-                       "family": family.name if family is not None else None}}
+                       "family": family.name if family is not None else None, **_runs(self.dlm.ckpt)}}
         if self.ar is not None:
-            out["ar"] = {"name": self.ar.name, "path": str(self.ar.ckpt.path)}
+            out["ar"] = {"name": self.ar.name, "path": str(self.ar.ckpt.path), **_runs(self.ar.ckpt)}
         return out
+
+
+def _runs(ckpt: Any) -> dict:
+    """What a loaded checkpoint runs in: its dtype, and its weights' quantization ("none", "int8", "int4")."""
+    return {"dtype": str(ckpt.dtype).removeprefix("torch."), "quantize": ckpt.quantize}
 
 
 def default_dlm() -> str:
@@ -65,28 +71,30 @@ def default_infill_dlm() -> str:
 
 
 def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False,
-                also: tuple[str, ...] = ()) -> Models:
+                also: tuple[str, ...] = (), quantize: str = "none", quantize_ar: str = "none") -> Models:
     """The DLM and (``ar``) the helper, loaded; ``also``: more DLM specs the caller loads next (the infill
-    model), checked here so that every missing model is named in one error."""
+    model), checked here so that every missing model is named in one error. ``quantize`` /
+    ``quantize_ar``: the DLM's / the helper's weights in 8 or 4 bits (models/quantize.py)."""
     from codila_cli.models.cache import resolve_local_dirs
+    from codila_cli.models.quantize import check_scheme
 
+    check_scheme(quantize)
+    check_scheme(quantize_ar, flag="--quantize-ar")
     dlm_spec = resolve_spec(dlm, kind="dlm")
     ar_spec = resolve_spec(ar, kind="ar") if ar else None
     dlm_path, ar_path, *_ = resolve_local_dirs([dlm_spec, ar_spec, *(resolve_spec(s, kind="dlm") for s in also)])
     t0 = time.perf_counter()
     from codila_cli.models.families import load_dlm
-    from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
 
-    dev = choose_device(device)
-    dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(dlm_path, name=dlm, role="dlm"))  # "auto" is per model
-    ar_dt = choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(ar_path, name=ar, role="ar")) if ar_path else None
-    fits([(dlm, dlm_path, dt), *([(ar, ar_path, ar_dt)] if ar_path else [])], dev)  # before any weight is read
-    models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt),
+    dev, dt = plan_load(dlm_path, name=dlm, role="dlm", device=device, dtype=dtype, quantize=quantize)
+    ar_dt = plan_load(ar_path, name=ar, role="ar", device=device, dtype=dtype, quantize=quantize_ar)[1] if ar_path else None
+    fits([(dlm, dlm_path, dt, quantize), *([(ar, ar_path, ar_dt, quantize_ar)] if ar_path else [])], dev)
+    models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt, quantize=quantize),
                     bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
     if ar_spec is not None and ar_path is not None:
         from codila_cli.models.ar import load_ar
 
-        models.attach_helper(load_ar(ar_path, name=ar, device=dev, dtype=ar_dt))
+        models.attach_helper(load_ar(ar_path, name=ar, device=dev, dtype=ar_dt, quantize=quantize_ar))
     if compile:  # torch.compile of the model forwards; pays on GPUs at 7B, rarely for the small CPU models
         import torch
 
@@ -97,24 +105,47 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     return models
 
 
-def fits(loads: list[tuple[str, Any, Any]], device: Any) -> None:
-    """The fit check (models/fit.py) of (name, directory, torch dtype) loads on ``device``; a model in fp32
-    is also sized in bf16, which the refusal names when that would fit."""
+def plan_load(path: Any, *, name: str | None, role: str, device: str, dtype: str, quantize: str) -> tuple[Any, Any]:
+    """(torch device, torch dtype) a load runs in: ``auto`` is per model (models/loading.py::choose_dtype);
+    quantized weights run their products in bf16 under ``auto`` (PyTorch's weight-only kernels ran 4-9×
+    slower on fp32 activations here: docs/quantization.md)."""
+    from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
+
+    dev = choose_device(device)
+    if quantize != "none" and dtype == "auto":
+        return dev, choose_dtype("bfloat16", dev)
+    return dev, choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(path, name=name or "", role=role))
+
+
+def fits(loads: list[tuple[str, Any, Any, str]], device: Any) -> None:
+    """The fit check (models/fit.py) of (name, directory, torch dtype, quantization) loads on ``device``;
+    the refusal names the first of bf16, int8 and int4 weights (for the DLM) under which they fit."""
     from codila_cli.models import fit
 
-    needs, bf16 = sized(loads)
-    fit.check(needs, device, alternative=bf16 if bf16 != needs else None)
+    needs, options = sized(loads)
+    fit.check(needs, device, options=options)
 
 
-def sized(loads: list[tuple[str, Any, Any]]) -> tuple[list, list]:
-    """(what each load needs at its dtype, and in bf16) from the weights' headers (models/fit.py)."""
+def sized(loads: list[tuple[str, Any, Any, str]]) -> tuple[list, dict[str, list]]:
+    """(what each load needs at its dtype and quantization, {flag: what the loads need with it}) from the
+    weights' headers (models/fit.py): ``--dtype bfloat16`` where a load runs in fp32, and ``--quantize
+    int8`` / ``int4`` for the first load (the DLM) where it is not quantized so far."""
     from codila_cli.models import fit
     from codila_cli.models.loading import _weight_files, read_config
 
-    needs, bf16 = [], []
-    for name, path, dt in loads:
-        cfg, files = read_config(path, name=name), _weight_files(path, name=name)
-        kind = str(dt).removeprefix("torch.")
-        needs.append(fit.estimate(path, cfg, name=name, dtype=kind, files=files))
-        bf16.append(fit.estimate(path, cfg, name=name, dtype="bfloat16", files=files) if kind == "float32" else needs[-1])
-    return needs, bf16
+    def need(i: int, dtype: str, quantize: str) -> Any:
+        name, path, _, _ = loads[i]
+        return fit.estimate(path, read_config(path, name=name), name=name, dtype=dtype, quantize=quantize,
+                            files=_weight_files(path, name=name))
+
+    kinds = [str(dt).removeprefix("torch.") for _, _, dt, _ in loads]
+    needs = [need(i, kinds[i], q) for i, (_, _, _, q) in enumerate(loads)]
+    options: dict[str, list] = {}
+    if "float32" in kinds:
+        options["--dtype bfloat16"] = [need(i, "bfloat16", q) if kinds[i] == "float32" else needs[i]
+                                       for i, (_, _, _, q) in enumerate(loads)]
+    bits = ("int8", "int4")
+    for scheme in bits[bits.index(loads[0][3]) + 1 :] if loads[0][3] in bits else bits:
+        dtype = kinds[0] if kinds[0] != "float32" else "bfloat16"
+        options[f"--quantize {scheme}"] = [need(0, dtype, scheme), *needs[1:]]
+    return needs, options

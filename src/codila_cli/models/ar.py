@@ -65,7 +65,8 @@ class ARHelper:
         return out.logits[:, -keep:].float(), out.cache
 
 
-def load_ar(path: Path, *, name: str, device: Any, dtype: Any, engine: str | None = None) -> ARHelper:
+def load_ar(path: Path, *, name: str, device: Any, dtype: Any, engine: str | None = None,
+            quantize: str = "none") -> ARHelper:
     """``engine``: force "transformers" (a trainable network with gradient checkpointing) or "native"."""
     cfg = read_config(path, name=name)
     if is_dream(cfg):
@@ -75,5 +76,6 @@ def load_ar(path: Path, *, name: str, device: Any, dtype: Any, engine: str | Non
         )
     tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=False, name=name)
-    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=True, engine=engine)
-    return ARHelper(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))
+    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=True, engine=engine,
+                        quantize=quantize)
+    return ARHelper(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))

@@ -127,12 +127,12 @@ class DreamDenoiser:
         return out
 
 
-def load_dream(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any) -> DreamDenoiser:
+def load_dream(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> DreamDenoiser:
     """A Dream-family checkpoint (``cfg`` its config.json); models/families.py::load_dlm picks the family."""
     tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
-    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False)
-    return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))
+    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize)
+    return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
 
 
 class BlockCache:

@@ -41,7 +41,7 @@ def family_of(cfg: dict) -> Family | None:
     return next((f for f in FAMILIES if kind in f.model_types), None)
 
 
-def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> Any:
+def load_dlm(path: Path, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> Any:
     """The diffusion LM in ``path``, by its family: Dream (models/dream.py) or LLaDA (models/llada.py)."""
     from codila_cli.errors import ModelLoadError
     from codila_cli.models.loading import read_config
@@ -51,11 +51,11 @@ def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> Any:
     if family is not None and family.name == "llada":
         from codila_cli.models.llada import load_llada
 
-        return load_llada(path, cfg, name=name, device=device, dtype=dtype)
+        return load_llada(path, cfg, name=name, device=device, dtype=dtype, quantize=quantize)
     if family is not None and family.name == "sdar":
         from codila_cli.models.sdar import load_sdar
 
-        return load_sdar(path, cfg, name=name, device=device, dtype=dtype)
+        return load_sdar(path, cfg, name=name, device=device, dtype=dtype, quantize=quantize)
     if family is None:
         raise ModelLoadError(
             f"'{name}' is a '{cfg.get('model_type')}' model, not a diffusion model codila runs",
@@ -64,4 +64,4 @@ def load_dlm(path: Path, *, name: str, device: Any, dtype: Any) -> Any:
         )
     from codila_cli.models.dream import load_dream
 
-    return load_dream(path, cfg, name=name, device=device, dtype=dtype)
+    return load_dream(path, cfg, name=name, device=device, dtype=dtype, quantize=quantize)

@@ -41,26 +41,34 @@ class Need:
         return self.weights + self.loading + self.activations
 
 
-def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path]) -> Need:
-    """The bytes a load of the checkpoint at ``path`` in ``dtype`` ("float32", "bfloat16", "float16") needs."""
+def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path], quantize: str = "none") -> Need:
+    """The bytes a load of the checkpoint at ``path`` in ``dtype`` ("float32", "bfloat16", "float16") needs;
+    ``quantize`` ("int8", "int4"): the projections inside numbered layers (2-D weights) as codes and scales
+    (models/quantize.py), the rest in ``dtype``."""
     from codila_cli.models.validate import weight_headers
 
     size = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
-    weights = largest = 0
-    per_file: dict[Path, int] = {}
+    weights = largest = biggest = 0
     for f in files:
         stored = 0
-        for stored_dtype, shape in weight_headers([f], name=name).values():
+        for key, (stored_dtype, shape) in weight_headers([f], name=name).items():
             n = 1
             for d in shape:
                 n *= d
             floating = stored_dtype in ("F64", "F32", "F16", "BF16")
-            weights += n * (size if floating else BYTES.get(stored_dtype, 4))
+            if quantize != "none" and floating and len(shape) == 2 and _LAYER.search(key):
+                weights += n + shape[0] * size if quantize == "int8" else n // 2 + n // 128 * 2 * size
+                biggest = max(biggest, n)
+            else:
+                weights += n * (size if floating else BYTES.get(stored_dtype, 4))
             stored += n * BYTES.get(stored_dtype, 4)
-        per_file[f] = stored
         largest = max(largest, stored)
     stored_kind = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
-    loading = largest if stored_kind != dtype else 0
+    # while loading: a weight file cast to the run dtype; quantizing reads the stored file in place (mapped)
+    # and works on one fused weight at a time (its run-dtype copy and a chunk's fp32 temporaries)
+    loading = largest if stored_kind != dtype and quantize == "none" else 0
+    if quantize != "none":
+        loading += 2 * biggest * size + 4 * 4 * QUANT_CHUNK
     hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
     layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layers") or 0)
     heads = int(cfg.get("num_attention_heads") or cfg.get("n_heads") or 1)
@@ -72,7 +80,12 @@ def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path])
     # the MLP's gate, up and product, a few hidden-size buffers; and the KV cache of every layer
     per = vocab * 4 + (vocab * size if size != 4 else 0) + inter * size * 3 + hidden * 4 * 8
     activations = CANVAS * per + layers * 2 * CANVAS * kv * head_dim * size
-    return Need(name, dtype, weights, loading, activations)
+    tag = dtype if quantize == "none" else f"{quantize} ({dtype})"
+    return Need(name, tag, weights, loading, activations)
+
+
+_LAYER = re.compile(r"\.\d+\.")  # a tensor inside a numbered layer (model.layers.3.…, transformer.blocks.3.…)
+QUANT_CHUNK = 4 * 2**20  # weights quantized at a time (models/quantize.py): their fp32 temporaries are 4 × 4 bytes each
 
 
 def available(device: Any) -> tuple[int, str]:
@@ -104,32 +117,43 @@ class Verdict:
     total: int  # bytes the loads need, the process included
     have: int
     where: str  # where ``have`` comes from
-    bf16: int | None  # bytes in bf16, where some load runs in fp32
+    options: tuple[tuple[str, int], ...] = ()  # (the flag, bytes the loads need with it), cheapest last
+
+    @property
+    def bf16(self) -> int | None:
+        """Bytes in bf16, where some load runs in fp32."""
+        return dict(self.options).get("--dtype bfloat16")
+
+    @property
+    def fitting(self) -> str | None:
+        """The first option (flag) under which the loads fit, if any."""
+        return next((flag for flag, total in self.options if total <= self.have), None)
 
 
-def verdict(needs: list[Need], device: Any, *, alternative: list[Need] | None = None) -> Verdict:
-    """Whether ``needs`` fit ``device`` now (and what the same loads need in bf16)."""
+def verdict(needs: list[Need], device: Any, *, options: dict[str, list[Need]] | None = None) -> Verdict:
+    """Whether ``needs`` fit ``device`` now (and what the same loads need under each flag of ``options``)."""
     have, where = available(device)
     runtime = RUNTIME if getattr(device, "type", "cpu") == "cpu" else 0
     total = sum(n.total for n in needs) + runtime
-    bf16 = sum(n.total for n in alternative) + runtime if alternative else None
-    return Verdict(total <= have, total, have, where, bf16)
+    sized = tuple((flag, sum(n.total for n in alt) + runtime) for flag, alt in (options or {}).items())
+    return Verdict(total <= have, total, have, where, sized)
 
 
-def check(needs: list[Need], device: Any, *, alternative: list[Need] | None = None) -> None:
-    """Refuse, with the numbers, loads that together need more than the device has; ``alternative``: the
-    same loads in bf16, named in the hint when they would fit."""
+def check(needs: list[Need], device: Any, *, options: dict[str, list[Need]] | None = None) -> None:
+    """Refuse, with the numbers, loads that together need more than the device has; ``options``: the
+    same loads under other flags (``--dtype bfloat16``, ``--quantize int8``, …), the first that fits named
+    in the hint."""
     if os.environ.get("CODILA_NO_FIT_CHECK", "").strip() in ("1", "true", "yes"):
         return
-    v = verdict(needs, device, alternative=alternative)
+    v = verdict(needs, device, options=options)
     if v.fits:
         return
     total, have, where = v.total, v.have, v.where
     parts = ", ".join(f"{n.name} {_gib(n.weights)} of {n.dtype} weights + {_gib(n.loading + n.activations)} to "
                       "load and decode" for n in needs)
     hint = "use a smaller model, or a device with more memory"
-    if v.bf16 is not None and v.bf16 <= have:
-        hint = f"--dtype bfloat16 needs {_gib(v.bf16)}: fits"
+    if v.fitting is not None:
+        hint = f"{v.fitting} needs {_gib(dict(v.options)[v.fitting])}: fits"
     raise ModelLoadError(f"the models need about {_gib(total)} ({parts}), and {device} has {_gib(have)} "
                          f"({where})", hint=f"{hint} (--no-fit-check loads anyway)")
 

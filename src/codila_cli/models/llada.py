@@ -44,7 +44,7 @@ class LladaDenoiser(DreamDenoiser):
         return self.emittable(out.logits)
 
 
-def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any) -> LladaDenoiser:
+def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> LladaDenoiser:
     """A LLaDA checkpoint (safetensors, its own tensor names, no remote code) on models/native.py."""
     from codila_cli.models.loading import LoadedCheckpoint, build_model
     from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
@@ -55,5 +55,5 @@ def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any) -> 
                              hint="LLaDA-8B-Base/-Instruct and LLaDA-1.5 are supported (docs/models.md)")
     tokenizer = load_tokenizer(path, name=name, native=True)
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
-    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, engine="native")
-    return LladaDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))
+    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize, engine="native")
+    return LladaDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))

@@ -235,9 +235,29 @@ def _check_weights(model: Any, state: dict, *, tied: bool, name: str) -> None:
 
 
 def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool,
-                engine: str | None = None) -> Any:
+                engine: str | None = None, quantize: str = "none") -> Any:
     """Instantiate the network (models/native.py or transformers, see :func:`engine_for`; ``engine``
-    forces one, e.g. transformers for training) and load its safetensors weights with strict key checks."""
+    forces one, e.g. transformers for training) and load its safetensors weights with strict key checks.
+    ``quantize`` (models/quantize.py): the weights are read on the CPU, their projections turned into
+    8- or 4-bit codes one at a time on ``device``, and only then is the rest moved there (a GPU never
+    holds the full-precision weights)."""
+    model = _build(cfg, name=name, path=path, device=device if quantize == "none" else _cpu(), dtype=dtype,
+                   causal=causal, engine=engine)
+    if quantize != "none":
+        from codila_cli.models.quantize import quantize_model
+
+        quantize_model(model, quantize, dtype=dtype, device=device, name=name)
+        model.to(device)
+    return model
+
+
+def _cpu() -> Any:
+    import torch
+
+    return torch.device("cpu")
+
+
+def _build(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool, engine: str | None) -> Any:
     import torch
 
     from codila_cli.models.validate import check_shapes, check_weights_against_config
@@ -304,6 +324,7 @@ class LoadedCheckpoint:
     specials: Any
     device: Any
     dtype: Any
+    quantize: str = "none"  # models/quantize.py: "int8" / "int4" weight-only codes
 
     @property
     def vocab_rows(self) -> int:

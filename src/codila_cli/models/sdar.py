@@ -82,12 +82,12 @@ class SdarDenoiser(DreamDenoiser):
                          hint="codila gen runs it with --decoder block (its own sampler) or --decoder codila")
 
 
-def load_sdar(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any) -> SdarDenoiser:
+def load_sdar(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> SdarDenoiser:
     """An SDAR checkpoint (Qwen3 tensor names, no remote code) on models/native.py."""
     from codila_cli.models.loading import LoadedCheckpoint, build_model
     from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
     tokenizer = load_tokenizer(path, name=name, native=True)
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
-    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, engine="native")
-    return SdarDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype))
+    model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize, engine="native")
+    return SdarDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))

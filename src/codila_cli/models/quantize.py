@@ -1,0 +1,209 @@
+"""Weight-only 8- and 4-bit weights (``--quantize int8|int4``, ``--quantize-ar``): the projections of
+every transformer layer are stored in 8 or 4 bits and multiplied by activations in the run's dtype;
+the embeddings, the norms and the output head stay as loaded.
+
+* int8: per output channel, symmetric: ``w ≈ q · s`` with ``q`` in [-127, 127], ``s = max|w_row| / 127``.
+* int4: per group of G input columns (G = 128, or 64 / 32 where the width needs it), asymmetric
+  round-to-nearest: ``w ≈ (q − 8) · s + z`` with ``q`` in [0, 15], ``s = (max − min) / 15``,
+  ``z = min + 8 s`` (the convention of PyTorch's int4 kernels), two codes per byte.
+
+Storage is 1 byte (int8) or ½ byte (int4) per weight plus the scales. The products run on PyTorch's own
+weight-only kernels on a CPU (``torch._weight_int8pack_mm``, ``torch._weight_int4pack_mm_for_cpu``;
+a row's result does not depend on the other rows, so the server's same-text rule holds quantized); on
+other devices (CUDA, MPS) and for int4 shapes the CPU kernel does not take (N not a multiple of 16),
+each layer's weight is widened to the run dtype for its product (the memory is saved; the speed of that
+path was not measured on a GPU). Why not torchao or bitsandbytes: docs/quantization.md (measured).
+
+A quantized weight is a :class:`QuantWeight`, a tensor-like object that ``torch.nn.functional.linear``
+dispatches to (``__torch_function__``), so the native network's fused matrices and transformers'
+``nn.Linear`` both run it unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SCHEMES = ("none", "int8", "int4")
+BITS = {"none": None, "int8": 8, "int4": 4}
+GROUPS = (128, 64, 32)  # int4 group sizes tried in order (PyTorch's CPU kernel takes 32..256)
+
+
+@dataclass(eq=False)
+class QuantWeight:
+    """A [N, K] weight in ``scheme``'s codes: ``q`` (int8 [N, K]; int4: packed bytes), ``scales`` (int8:
+    [N]; int4: [K/G, N, 2] scales and zeros, the kernels' layout), run in ``dtype`` on ``device``."""
+
+    scheme: str
+    q: torch.Tensor
+    scales: torch.Tensor
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    group: int = 0
+    kernel: bool = True  # PyTorch's packed CPU kernel runs it (else: widened per product)
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.numel() * self.q.element_size() + self.scales.numel() * self.scales.element_size()
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, w = args[0], args[1]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            return w.linear(x, bias)
+        raise TypeError(f"a {cls.__name__} takes part only in F.linear (got {getattr(func, '__name__', func)})")
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W.T + bias`` for x [..., K] in the run dtype; [..., N]."""
+        lead, k = x.shape[:-1], x.shape[-1]
+        flat = x.reshape(-1, k).to(self.dtype).contiguous()
+        if self.kernel and self.scheme == "int8":
+            out = torch._weight_int8pack_mm(flat, self.q, self.scales)
+        elif self.kernel:
+            out = torch._weight_int4pack_mm_for_cpu(flat, self.q, self.group, self.scales)
+        else:
+            out = F.linear(flat, self.widened())
+        if bias is not None:
+            out = out + bias
+        return out.reshape(*lead, self.shape[0])
+
+    def widened(self) -> torch.Tensor:
+        """The weight [N, K] in the run dtype, from the codes (what the kernels multiply by)."""
+        n, k = self.shape
+        if self.scheme == "int8":
+            return self.q.to(self.dtype) * self.scales[:, None]
+        codes = torch.stack([self.q & 15, self.q >> 4], dim=-1).view(n, k // self.group, self.group)
+        scale, zero = self.scales[..., 0].t()[..., None], self.scales[..., 1].t()[..., None]  # [N, K/G, 1]
+        return ((codes.to(self.dtype) - 8) * scale + zero).view(n, k)
+
+
+def int4_group(k: int) -> int | None:
+    """The int4 group size for a layer of input width ``k`` (None: no group divides it)."""
+    return next((g for g in GROUPS if k % g == 0), None)
+
+
+def quantize_weight(w: torch.Tensor, scheme: str, *, dtype: torch.dtype, device: torch.device,
+                    kernel: bool | None = None) -> QuantWeight:
+    """``w`` [N, K] (any float dtype, any device) in ``scheme``'s codes on ``device``, run in ``dtype``.
+    ``kernel``: force PyTorch's packed CPU kernel on or off (None: on for a CPU where the shape allows).
+    Computed in fp32 a chunk of rows at a time (models/fit.py::QUANT_CHUNK weights), so a load needs the
+    codes plus one chunk's temporaries."""
+    from codila_cli.models.fit import QUANT_CHUNK
+
+    n, k = w.shape
+    on_cpu = torch.device(device).type == "cpu"
+    if scheme not in ("int8", "int4"):
+        raise ValueError(f"unknown quantization {scheme!r}: use one of {', '.join(SCHEMES)}")
+    group = int4_group(k) if scheme == "int4" else k
+    if group is None:
+        raise ValueError(f"int4 needs layer widths that are multiples of {GROUPS[-1]}, got {k}")
+    rows = max(16, QUANT_CHUNK // k // 16 * 16)
+    parts = [_codes(w[i : i + rows].to(device=device, dtype=torch.float32), scheme, group) for i in range(0, n, rows)]
+    codes, scales = torch.cat([c for c, _ in parts]), torch.cat([s for _, s in parts], dim=-2 if scheme == "int4" else 0)
+    if scheme == "int8":
+        return QuantWeight("int8", codes, scales.to(dtype), (n, k), dtype, kernel=on_cpu if kernel is None else kernel)
+    use = (on_cpu and n % 16 == 0) if kernel is None else kernel
+    if use:
+        packed = torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+    else:
+        pairs = codes.view(n, k // 2, 2)
+        packed = pairs[..., 0] | (pairs[..., 1] << 4)
+    return QuantWeight("int4", packed.contiguous(), scales.to(dtype).contiguous(), (n, k), dtype, group=group,
+                       kernel=use)
+
+
+def _codes(w32: torch.Tensor, scheme: str, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows [r, K] in fp32 → (codes [r, K] int8 / uint8, scales: int8 [r]; int4 [K/G, r, 2] scale and zero)."""
+    r, k = w32.shape
+    if scheme == "int8":
+        scale = (w32.abs().amax(dim=1) / 127).clamp(min=1e-12)
+        return torch.round(w32 / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+    g = w32.view(r, k // group, group)
+    lo, hi = g.amin(dim=-1), g.amax(dim=-1)
+    scale = ((hi - lo) / 15).clamp(min=1e-12)
+    codes = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.uint8).view(r, k)
+    return codes, torch.stack([scale.t(), (lo + 8 * scale).t()], dim=-1)  # [K/G, r, 2]
+
+
+def check_scheme(scheme: str, *, flag: str = "--quantize") -> str:
+    from codila_cli.errors import UsageError
+
+    if scheme not in SCHEMES:
+        raise UsageError(f"invalid {flag} {scheme!r}", hint=f"use one of {', '.join(SCHEMES)}")
+    return scheme
+
+
+def quantize_model(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device, name: str) -> int:
+    """Replace the projections of ``model`` (native or transformers) by ``scheme``'s codes on ``device``,
+    one weight at a time (each original is freed as its codes exist); the embeddings, norms and head
+    stay. Returns the bytes of the codes and scales."""
+    from codila_cli.errors import ModelLoadError
+    from codila_cli.models.native import NativeLM
+
+    try:
+        if isinstance(model, NativeLM):
+            return _native(model, scheme, dtype=dtype, device=device)
+        return _linears(model, scheme, dtype=dtype, device=device)
+    except ValueError as exc:
+        raise ModelLoadError(f"'{name}' cannot be loaded in {scheme}: {exc}",
+                             hint="load it with --quantize none (or int8, which takes every width)") from exc
+
+
+def _swap(linear: torch.nn.Module, weight: Any) -> None:
+    """``linear.weight`` becomes ``weight`` (a QuantWeight, or None for a view of a fused matrix)."""
+    del linear.weight
+    if weight is None:
+        linear.register_parameter("weight", None)
+    else:
+        linear.weight = weight
+
+
+def _native(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> int:
+    """The native network (models/native.py): its fused [q; k; v] and [gate; up] matrices, ``o_proj``
+    and ``down_proj``; the unfused projections were views of the fused ones and are dropped."""
+    total = 0
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        w, bias = attn.qkv
+        qkv = quantize_weight(w, scheme, dtype=dtype, device=device)
+        attn.qkv = (qkv, None if bias is None else bias.to(device))
+        if attn.qk_norm is not None:  # plain tensors, which model.to() does not move
+            attn.qk_norm = attn.qk_norm.to(device)
+        for p in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
+            _swap(p, None)
+        del w
+        mlp.gate_up = quantize_weight(mlp.gate_up, scheme, dtype=dtype, device=device)
+        done = [qkv, mlp.gate_up]
+        for p in (attn.o_proj, mlp.down_proj):
+            done.append(quantize_weight(p.weight, scheme, dtype=dtype, device=device))
+            _swap(p, done[-1])
+        total += sum(q.nbytes for q in done)
+    return total
+
+
+def _linears(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> int:
+    """Every ``nn.Linear`` of a transformers network but the output head (and a layer tied to the input
+    embeddings)."""
+    head = model.get_output_embeddings()
+    emb = model.get_input_embeddings().weight
+    total = 0
+    for module in list(model.modules()):
+        if isinstance(module, torch.nn.Linear) and module is not head and module.weight is not emb:
+            qw = quantize_weight(module.weight, scheme, dtype=dtype, device=device)
+            _swap(module, qw)
+            total += qw.nbytes
+    return total
+
+
+def describe(scheme: str) -> str | None:
+    """What ``--json`` / ``/health`` report: None for full-precision weights."""
+    return None if scheme == "none" else f"{scheme} weight-only"
