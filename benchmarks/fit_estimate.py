@@ -27,7 +27,7 @@ def status(key):
 torch.set_num_threads(2)
 torch.ones(1)
 path, dtype = sys.argv[1], getattr(torch, sys.argv[2])
-(need,), _ = sized([(path, resolve_local_dir(resolve_spec(path, kind="dlm")), dtype)])
+(need,), _ = sized([(path, resolve_local_dir(resolve_spec(path, kind="dlm")), dtype, "none")])
 open("/proc/self/clear_refs", "w").write("5")  # the peak (VmHWM) starts again from the RSS now
 base = status("VmRSS")
 m = load_models(dlm=path, ar=None, device="cpu", dtype=sys.argv[2])

@@ -85,21 +85,30 @@ def test_a_memory_cgroup_limit_is_what_the_check_reads():
             pass
 
 
-def test_the_hint_names_bf16_only_when_it_fits():
-    """Weights in fp32 that would fit in bf16 get that hint; when bf16 needs as much (small models, whose
+def test_the_hint_names_the_first_option_that_fits():
+    """Weights in fp32 that would fit in bf16 get that hint; where bf16 is not enough, the first of
+    --quantize int8 and int4 that fits; when nothing fits (or bf16 needs as much: small models, whose
     activations dominate and gain a bf16 copy of the logits), the hint says no such thing."""
     from codila_cli.errors import ModelLoadError
     from codila_cli.models.fit import Need, check
 
     cpu = type("Device", (), {"type": "cuda"})()
+    G = 2**30
+
+    def refusal(**options: float) -> str:
+        alts = {flag: [Need("m", "x", int(gib * G), 0, G)] for flag, gib in
+                zip(("--dtype bfloat16", "--quantize int8", "--quantize int4"), options.values())}
+        with pytest.raises(ModelLoadError) as exc:
+            check([Need("m", "float32", 12 * G, 0, G)], cpu, options=alts)
+        assert "Hint: " not in exc.value.hint
+        return exc.value.hint
+
     os.environ["CODILA_MEMORY_LIMIT"] = "10G"
     try:
-        with pytest.raises(ModelLoadError) as big:
-            check([Need("m", "float32", 12 * 2**30, 0, 2**30)], cpu, alternative=[Need("m", "bfloat16", 6 * 2**30, 0, 2**30)])
-        assert "Hint: " not in big.value.hint and big.value.hint.startswith("--dtype bfloat16 needs 7.00 GiB: fits")
-        with pytest.raises(ModelLoadError) as none:
-            check([Need("m", "float32", 10 * 2**30, 0, 2**30)], cpu, alternative=[Need("m", "bfloat16", 10 * 2**30, 0, 2**30)])
-        assert none.value.hint.startswith("use a smaller model")
+        assert refusal(bf16=6, int8=3, int4=2).startswith("--dtype bfloat16 needs 7.00 GiB: fits")
+        assert refusal(bf16=10, int8=8, int4=4).startswith("--quantize int8 needs 9.00 GiB: fits")
+        assert refusal(bf16=10, int8=9.5, int4=5).startswith("--quantize int4 needs 6.00 GiB: fits")
+        assert refusal(bf16=10, int8=10, int4=10).startswith("use a smaller model")
     finally:
         del os.environ["CODILA_MEMORY_LIMIT"]
 

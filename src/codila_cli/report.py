@@ -88,13 +88,18 @@ def settings_line(decoder: str, cfg: Any, models: Any) -> str:
     parts = label_parts(GEN_KNOBS, {k: v for k, v in values.items() if k not in ("max_new_tokens",)})
     if decoder == "dream" and values.get("steps") is None and values.get("tokens_per_step") is None:
         parts.insert(0, f"steps={values['max_new_tokens']}")  # Dream's default schedule: one token per step
-    where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')}"
-             f"{'' if m.ckpt.quantize == 'none' else ', ' + m.ckpt.quantize + ' weights'})"
+    where = [f"{role}: {m.name} ({m.device}, {str(m.ckpt.dtype).removeprefix('torch.')}{_bits(m.ckpt)})"
              for role, m in (("dlm", models.dlm), ("ar", models.ar)) if m is not None]
     torch = sys.modules.get("torch")
     if torch is not None:
         where.append(f"threads: {torch.get_num_threads()}")  # engine/threads.py (--threads, CODILA_THREADS)
     return f"settings: {decoder}:" + ",".join(parts) + "  " + "  ".join(where)
+
+
+def _bits(ckpt: Any) -> str:
+    """", int8 weights" for a quantized checkpoint (models/quantize.py), else ""."""
+    scheme = getattr(ckpt, "quantize", "none")
+    return "" if scheme == "none" else f", {scheme} weights"
 
 
 def sources_line(sources: dict[str, str], cfg: Any) -> str | None:

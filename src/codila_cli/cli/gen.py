@@ -77,6 +77,7 @@ def gen(
 
         echo "Return the sum." | codila gen "def total(xs):" > total.py
     """
+    from codila_cli.checks import run_doctests
     from codila_cli.config import load_config
     from codila_cli.engine import Engine
     from codila_cli.engine.prompts import is_chat
@@ -118,7 +119,7 @@ def gen(
         return
     result = _one(engine, text, req, seed=seed, system=system, live=live, stream=stream, json_out=json_out, err=err,
                   echo=not completion_only, context=given.context)
-    checked = _check(result, text[given.context:]) if check else None
+    checked = run_doctests(result.text, text[given.context:]) if check else None  # in the jail (checks.py)
     if json_out:
         import json
 
@@ -218,13 +219,6 @@ def _one(engine: Any, text: str, req: Any, *, seed: int | None, system: str | No
     if not json_out:
         sys.stdout.write(_shown(result, text[context:], echo))
     return result
-
-
-def _check(result: Any, prompt: str) -> Any:
-    """``--check``: the prompt's doctests against the program (checks.py), in the jail."""
-    from codila_cli.checks import run_doctests
-
-    return run_doctests(result.text, prompt)
 
 
 def _report(result: Any, req: Any, models: Any, *, quiet: bool, verbose: bool, err: Any, prompt: str = "",

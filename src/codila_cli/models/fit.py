@@ -64,11 +64,11 @@ def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path],
             stored += n * BYTES.get(stored_dtype, 4)
         largest = max(largest, stored)
     stored_kind = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
-    # while loading: a weight file cast to the run dtype; quantizing reads the stored file in place (mapped)
+    # while loading: a weight file cast to the run dtype; quantizing reads the stored files in place (mapped)
     # and works on one fused weight at a time (its run-dtype copy and a chunk's fp32 temporaries)
     loading = largest if stored_kind != dtype and quantize == "none" else 0
     if quantize != "none":
-        loading += 2 * biggest * size + 4 * 4 * QUANT_CHUNK
+        loading += biggest * size + 4 * 4 * min(biggest, QUANT_CHUNK)
     hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
     layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layers") or 0)
     heads = int(cfg.get("num_attention_heads") or cfg.get("n_heads") or 1)

@@ -240,14 +240,20 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
     forces one, e.g. transformers for training) and load its safetensors weights with strict key checks.
     ``quantize`` (models/quantize.py): the weights are read on the CPU, their projections turned into
     8- or 4-bit codes one at a time on ``device``, and only then is the rest moved there (a GPU never
-    holds the full-precision weights)."""
-    model = _build(cfg, name=name, path=path, device=device if quantize == "none" else _cpu(), dtype=dtype,
-                   causal=causal, engine=engine)
+    holds the full-precision weights); the native network's layers as each is fused, so that no more
+    than one layer's full-precision copy exists beside the stored (mapped) files."""
+    each = None
     if quantize != "none":
-        from codila_cli.models.quantize import quantize_model
+        from codila_cli.models.quantize import quantizer
 
-        quantize_model(model, quantize, dtype=dtype, device=device, name=name)
-        model.to(device)
+        each = quantizer(quantize, dtype=dtype, device=device, name=name)
+    model = _build(cfg, name=name, path=path, device=device if each is None else _cpu(), dtype=dtype,
+                   causal=causal, engine=engine, each=each)
+    if each is not None:
+        each(model)  # a transformers network's projections (a native one's are done)
+        for p in model.parameters():  # what stays (embeddings, norms, head) off the mapped files, which
+            p.data = p.data.to(device, copy=True)  # are then unmapped: their pages leave the process's RSS
+        model.to(device)  # the buffers
     return model
 
 
@@ -257,7 +263,8 @@ def _cpu() -> Any:
     return torch.device("cpu")
 
 
-def _build(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool, engine: str | None) -> Any:
+def _build(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal: bool, engine: str | None,
+           each: Any) -> Any:
     import torch
 
     from codila_cli.models.validate import check_shapes, check_weights_against_config
@@ -277,7 +284,7 @@ def _build(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, causal:
             model = NativeLM(native_cfg, causal=causal)
         _check_weights(model, state, tied=native_cfg.tie_word_embeddings, name=name)
         check_shapes(model, state, name=name, path=path)
-        model = load_native(model, state, device=device, dtype=dtype)
+        model = load_native(model, state, device=device, dtype=dtype, each=each)
         assert_materialised(model, name=name)
         return model
     from transformers import AutoModelForCausalLM

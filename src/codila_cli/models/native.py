@@ -4,11 +4,10 @@ models/native_tokenizer.py).
 Why: a short ``codila gen`` on the bundled pair spent most of its start-up importing transformers
 (``Qwen2ForCausalLM`` pulls in torch.distributed, torch._dynamo and sympy: about 2 s here, against a
 decode of about 1 s), and transformers' generic forward (mask builders, cache classes, output objects)
-costs more per call than the small networks themselves. The bundled checkpoints use a fixed, simple
-architecture, so codila runs them with this module: the same weights and state-dict names, the same
-maths, only torch (docs/decoders.md, "Engines"; equivalence with transformers is tested to 1e-5 in
-tests/test_native.py). Every other checkpoint (Dream-Coder, DreamOn, Qwen3 from the Hugging Face cache)
-still runs on transformers; ``CODILA_ENGINE=transformers`` forces that path for the bundled ones too.
+costs more per call than the small networks themselves. So codila runs them with this module: the
+same weights, state-dict names and maths, only torch (docs/decoders.md, "Engines"; equal to transformers
+to 1e-5: tests/test_native.py). LLaDA and SDAR run here; other checkpoints on transformers unless
+``CODILA_ENGINE`` (models/loading.py::engine_for) or a server (native) says otherwise.
 
 The call surface mirrors the subset of transformers that codila uses:
 ``model(input_ids= | inputs_embeds=, attention_mask=, position_ids=, cache=, use_cache=, logits_to_keep=)``
@@ -123,8 +122,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE: x·cos + rotate_half(x)·sin, with rotate_half([a, b]) = [−b, a] written as roll([a, b]) = [b, a]
-    times a sine whose first half is negated (``sin`` here is that signed sine)."""
+    """RoPE: x·cos + rotate_half(x)·sin, rotate_half([a, b]) = [−b, a] being roll([a, b]) times ``sin``'s sign."""
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
@@ -380,12 +378,12 @@ def rope_inv_freq(cfg: NativeConfig) -> torch.Tensor:
     return 1.0 / (cfg.rope_theta ** (steps / cfg.head_dim))
 
 
-def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any) -> NativeLM:
+def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any, each: Any = None) -> NativeLM:
     """Materialise a meta-device ``model`` (keys already checked) from ``state`` (tensors already on
     ``device`` in ``dtype``), which it consumes: the loaded tensors become the parameters (no second
     copy of the weights, no fp32 staging), and ``state`` is emptied so that each layer's unfused
     projections are freed as soon as their fused matrix exists. Peak memory: the weights plus one
-    layer's fused matrices."""
+    layer's fused matrices. ``each(layer)``: called on each layer once it is fused (quantization)."""
     model.to(dtype)  # on the meta device only the recorded dtype changes
     model.load_state_dict(state, strict=False, assign=True)
     state.clear()
@@ -393,6 +391,8 @@ def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any) -> Nat
     for layer in model.model.layers:
         layer.self_attn.fuse()
         layer.mlp.fuse()
+        if each is not None:
+            each(layer)
     model.inv_freq = rope_inv_freq(model.config).to(device)  # it was built on the meta device
     model._rope_table = None
     model.eval()

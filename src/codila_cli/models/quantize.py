@@ -91,6 +91,7 @@ def int4_group(k: int) -> int | None:
     return next((g for g in GROUPS if k % g == 0), None)
 
 
+@torch.no_grad()  # a weight loaded as a parameter may still require grad: no graph may keep the fp32 chunks
 def quantize_weight(w: torch.Tensor, scheme: str, *, dtype: torch.dtype, device: torch.device,
                     kernel: bool | None = None) -> QuantWeight:
     """``w`` [N, K] (any float dtype, any device) in ``scheme``'s codes on ``device``, run in ``dtype``.
@@ -142,20 +143,25 @@ def check_scheme(scheme: str, *, flag: str = "--quantize") -> str:
     return scheme
 
 
-def quantize_model(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device, name: str) -> int:
-    """Replace the projections of ``model`` (native or transformers) by ``scheme``'s codes on ``device``,
-    one weight at a time (each original is freed as its codes exist); the embeddings, norms and head
-    stay. Returns the bytes of the codes and scales."""
+def quantizer(scheme: str, *, dtype: torch.dtype, device: torch.device, name: str) -> Any:
+    """What models/loading.py::build_model calls to quantize, one weight at a time (each original freed
+    as its codes exist): on each native layer as it is fused (models/native.py::load_native), then on
+    the whole network: a transformers one has every ``nn.Linear`` but the head done there (a native one
+    is already done). The embeddings, norms and head stay. A width the scheme cannot take is one error."""
     from codila_cli.errors import ModelLoadError
-    from codila_cli.models.native import NativeLM
+    from codila_cli.models.native import Layer, NativeLM
 
-    try:
-        if isinstance(model, NativeLM):
-            return _native(model, scheme, dtype=dtype, device=device)
-        return _linears(model, scheme, dtype=dtype, device=device)
-    except ValueError as exc:
-        raise ModelLoadError(f"'{name}' cannot be loaded in {scheme}: {exc}",
-                             hint="load it with --quantize none (or int8, which takes every width)") from exc
+    def each(part: Any) -> None:
+        try:
+            if isinstance(part, Layer):
+                _native_layer(part, scheme, dtype=dtype, device=device)
+            elif not isinstance(part, NativeLM):
+                _linears(part, scheme, dtype=dtype, device=device)
+        except ValueError as exc:
+            raise ModelLoadError(f"'{name}' cannot be loaded in {scheme}: {exc}",
+                                 hint="load it with --quantize none (or int8, which takes every width)") from exc
+
+    return each
 
 
 def _swap(linear: torch.nn.Module, weight: Any) -> None:
@@ -167,41 +173,29 @@ def _swap(linear: torch.nn.Module, weight: Any) -> None:
         linear.weight = weight
 
 
-def _native(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> int:
-    """The native network (models/native.py): its fused [q; k; v] and [gate; up] matrices, ``o_proj``
-    and ``down_proj``; the unfused projections were views of the fused ones and are dropped."""
-    total = 0
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        w, bias = attn.qkv
-        qkv = quantize_weight(w, scheme, dtype=dtype, device=device)
-        attn.qkv = (qkv, None if bias is None else bias.to(device))
-        if attn.qk_norm is not None:  # plain tensors, which model.to() does not move
-            attn.qk_norm = attn.qk_norm.to(device)
-        for p in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
-            _swap(p, None)
-        del w
-        mlp.gate_up = quantize_weight(mlp.gate_up, scheme, dtype=dtype, device=device)
-        done = [qkv, mlp.gate_up]
-        for p in (attn.o_proj, mlp.down_proj):
-            done.append(quantize_weight(p.weight, scheme, dtype=dtype, device=device))
-            _swap(p, done[-1])
-        total += sum(q.nbytes for q in done)
-    return total
+def _native_layer(layer: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> None:
+    """A fused native layer (models/native.py): its [q; k; v] and [gate; up] matrices, ``o_proj`` and
+    ``down_proj``; the unfused projections were views of the fused ones and are dropped."""
+    attn, mlp = layer.self_attn, layer.mlp
+    w, bias = attn.qkv
+    attn.qkv = (quantize_weight(w, scheme, dtype=dtype, device=device), None if bias is None else bias.to(device))
+    if attn.qk_norm is not None:  # plain tensors, which model.to() does not move
+        attn.qk_norm = attn.qk_norm.to(device)
+    for p in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
+        _swap(p, None)
+    mlp.gate_up = quantize_weight(mlp.gate_up, scheme, dtype=dtype, device=device)
+    for p in (attn.o_proj, mlp.down_proj):
+        _swap(p, quantize_weight(p.weight, scheme, dtype=dtype, device=device))
 
 
-def _linears(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> int:
+def _linears(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> None:
     """Every ``nn.Linear`` of a transformers network but the output head (and a layer tied to the input
     embeddings)."""
     head = model.get_output_embeddings()
     emb = model.get_input_embeddings().weight
-    total = 0
     for module in list(model.modules()):
         if isinstance(module, torch.nn.Linear) and module is not head and module.weight is not emb:
-            qw = quantize_weight(module.weight, scheme, dtype=dtype, device=device)
-            _swap(module, qw)
-            total += qw.nbytes
-    return total
+            _swap(module, quantize_weight(module.weight, scheme, dtype=dtype, device=device))
 
 
 def describe(scheme: str) -> str | None:
