@@ -1,6 +1,6 @@
 """What 8- and 4-bit weights (``--quantize``, models/quantize.py) cost and change, side by side in one run.
 
-    python benchmarks/quantize.py [--dir /tmp/codila-quant] [--out docs/results/quantize.md]
+    python benchmarks/quantize.py [--dir /tmp/codila-quant] [--out docs/results/quantize-s32.md]
                                   [--models sdar-1.7b,dream-7b-4l,llada-8b-4l] [--prompts 60] [--tokens 64]
 
 1. Real-width random checkpoints, written once under --dir in the released layouts (config keys, tensor

@@ -32,6 +32,9 @@ def _isolate(tmp_path, monkeypatch):
     monkeypatch.delenv("CODILA_MEMORY_LIMIT", raising=False)  # a developer's own limit would refuse test loads
     monkeypatch.delenv("CODILA_NO_FIT_CHECK", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    # --dtype auto by the AMX rule, not by a timing probe (models/probe.py): the same dtypes on every run of
+    # a machine; tests/test_probe.py turns the probe on where it tests it
+    monkeypatch.setenv("CODILA_DTYPE_PROBE", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -222,6 +222,7 @@ def test_the_server_runs_quantized_and_health_says_so():
     try:
         health = httpx.get(s.url + "/health", timeout=30).json()
         assert (health["quantize"], health["quantize_ar"], health["dtype"]) == ("int8", "int4", "bfloat16")
+        assert health["dtype_note"] == "int8 weights: products in bf16"
         r = httpx.post(s.url + "/v1/completions", json={"prompt": "def add(a, b):", "max_tokens": 8, "seed": 0},
                        timeout=120)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 8

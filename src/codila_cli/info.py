@@ -203,11 +203,13 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
         try:
             path = resolve_local_dir(resolve_spec(name, kind=role))  # type: ignore[arg-type]
             add(f"model {role}", f"{name}: {path}")
+            from codila_cli.engine.models import plan_load
             from codila_cli.models.loading import weights_plan
 
             dev, dt, gib = weights_plan(path, name=name, role=role, device=device, dtype=setting)
+            why = plan_load(path, name=name, role=role, device=device, dtype=setting, quantize="none")[2]
             add(f"weights {role}", f"{gib:.2f} GiB in {str(dt).removeprefix('torch.')} on {dev.type} "
-                                   f"(--dtype {setting})")
+                                   f"(--dtype {setting}{': ' + why if why else ''})")
             loads.setdefault(dev, []).append((name, path, dt, "none"))
         except CodilaError as exc:
             add(f"model {role}", f"{name}: missing", False, f"{role} model {name!r}: {exc.message}"

@@ -95,7 +95,8 @@ GEN_KNOBS = KnobTable(
     Knob("device", str, "auto", "auto, cpu, cuda, cuda:N, mps.", pattern=(r"auto|cpu|mps|cuda(:\d+)?", "auto | cpu | cuda | cuda:N | mps"),
          section="runtime"),
     Knob("dtype", str, "auto", "auto (bf16 on CUDA; on a CPU fp32, but bf16 for checkpoints stored in bf16 that "
-         "are 2 GiB or more, or diffusion models on a CPU with AMX), float32, bfloat16, float16.", choices=DTYPES,
+         "are 2 GiB or more, or where a probe of the model's own shapes finds bf16 faster on this CPU, cached; "
+         "bf16 with --quantize), float32, bfloat16, float16.", choices=DTYPES,
          section="runtime"),
     panels={"Decoding": ("decoder", "max_new_tokens", "temperature", "top_p", "top_k", "block_size", "tau", "stop"),
             "CoDiLA helper": ("candidate_blocks", "parallel_blocks", "conditioning", "ar_verify", "verify_penalty",

@@ -86,15 +86,19 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     t0 = time.perf_counter()
     from codila_cli.models.families import load_dlm
 
-    dev, dt = plan_load(dlm_path, name=dlm, role="dlm", device=device, dtype=dtype, quantize=quantize)
-    ar_dt = plan_load(ar_path, name=ar, role="ar", device=device, dtype=dtype, quantize=quantize_ar)[1] if ar_path else None
+    (dev, dt, note), ar_plan = (plan_load(dlm_path, name=dlm, role="dlm", device=device, dtype=dtype, quantize=quantize),
+                                plan_load(ar_path, name=ar, role="ar", device=device, dtype=dtype, quantize=quantize_ar)
+                                if ar_path else None)
+    ar_dt = ar_plan[1] if ar_plan else None
     fits([(dlm, dlm_path, dt, quantize), *([(ar, ar_path, ar_dt, quantize_ar)] if ar_path else [])], dev)
     models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt, quantize=quantize),
                     bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
-    if ar_spec is not None and ar_path is not None:
+    models.dlm.ckpt.dtype_note = note
+    if ar_spec is not None and ar_path is not None and ar_plan is not None:
         from codila_cli.models.ar import load_ar
 
         models.attach_helper(load_ar(ar_path, name=ar, device=dev, dtype=ar_dt, quantize=quantize_ar))
+        models.ar.ckpt.dtype_note = ar_plan[2]
     if compile:  # torch.compile of the model forwards; pays on GPUs at 7B, rarely for the small CPU models
         import torch
 
@@ -105,16 +109,24 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     return models
 
 
-def plan_load(path: Any, *, name: str | None, role: str, device: str, dtype: str, quantize: str) -> tuple[Any, Any]:
-    """(torch device, torch dtype) a load runs in: ``auto`` is per model (models/loading.py::choose_dtype);
-    quantized weights run their products in bf16 under ``auto`` (PyTorch's weight-only kernels ran 4-9×
-    slower on fp32 activations here: docs/quantization.md)."""
-    from codila_cli.models.loading import bf16_on_cpu, choose_device, choose_dtype
+def plan_load(path: Any, *, name: str | None, role: str, device: str, dtype: str,
+              quantize: str) -> tuple[Any, Any, str]:
+    """(torch device, torch dtype, why: "" where the dtype was named) a load runs in: ``auto`` is per model
+    (models/loading.py::auto_on_cpu: bf16 on CUDA; on a CPU by the stored dtype, size and a probe of the
+    model's shapes); quantized weights run their products in bf16 under ``auto`` (PyTorch's weight-only
+    kernels ran 4-9× slower on fp32 activations here: docs/quantization.md)."""
+    from codila_cli.models.loading import auto_on_cpu, choose_device, choose_dtype
 
     dev = choose_device(device)
-    if quantize != "none" and dtype == "auto":
-        return dev, choose_dtype("bfloat16", dev)
-    return dev, choose_dtype(dtype, dev, bf16_on_cpu=bf16_on_cpu(path, name=name or "", role=role))
+    if dtype != "auto":
+        return dev, choose_dtype(dtype, dev), ""
+    if quantize != "none":
+        return dev, choose_dtype("bfloat16", dev), f"{quantize} weights: products in bf16"
+    if dev.type != "cpu":
+        dt = choose_dtype("auto", dev)
+        return dev, dt, f"auto on {dev.type}: {str(dt).removeprefix('torch.')}"
+    bf16, why = auto_on_cpu(path, name=name or "", role=role)
+    return dev, choose_dtype("auto", dev, bf16_on_cpu=bf16), why
 
 
 def fits(loads: list[tuple[str, Any, Any, str]], device: Any) -> None:

@@ -96,21 +96,34 @@ def cpu_multiplies_bf16() -> bool:
 
 
 def bf16_on_cpu(path: Path, *, name: str, role: str) -> bool:
-    """Whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU. Only a checkpoint stored in bf16
-    (its weights are exact there), and then:
+    """Whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU (:func:`auto_on_cpu`)."""
+    return auto_on_cpu(path, name=name, role=role)[0]
+
+
+def auto_on_cpu(path: Path, *, name: str, role: str) -> tuple[bool, str]:
+    """(whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU, why). Only a checkpoint stored in
+    bf16 (its weights are exact there), and then:
 
     * a large one (weight files of BF16_ON_CPU_FROM bytes or more: the real 7B files), any role: in fp32 a
-      7B DLM needs about 30 GB, and on this project's CPU bf16 ran a 245 M-parameter DLM 2.6× faster;
-    * a diffusion model (``role`` "dlm") of any size on a CPU with AMX: its forward over the whole
-      sequence is a few large matrix products, which bf16 tiles run faster (the bundled DLM 1.57×, gen
-      1.29×, with the valid share unchanged on 711 tasks: docs/results/history.md §2, session 10).
+      7B DLM needs about 30 GB, and bf16 ran a 245 M-parameter DLM 2.6× faster on an AVX2 CPU;
+    * else where the probe (models/probe.py) measures this CPU multiplying the model's own shapes, at its
+      role's row counts, faster in bf16; with the probe off (``CODILA_DTYPE_PROBE=0``), a diffusion model
+      on a CPU with AMX (the rule before the probe: the bundled DLM 1.57× faster there)."""
+    cfg = read_config(path, name=name)
+    stored, size = _stored(path, name=name)
+    if stored != "bfloat16":
+        return False, f"stored in {stored or 'an unnamed dtype'}: fp32 keeps its weights exact"
+    if size >= BF16_ON_CPU_FROM:
+        return True, "stored in bf16, 2 GiB or more"
+    from codila_cli.models import probe
 
-    A small helper stays fp32: its steps of a few tokens ran 4× slower in bf16 even with AMX."""
-    return _bf16_on_cpu(*_stored(path, name=name), role=role)
-
-
-def _bf16_on_cpu(stored: str, size: int, *, role: str) -> bool:
-    return stored == "bfloat16" and (size >= BF16_ON_CPU_FROM or (role == "dlm" and cpu_multiplies_bf16()))
+    if not probe.enabled():
+        amx = role == "dlm" and cpu_multiplies_bf16()
+        return amx, "the AMX rule (CODILA_DTYPE_PROBE=0)"
+    hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
+    inter = int(cfg.get("intermediate_size") or cfg.get("mlp_hidden_size") or 4 * hidden)
+    verdict = probe.bf16_faster(hidden=hidden, intermediate=inter, role=role)
+    return verdict.bf16, verdict.words()
 
 
 def weights_plan(path: Path, *, name: str, role: str, device: str, dtype: str) -> tuple[Any, Any, float]:
@@ -120,7 +133,8 @@ def weights_plan(path: Path, *, name: str, role: str, device: str, dtype: str) -
 
     stored, size = _stored(path, name=name)
     dev = choose_device(device)
-    dt = choose_dtype(dtype, dev, bf16_on_cpu=_bf16_on_cpu(stored, size, role=role))
+    auto_bf16 = dtype == "auto" and dev.type == "cpu" and auto_on_cpu(path, name=name, role=role)[0]
+    dt = choose_dtype(dtype, dev, bf16_on_cpu=auto_bf16)
     stored_bytes = getattr(torch, stored).itemsize if stored in ("float32", "bfloat16", "float16") else None
     return dev, dt, size * (dt.itemsize / stored_bytes if stored_bytes else 1.0) / 2**30
 
@@ -251,10 +265,31 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
                    causal=causal, engine=engine, each=each)
     if each is not None:
         each(model)  # a transformers network's projections (a native one's are done)
-        for p in model.parameters():  # what stays (embeddings, norms, head) off the mapped files, which
-            p.data = p.data.to(device, copy=True)  # are then unmapped: their pages leave the process's RSS
+    if each is not None or (_is_native(model) and device.type == "cpu"):
+        _off_the_map(model, device)
         model.to(device)  # the buffers
     return model
+
+
+def _is_native(model: Any) -> bool:
+    from codila_cli.models.native import NativeLM
+
+    return isinstance(model, NativeLM)
+
+
+def _off_the_map(model: Any, device: Any) -> None:
+    """Copy the parameters that may still view a mapped safetensors file (all but the views of the native
+    network's fused matrices) into memory of their own, so the file is unmapped. Fused and quantized weights are copies already; beside them the mapping kept every page of
+    the file it had read in the process (an SDAR-1.7B-shape bf16 load held 4.6 GB for 2.8 GB of weights,
+    an int8 one 4.4 GB for 1.4 GB of codes)."""
+    fused = set()
+    for layer in getattr(getattr(model, "model", None), "layers", ()):
+        for t in (*(getattr(layer.self_attn, "qkv", None) or ()), getattr(layer.mlp, "gate_up", None)):
+            if hasattr(t, "untyped_storage"):
+                fused.add(t.untyped_storage().data_ptr())
+    for p in model.parameters():
+        if p.untyped_storage().data_ptr() not in fused:
+            p.data = p.data.to(device, copy=True)
 
 
 def _cpu() -> Any:
@@ -332,6 +367,7 @@ class LoadedCheckpoint:
     device: Any
     dtype: Any
     quantize: str = "none"  # models/quantize.py: "int8" / "int4" weight-only codes
+    dtype_note: str = ""  # why ``--dtype auto`` chose ``dtype`` (models/loading.py::auto_on_cpu), "" if named
 
     @property
     def vocab_rows(self) -> int:

@@ -149,12 +149,12 @@ class Attention(nn.Module):
         state-dict names stay. Call it after the weights are loaded and cast (load_native does)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         sizes = [p.weight.shape[0] for p in projs]
-        w = torch.cat([p.weight for p in projs])
+        w = torch.cat([p.weight.detach() for p in projs])  # no graph: it would keep the originals
         for p, part in zip(projs, w.split(sizes)):
             p.weight = nn.Parameter(part, requires_grad=False)
         bias = None
         if self.q_proj.bias is not None:
-            bias = torch.cat([p.bias for p in projs])
+            bias = torch.cat([p.bias.detach() for p in projs])
             for p, part in zip(projs, bias.split(sizes)):
                 p.bias = nn.Parameter(part, requires_grad=False)
         self.qkv = (w, bias)
@@ -223,7 +223,7 @@ class MLP(nn.Module):
 
     def fuse(self) -> None:
         """One [gate; up] matmul instead of two (the Linear weights become views of it, as Attention.fuse)."""
-        w = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+        w = torch.cat([self.gate_proj.weight.detach(), self.up_proj.weight.detach()])
         self.gate_proj.weight, self.up_proj.weight = (nn.Parameter(t, requires_grad=False) for t in w.chunk(2))
         self.gate_up = w
 

@@ -201,7 +201,7 @@ async def health(request: Request) -> dict:
     return {"status": "ok", "models": _names(request)[:1] + _names(request)[2:], "running": st.runner.in_use,
             "rows_decoding": st.engine.batcher.active, "max_batch": st.config.max_batch,
             "device": str(dlm.device), "dtype": str(dlm.ckpt.dtype).removeprefix("torch."), "family": family(dlm),
-            "quantize": dlm.ckpt.quantize,
+            "quantize": dlm.ckpt.quantize, "dtype_note": dlm.ckpt.dtype_note,
             "quantize_ar": st.engine.models.ar.ckpt.quantize if st.engine.models.ar is not None else None,
             "infill_family": family(st.engine.infill_models.dlm) if st.engine.infill_models is not None else None,
             "lanes": st.engine.lanes, "lone_request_uses_every_core": st.engine.wide,
