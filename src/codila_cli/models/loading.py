@@ -101,8 +101,8 @@ def bf16_on_cpu(path: Path, *, name: str, role: str) -> bool:
 
 
 def auto_on_cpu(path: Path, *, name: str, role: str) -> tuple[bool, str]:
-    """(whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU, why). Only a checkpoint stored in
-    bf16 (its weights are exact there), and then:
+    """(whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU, why: "" where nothing was measured
+    or sized). Only a checkpoint stored in bf16 (its weights are exact there), and then:
 
     * a large one (weight files of BF16_ON_CPU_FROM bytes or more: the real 7B files), any role: in fp32 a
       7B DLM needs about 30 GB, and bf16 ran a 245 M-parameter DLM 2.6× faster on an AVX2 CPU;
@@ -112,14 +112,13 @@ def auto_on_cpu(path: Path, *, name: str, role: str) -> tuple[bool, str]:
     cfg = read_config(path, name=name)
     stored, size = _stored(path, name=name)
     if stored != "bfloat16":
-        return False, f"stored in {stored or 'an unnamed dtype'}: fp32 keeps its weights exact"
+        return False, ""  # fp32 keeps its weights exact: nothing to explain
     if size >= BF16_ON_CPU_FROM:
         return True, "stored in bf16, 2 GiB or more"
     from codila_cli.models import probe
 
     if not probe.enabled():
-        amx = role == "dlm" and cpu_multiplies_bf16()
-        return amx, "the AMX rule (CODILA_DTYPE_PROBE=0)"
+        return role == "dlm" and cpu_multiplies_bf16(), ""  # the rule before the probe
     hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
     inter = int(cfg.get("intermediate_size") or cfg.get("mlp_hidden_size") or 4 * hidden)
     verdict = probe.bf16_faster(hidden=hidden, intermediate=inter, role=role)
