@@ -96,3 +96,32 @@ def test_the_real_probe_runs_and_gen_v_and_doctor_report_it(tmp_path):
                        timeout=300, env=env, check=False)
     checks = {c["name"]: c["value"] for c in json.loads(r.stdout)["checks"]}
     assert "(probe, cached)" in checks["weights dlm"] and "(probe, cached)" in checks["weights ar"]
+
+
+def test_quantize_auto_takes_the_fastest_scheme_that_fits(probe_on, monkeypatch):
+    """--quantize auto / --quantize-ar auto: the probe's fastest weights per role (here bf16 for the DLM's
+    canvas rows, int4 for the helper's few rows), but only among the schemes that fit the memory: under a
+    limit below the bf16 load, the DLM takes int8 (the fastest of those that fit), and the note says so."""
+    from codila_cli.engine.models import load_models, plan_load, sized
+    from codila_cli.models.cache import resolve_local_dir
+    from codila_cli.models.fit import RUNTIME
+    from codila_cli.models.registry import resolve_spec
+
+    def fake(hidden, intermediate, rows, dtype, *, scheme="none"):
+        if rows >= 64:  # a canvas: the codes' kernels are matrix-vector ones
+            return {"none": 1.0, "int8": 1.5, "int4": 3.0}[scheme]
+        return {"none": 1.0, "int8": 0.6, "int4": 0.4}[scheme]
+
+    monkeypatch.setattr(probe_on, "time_product", fake)
+    m = load_models(dlm="bundled-dlm", ar="bundled-ar", device="cpu", quantize="auto", quantize_ar="auto")
+    assert (m.dlm.ckpt.quantize, m.ar.ckpt.quantize) == ("none", "int4")
+    assert "quantize auto: int4" in m.ar.ckpt.dtype_note and "probe" in m.ar.ckpt.dtype_note
+    dlm = resolve_local_dir(resolve_spec("bundled-dlm", kind="dlm"))
+
+    def need(scheme):
+        dt = plan_load(dlm, name="bundled-dlm", role="dlm", device="cpu", dtype="auto", quantize=scheme)[1]
+        return sized([("bundled-dlm", dlm, dt, scheme)])[0][0].total
+
+    monkeypatch.setenv("CODILA_MEMORY_LIMIT", str(RUNTIME + (need("none") + need("int8")) // 2))
+    m = load_models(dlm="bundled-dlm", ar=None, device="cpu", quantize="auto")
+    assert m.dlm.ckpt.quantize == "int8" and "quantize auto: int8" in m.dlm.ckpt.dtype_note

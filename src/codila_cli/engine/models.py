@@ -86,6 +86,8 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     t0 = time.perf_counter()
     from codila_cli.models.families import load_dlm
 
+    quantize, quantize_ar, why = auto_weights(dlm_path, ar_path, names=(dlm, ar), device=device, dtype=dtype,
+                                              quantize=quantize, quantize_ar=quantize_ar)
     (dev, dt, note), ar_plan = (plan_load(dlm_path, name=dlm, role="dlm", device=device, dtype=dtype, quantize=quantize),
                                 plan_load(ar_path, name=ar, role="ar", device=device, dtype=dtype, quantize=quantize_ar)
                                 if ar_path else None)
@@ -93,12 +95,12 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     fits([(dlm, dlm_path, dt, quantize), *([(ar, ar_path, ar_dt, quantize_ar)] if ar_path else [])], dev)
     models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt, quantize=quantize),
                     bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
-    models.dlm.ckpt.dtype_note = note
+    models.dlm.ckpt.dtype_note = "; ".join(w for w in (note, why[0]) if w)
     if ar_spec is not None and ar_path is not None and ar_plan is not None:
         from codila_cli.models.ar import load_ar
 
         models.attach_helper(load_ar(ar_path, name=ar, device=dev, dtype=ar_dt, quantize=quantize_ar))
-        models.ar.ckpt.dtype_note = ar_plan[2]
+        models.ar.ckpt.dtype_note = "; ".join(w for w in (ar_plan[2], why[1]) if w)
     if compile:  # torch.compile of the model forwards; pays on GPUs at 7B, rarely for the small CPU models
         import torch
 
@@ -107,6 +109,42 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
                 m.forward = torch.compile(m.forward, dynamic=True)
     models.load_seconds = time.perf_counter() - t0
     return models
+
+
+def auto_weights(dlm_path: Any, ar_path: Any, *, names: tuple[str, str | None], device: str, dtype: str,
+                 quantize: str, quantize_ar: str) -> tuple[str, str, tuple[str, str]]:
+    """``--quantize auto`` / ``--quantize-ar auto`` resolved: of bf16, int8 and int4 weights, those under
+    which the loads fit (models/fit.py, the other model as asked, or in bf16 while it is auto too), the one
+    whose products a probe of the model's shape finds fastest on this device (models/probe.py); on a GPU,
+    the widest that fits (no kernel there was measured). Returns (quantize, quantize_ar, (why, why))."""
+    from codila_cli.models import fit
+    from codila_cli.models.loading import choose_device, read_config
+
+    chosen, why = [quantize, quantize_ar], ["", ""]
+    dev = choose_device(device)
+    for i, path in enumerate((dlm_path, ar_path)):
+        if chosen[i] != "auto" or path is None:
+            continue
+        allowed = []
+        for scheme in ("none", "int8", "int4"):
+            trial = [q if q != "auto" else "none" for q in chosen]
+            trial[i] = scheme
+            plans = [(n, p, plan_load(p, name=n, role=r, device=device, dtype=dtype, quantize=q)[1], q)
+                     for n, p, r, q in zip(names, (dlm_path, ar_path), ("dlm", "ar"), trial) if p is not None]
+            if fit.verdict(sized(plans)[0], dev).fits:
+                allowed.append(scheme)
+        allowed = allowed or ["int4"]  # nothing fits: the smallest, which the fit check then refuses with numbers
+        if dev.type != "cpu":
+            chosen[i], why[i] = allowed[0], f"quantize auto: {allowed[0]} (the widest that fits)"
+            continue
+        from codila_cli.models.probe import fastest_weights
+
+        cfg = read_config(path, name=names[i] or "")
+        hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
+        inter = int(cfg.get("intermediate_size") or cfg.get("mlp_hidden_size") or 4 * hidden)
+        chosen[i], why[i] = fastest_weights(hidden=hidden, intermediate=inter, role=("dlm", "ar")[i],
+                                            allowed=tuple(allowed))
+    return chosen[0], chosen[1], (why[0], why[1])
 
 
 def plan_load(path: Any, *, name: str | None, role: str, device: str, dtype: str,

@@ -57,14 +57,41 @@ def bf16_faster(*, hidden: int, intermediate: int, role: str) -> Verdict:
     return verdict
 
 
-def time_product(hidden: int, intermediate: int, rows: int, dtype: object) -> float:
-    """The median seconds of one [rows, hidden] × [hidden, intermediate] product in ``dtype``."""
+def fastest_weights(*, hidden: int, intermediate: int, role: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """``--quantize auto``: of ``allowed`` ("none", "int8", "int4", in that order of precision), the one whose
+    products (bf16 activations) at ``role``'s row counts are fastest here, a lower precision only where it
+    takes at most :data:`MARGIN` of the time of the one before; (scheme, why). Cached as the dtype probe."""
+    import torch
+
+    key = f"{cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads|{role}|{hidden}x{intermediate}|weights"
+    cache = _read()
+    cached = key in cache
+    if not cached:
+        cache[key] = {s: sum(time_product(hidden, intermediate, rows, torch.bfloat16, scheme=s) for rows in ROWS[role])
+                      for s in ("none", "int8", "int4")}
+        _write(cache)
+    seconds = cache[key]
+    best = allowed[0]
+    for scheme in allowed[1:]:
+        if seconds[scheme] <= MARGIN * seconds[best]:
+            best = scheme
+    speed = ", ".join(f"{s} {seconds['none'] / seconds[s]:.1f}×" for s in ("int8", "int4"))
+    return best, f"quantize auto: {best} (bf16 products' speed here: {speed}; probe{', cached' if cached else ''})"
+
+
+def time_product(hidden: int, intermediate: int, rows: int, dtype: object, *, scheme: str = "none") -> float:
+    """The median seconds of one [rows, hidden] × [hidden, intermediate] product in ``dtype`` (the weight in
+    ``scheme``'s codes: models/quantize.py)."""
     import torch
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(0)
     w = (torch.randn(intermediate, hidden, generator=g) * 0.02).to(dtype)
     x = torch.randn(rows, hidden, generator=g).to(dtype)
+    if scheme != "none":
+        from codila_cli.models.quantize import quantize_weight
+
+        w = quantize_weight(w, scheme, dtype=dtype, device=torch.device("cpu"))
     times = []
     with torch.inference_mode():
         F.linear(x, w)  # the first call pays for kernel selection and packing

@@ -138,8 +138,8 @@ def _codes(w32: torch.Tensor, scheme: str, group: int) -> tuple[torch.Tensor, to
 def check_scheme(scheme: str, *, flag: str = "--quantize") -> str:
     from codila_cli.errors import UsageError
 
-    if scheme not in SCHEMES:
-        raise UsageError(f"invalid {flag} {scheme!r}", hint=f"use one of {', '.join(SCHEMES)}")
+    if scheme not in (*SCHEMES, "auto"):
+        raise UsageError(f"invalid {flag} {scheme!r}", hint=f"use one of {', '.join(SCHEMES)}, auto")
     return scheme
 
 
