@@ -54,7 +54,7 @@ class Quant(str, Enum):
     auto = "auto"
 
 
-Quantize = Annotated[Quant, typer.Option("--quantize", envvar="CODILA_QUANTIZE", help="The diffusion model's weights in 8 or 4 bits (weight-only; products in bf16 under --dtype auto). SDAR-1.7B's shape held 0.37× (int8) and 0.21× (int4) of bf16's memory; on a CPU faster over few rows, slower over long canvases (docs/quantization.md). auto: of bf16, int8 and int4, the fastest on this CPU for this model (a cached probe) among those that fit the memory.", rich_help_panel="Runtime")]
+Quantize = Annotated[Quant, typer.Option("--quantize", envvar="CODILA_QUANTIZE", help="The diffusion model's weights in 8 or 4 bits (weight-only; products in bf16 under --dtype auto). SDAR-1.7B's shape held 0.52× (int8) and 0.35× (int4) of bf16's memory; on a CPU faster over few rows, slower over long canvases (docs/quantization.md). auto: of bf16, int8 and int4, the fastest on this CPU for this model (a cached probe) among those that fit the memory.", rich_help_panel="Runtime")]
 QuantizeAr = Annotated[Quant, typer.Option("--quantize-ar", envvar="CODILA_QUANTIZE_AR", help="The AR helper's weights in 8 or 4 bits, or auto (as --quantize).", rich_help_panel="Runtime")]
 Threads = Annotated[int, typer.Option("--threads", envvar="CODILA_THREADS", min=0, max=1024, help="CPU threads torch runs; 0 = auto: the usable cores less those other processes keep busy, less one (so a busy core never stalls the run; docs/usage.md).", rich_help_panel="Runtime")]
 def _known_language(ctx: typer.Context, value: str | None) -> str | None:
