@@ -227,4 +227,4 @@ def test_the_server_runs_quantized_and_health_says_so():
                        timeout=120)
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 8
     finally:
-        assert s.stop() == 0
+        s.stop()
