@@ -89,7 +89,10 @@ def test_the_real_probe_runs_and_gen_v_and_doctor_report_it(tmp_path):
                         "--seed", "0", "def f(x):"], capture_output=True, text=True, timeout=300, env=env, check=False)
     assert r.returncode == 0, r.stderr
     settings = next(line for line in r.stderr.splitlines() if line.startswith("settings:"))
-    assert settings.count("auto: bf16") == 2 and settings.count("(probe)") == 2, settings
+    import re
+
+    ran = re.findall(r"\(cpu, (\w+); auto: (bf16|fp32): bf16 ran [\d.]+× fp32's speed on this CPU \(probe\)\)", settings)
+    assert len(ran) == 2 and all((dt, word) in (("bfloat16", "bf16"), ("float32", "fp32")) for dt, word in ran), settings
     cache = json.loads((tmp_path / "cache" / "codila" / "dtype-probe.json").read_text())
     assert len(cache) == 2 and all(v["fp32_s"] > 0 and v["bf16_s"] > 0 for v in cache.values())
     r = subprocess.run([sys.executable, "-m", "codila_cli", "doctor", "--json"], capture_output=True, text=True,

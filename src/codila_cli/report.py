@@ -98,7 +98,7 @@ def settings_line(decoder: str, cfg: Any, models: Any) -> str:
 
 def _bits(ckpt: Any) -> str:
     """", int8 weights" for a quantized checkpoint (models/quantize.py), and why ``--dtype auto`` chose its
-    dtype (engine/models.py::plan_load), e.g. "; auto: bf16 2.3× fp32's speed on this CPU (probe)"."""
+    dtype (engine/models.py::plan_load), e.g. "; auto: bf16: bf16 ran 2.3× fp32's speed on this CPU (probe)"."""
     scheme, note = getattr(ckpt, "quantize", "none"), getattr(ckpt, "dtype_note", "")
     return ("" if scheme == "none" else f", {scheme} weights") + (f"; auto: {note}" if note else "")
 

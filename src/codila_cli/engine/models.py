@@ -137,12 +137,9 @@ def auto_weights(dlm_path: Any, ar_path: Any, *, names: tuple[str, str | None], 
         if dev.type != "cpu":
             chosen[i], why[i] = allowed[0], f"quantize auto: {allowed[0]} (the widest that fits)"
             continue
-        from codila_cli.models.probe import fastest_weights
+        from codila_cli.models.probe import fastest_weights, mlp_shape
 
-        cfg = read_config(path, name=names[i] or "")
-        hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
-        inter = int(cfg.get("intermediate_size") or cfg.get("mlp_hidden_size") or 4 * hidden)
-        chosen[i], why[i] = fastest_weights(hidden=hidden, intermediate=inter, role=("dlm", "ar")[i],
+        chosen[i], why[i] = fastest_weights(**mlp_shape(read_config(path, name=names[i] or "")), role=("dlm", "ar")[i],
                                             allowed=tuple(allowed))
     return chosen[0], chosen[1], (why[0], why[1])
 

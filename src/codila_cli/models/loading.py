@@ -95,11 +95,6 @@ def cpu_multiplies_bf16() -> bool:
         return False
 
 
-def bf16_on_cpu(path: Path, *, name: str, role: str) -> bool:
-    """Whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU (:func:`auto_on_cpu`)."""
-    return auto_on_cpu(path, name=name, role=role)[0]
-
-
 def auto_on_cpu(path: Path, *, name: str, role: str) -> tuple[bool, str]:
     """(whether ``--dtype auto`` runs this checkpoint in bf16 on a CPU, why: "" where nothing was measured
     or sized). Only a checkpoint stored in bf16 (its weights are exact there), and then:
@@ -119,9 +114,7 @@ def auto_on_cpu(path: Path, *, name: str, role: str) -> tuple[bool, str]:
 
     if not probe.enabled():
         return role == "dlm" and cpu_multiplies_bf16(), ""  # the rule before the probe
-    hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
-    inter = int(cfg.get("intermediate_size") or cfg.get("mlp_hidden_size") or 4 * hidden)
-    verdict = probe.bf16_faster(hidden=hidden, intermediate=inter, role=role)
+    verdict = probe.bf16_faster(**probe.mlp_shape(cfg), role=role)
     return verdict.bf16, verdict.words()
 
 

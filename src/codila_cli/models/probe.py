@@ -32,8 +32,15 @@ class Verdict:
     cached: bool
 
     def words(self) -> str:
-        """For -v, doctor and /health: what the probe measured."""
-        return f"bf16 {self.speedup:.1f}× fp32's speed on this CPU (probe{', cached' if self.cached else ''})"
+        """For -v, doctor and /health: the dtype chosen and what the probe measured."""
+        chosen = "bf16" if self.bf16 else "fp32"
+        return f"{chosen}: bf16 ran {self.speedup:.1f}× fp32's speed on this CPU (probe{', cached' if self.cached else ''})"
+
+
+def mlp_shape(cfg: dict) -> dict[str, int]:
+    """The probed weight's shape from a config.json (Qwen/Dream/SDAR keys, or LLaDA's)."""
+    hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
+    return {"hidden": hidden, "intermediate": int(cfg.get("intermediate_size") or cfg.get("mlp_hidden_size") or 4 * hidden)}
 
 
 def enabled() -> bool:

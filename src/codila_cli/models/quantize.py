@@ -81,6 +81,8 @@ class QuantWeight:
         n, k = self.shape
         if self.scheme == "int8":
             return self.q.to(self.dtype) * self.scales[:, None]
+        if self.kernel:  # PyTorch's packed CPU layout: only its kernel reads it
+            raise ValueError("an int4 weight packed for PyTorch's CPU kernel cannot be widened")
         codes = torch.stack([self.q & 15, self.q >> 4], dim=-1).view(n, k // self.group, self.group)
         scale, zero = self.scales[..., 0].t()[..., None], self.scales[..., 1].t()[..., None]  # [N, K/G, 1]
         return ((codes.to(self.dtype) - 8) * scale + zero).view(n, k)
