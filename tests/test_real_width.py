@@ -1,6 +1,6 @@
-"""A random checkpoint at each new family's real width loads through the real loader and decodes (issue 51):
-LLaDA-8B's layer (d_model 4096, 32 heads, MLP 12288, RoPE θ 500000) and SDAR-1.7B's (hidden 2048, 16 / 8
-heads of 128, MLP 6144), one layer each and a 2,048-row vocabulary, written as the released checkpoints
+"""A random checkpoint at each new family's real width loads through the real loader and decodes (issues 51,
+61): LLaDA-8B's layer (d_model 4096, 32 heads, MLP 12288, RoPE θ 500000), SDAR-1.7B's (hidden 2048, 16 / 8
+heads of 128, MLP 6144) and Stable-DiffCoder-8B's (hidden 4096, 32 / 8 heads, MLP 14336), one layer each and a 2,048-row vocabulary, written as the released checkpoints
 are (config.json keys, tensor names, bf16 safetensors): the per-tensor load, rename and cast paths at full
 width, without an 8-GiB file."""
 
@@ -74,6 +74,31 @@ def test_a_real_width_sdar_layer_loads_and_decodes(tmp_path):
                                                                                early_stop=False))
     assert len(res.canvas) == 10 and dlm.specials.mask not in res.canvas  # to the block boundary: 6 + 10 = 16
     assert res.dlm_forwards == 1 + 3 * (4 + 1) - 2  # prefill; blocks 1-3: their masked slots, then the store
+
+
+def test_a_real_width_stable_diffcoder_layer_loads_and_decodes(tmp_path):
+    """Stable-DiffCoder-8B's layer (Llama: hidden 4096, 32 / 8 heads of 128, MLP 14336, no biases, untied
+    head) under its released config keys (model_type llama, its remote class in architectures)."""
+    src = FIXTURES / "stable_diffcoder" / "checkpoints" / "sdc-tiny-a"
+    cfg = {**json.loads((src / "config.json").read_text()), "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336, "num_hidden_layers": 1,
+           "vocab_size": VOCAB}
+    d, m, hd = 4096, 14336, 128
+    shapes = {"model.embed_tokens.weight": (VOCAB, d), "model.norm.weight": (d,), "lm_head.weight": (VOCAB, d),
+              "model.layers.0.input_layernorm.weight": (d,), "model.layers.0.post_attention_layernorm.weight": (d,),
+              "model.layers.0.self_attn.q_proj.weight": (32 * hd, d), "model.layers.0.self_attn.k_proj.weight": (8 * hd, d),
+              "model.layers.0.self_attn.v_proj.weight": (8 * hd, d), "model.layers.0.self_attn.o_proj.weight": (d, 32 * hd),
+              "model.layers.0.mlp.gate_proj.weight": (m, d), "model.layers.0.mlp.up_proj.weight": (m, d),
+              "model.layers.0.mlp.down_proj.weight": (d, m)}
+    path = _write(tmp_path / "sdc", cfg, shapes, src)
+    dlm = load_dlm(path, name="sdc-real-width", device=torch.device("cpu"), dtype=torch.float32)
+    from codila_cli.decoding.block import BlockConfig, decode_block
+
+    assert dlm.family.name == "stable-diffcoder" and dlm.model.config.kind == "llama"
+    res = decode_block(dlm, [512, 300, 301, 302, 303, 304], config=BlockConfig(max_new_tokens=8, block_length=4,
+                                                                               early_stop=False))
+    assert len(res.canvas) == 8 and dlm.specials.mask not in res.canvas  # its last block is cut at the limit
+    assert res.dlm_forwards == 1 + (2 + 1) + (4 + 1) + (2 + 1)  # prefill; blocks of 2, 4, 2 masked slots + stores
 
 
 def test_a_real_width_dream_layer_decodes_batched_as_alone_in_bf16(tmp_path, monkeypatch):

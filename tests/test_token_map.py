@@ -109,3 +109,48 @@ def test_train_align_takes_a_llada_dlm_and_a_helper_of_other_ids(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["metrics"]["ar_forwards"] >= 1
+
+
+def _relabelled_bundled_helper(out: Path) -> Path:
+    """The bundled AR helper with its ordinary ids relabelled (tokenizer and embedding rows together): the
+    same model under other ids, so it pairs with the bundled infill model by token strings only."""
+    from safetensors.torch import load_file, save_file
+
+    from codila_cli.models.registry import bundled_path
+
+    src = bundled_path("bundled-ar")
+    shutil.copytree(src, out)
+    tok = json.loads((src / "tokenizer.json").read_text())
+    first = 1 + max(a["id"] for a in tok["added_tokens"])
+    n = len(tok["model"]["vocab"])
+    perm = (first + torch.randperm(n - first, generator=torch.Generator().manual_seed(3))).tolist()
+    new_of = {first + i: p for i, p in enumerate(perm)}  # old id -> new id
+    tok["model"]["vocab"] = {t: new_of.get(i, i) for t, i in tok["model"]["vocab"].items()}
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    weights = load_file(str(src / "model.safetensors"))
+    index = torch.arange(n)
+    index[torch.tensor(perm)] = torch.arange(first, n)  # new row perm[i] holds old row first + i
+    for name, w in weights.items():
+        if w.shape[0] == n and name.endswith(("embed_tokens.weight", "lm_head.weight")):
+            weights[name] = w[index].contiguous()
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("helper", ["bundled-ar", "relabelled"])
+def test_infill_says_when_its_helper_is_paired_by_token_strings(tmp_path, helper):
+    """`infill --decoder codila` with a helper of other token ids warns, as gen does, and `--json` says how
+    the pair was made; the bundled helper (the DLM's own ids, aligned to the DLM the bundled infill model
+    was fine-tuned from) runs without a warning."""
+    ar = str(_relabelled_bundled_helper(tmp_path / "h")) if helper == "relabelled" else helper
+    r = subprocess.run([sys.executable, "-m", "codila_cli", "infill", "-", "--language", "python", "--decoder",
+                        "codila", "--ar", ar, "--seed", "0", "--json", "--max-middle-tokens", "8"],
+                       input="def f(x):\n    # codila: fill\n    return y\n", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    bridge = json.loads(r.stdout)["models"]["ar"]["bridge"]
+    if helper == "relabelled":
+        assert bridge == {"by": "strings", "coverage": 1.0}
+        assert "pairs their tokens by string (100% of the DLM's tokens" in r.stderr, r.stderr
+    else:
+        assert bridge["by"] == "ids" and bridge["coverage"] >= 0.99
+        assert "Warning" not in r.stderr, r.stderr  # the bundled pair is made to go together

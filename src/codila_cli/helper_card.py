@@ -210,3 +210,21 @@ def helper_mismatch(models: object) -> str | None:
     rev = f"@{recorded['revision'][:12]}" if recorded.get("repo_id") and recorded.get("revision") else ""
     return (f"the AR helper '{ar.name}' was aligned to {was}{rev}, not to the DLM in use ({dlm.name}); "
             "its blocks may be worse than with the DLM it was trained for")
+
+
+def helper_warnings(models: object) -> list[str]:
+    """What to tell the user about the loaded helper before CoDiLA runs (gen, infill, eval): it was aligned
+    to another DLM (:func:`helper_mismatch`; not said of the bundled helper with the bundled infill model,
+    which is the bundled DLM fine-tuned), and it has other token ids than the DLM, so the pair is made by
+    token strings (models/token_map.py::TokenMap), without an alignment to this DLM."""
+    bridge, ar, dlm = getattr(models, "bridge", None), getattr(models, "ar", None), getattr(models, "dlm", None)
+    if ar is None or dlm is None:
+        return []
+    both_bundled = {ar.name, dlm.name} <= set(getattr(models, "bundled", ()))
+    mismatch = None if both_bundled else helper_mismatch(models)
+    out = [mismatch] if mismatch else []
+    if getattr(bridge, "by", "ids") == "strings" and (mismatch or read_card(ar.ckpt.config).aligned_dlm is None):
+        out.append(f"the AR helper '{ar.name}' has other token ids than the DLM '{dlm.name}', so CoDiLA pairs "
+                   f"their tokens by string ({bridge.coverage:.0%} of the DLM's tokens have a partner) without "
+                   "an alignment to this DLM: its blocks may be poor (align one with `codila train align`)")
+    return out

@@ -241,11 +241,10 @@ def list_languages() -> list[dict]:
 
 def list_families() -> list[dict]:
     """The model families codila runs (models/families.py) and what each supports."""
-    from dataclasses import asdict
+    from codila_cli.models.families import families
 
-    from codila_cli.models.families import FAMILIES
-
-    return [{**asdict(f), "model_types": list(f.model_types), "decoders": list(f.decoders)} for f in FAMILIES]
+    shown = ("name", "model_types", "decoders", "infill", "plan", "codila", "cache", "licence", "note", "verified")
+    return [{k: list(v) if isinstance(v := getattr(f, k), tuple) else v for k in shown} for f in families()]
 
 
 def list_fit() -> list[dict[str, Any]]:

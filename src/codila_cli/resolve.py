@@ -225,13 +225,12 @@ def decoder_configs() -> dict[str, type]:
 
 
 def _trained_block(cfg: dict, path: Any) -> int | None:
-    """A block-diffusion DLM's trained block size (models/sdar.py; ``cfg`` its config.json), None for any
-    other model."""
-    if str(cfg.get("model_type", "")).lower() != "sdar":
-        return None
-    from codila_cli.models.sdar import trained_block
+    """A block-diffusion DLM's trained block size (its family row's, models/families.py; ``cfg`` its
+    config.json), None for any other model."""
+    from codila_cli.models.families import family_of
 
-    return trained_block(cfg, path)
+    family = family_of(cfg)
+    return family.block_of(cfg, path) if family is not None else None
 
 
 def dlm_config(dlm: str) -> tuple[dict, Any]:
@@ -250,8 +249,8 @@ def dlm_config(dlm: str) -> tuple[dict, Any]:
 
 
 def own_decoder(cfg: dict) -> str:
-    """The sampler of the family of a DLM with config.json ``cfg`` (models/families.py): llada for LLaDA,
-    block for SDAR, else dream (also for a config that could not be read)."""
+    """The sampler of the family of a DLM with config.json ``cfg`` (its row's first decoder,
+    models/families.py), else dream (also for a config that could not be read)."""
     from codila_cli.models.families import family_of
 
     family = family_of(cfg)

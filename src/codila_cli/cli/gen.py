@@ -81,7 +81,7 @@ def gen(
     from codila_cli.config import load_config
     from codila_cli.engine import Engine
     from codila_cli.engine.prompts import is_chat
-    from codila_cli.helper_card import helper_mismatch
+    from codila_cli.helper_card import helper_warnings
     from codila_cli.prompts import read_prompt_parts, silent_stdin_warning
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
@@ -107,9 +107,8 @@ def gen(
     note_bundled(models, quiet=quiet, user=user)
     err = terminal.stderr_console(color.value)
     live = terminal.stderr_is_tty() and not (json_out or quiet)
-    mismatch = helper_mismatch(models) if req.decoder == "codila" else None
-    if mismatch and not quiet:
-        say(f"Warning: {mismatch}\n")
+    for w in helper_warnings(models) if req.decoder == "codila" and not quiet else ():
+        say(f"Warning: {w}\n")
     if system and not quiet and not is_chat(models.dlm.tokenizer):
         say(f"Warning: {req.dlm} has no chat template, so --system is not a system message: "
                          "the model reads it as plain text before the prompt (stdout does not repeat it)\n")

@@ -29,7 +29,7 @@ from codila_cli.cli.options import (
 )
 from codila_cli.decoding.config import INFILL_KNOBS
 from codila_cli.errors import StrictSyntaxError, UsageError
-from codila_cli.ui.terminal import printable
+from codila_cli.ui.terminal import printable, say
 
 
 class InfillDecoder(str, Enum):
@@ -75,6 +75,7 @@ def infill(
     from codila_cli.engine.models import default_ar, default_infill_dlm
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
     from codila_cli.models.generation import task_sampling
+    from codila_cli.helper_card import helper_warnings
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 
@@ -109,6 +110,8 @@ def infill(
     if problem:
         raise UsageError(problem, hint="lower --max-middle-tokens")
     note_bundled(models, quiet=quiet, command="infill")
+    for w in helper_warnings(models) if codila and not quiet else ():
+        say(f"Warning: {w}\n")
     out = _run(engine, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))
     name = file if file != "-" else "stdin"

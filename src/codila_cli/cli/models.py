@@ -41,8 +41,8 @@ def models(
     elif quiet:
         sys.stdout.write("".join(f"{r['alias']}\n" for r in rows if r["cached"]))
     else:
-        w = max(15, *(len(r["alias"]) for r in rows))
-        sys.stdout.write(f"{'alias':<{w}} {'kind':<7} {'available':<10} {'size':>10}  {'revision':<17} {'family':<7} "
+        w, fw = max(15, *(len(r["alias"]) for r in rows)), max(6, *(len(r["family"]) for r in rows))
+        sys.stdout.write(f"{'alias':<{w}} {'kind':<7} {'available':<10} {'size':>10}  {'revision':<17} {'family':<{fw}} "
                          f"{'licence':<11} {'default for':<16} repository\n")
         for r in rows:
             size = _size(r["size_bytes"]) if r["size_bytes"] else "-"
@@ -50,7 +50,7 @@ def models(
             rev = {"pinned": "pinned ", "recorded by codila pull": "pulled "}.get(r["revision_source"], "") + (
                 r["revision"][:8] if r["revision"] else "-" if r["revision_source"] == "bundled" else "at pull")
             sys.stdout.write(f"{r['alias']:<{w}} {r['kind']:<7} {'yes' if r['cached'] else 'no':<10} {size:>10}  "
-                             f"{rev:<17} {r['family']:<7} {r['licence']:<11} {default:<16} {r['repo']}\n")
+                             f"{rev:<17} {r['family']:<{fw}} {r['licence']:<11} {default:<16} {r['repo']}\n")
         if any(r["demonstration"] for r in rows):
             sys.stdout.write("\nbundled-*: demonstration models (a few M parameters, trained on a CPU) that run every "
                              "command offline; not a code assistant (docs/bundled-models.md).\n")
@@ -82,15 +82,20 @@ def _size(n: int) -> str:
 
 def _families(rows: list[dict]) -> None:
     """The families table of ``codila models``: each row what a checkpoint of that family can do."""
+    from codila_cli.models.families import Family
+
     dw = max(13, *(len(", ".join(f["decoders"])) for f in rows))  # columns as wide as their longest cell
     iw, cw = max(6, *(len(f["infill"]) for f in rows)), max(8, *(len(f["cache"]) for f in rows))
-    sys.stdout.write(f"\n{'family':<7} {'gen --decoder':<{dw}} {'infill':<{iw}} {'plan':<5} {'CoDiLA':<7} "
+    nw = max(6, *(len(f["name"]) for f in rows))
+    sys.stdout.write(f"\n{'family':<{nw}} {'gen --decoder':<{dw}} {'infill':<{iw}} {'plan':<5} {'CoDiLA':<7} "
                      f"{'KV cache':<{cw}} licence\n")
     for f in rows:
-        sys.stdout.write(f"{f['name']:<7} {', '.join(f['decoders']):<{dw}} {f['infill']:<{iw}} "
+        sys.stdout.write(f"{f['name']:<{nw}} {', '.join(f['decoders']):<{dw}} {f['infill']:<{iw}} "
                          f"{'yes' if f['plan'] else 'no':<5} {'yes' if f['codila'] else 'no':<7} {f['cache']:<{cw}} "
                          f"{f['licence']}\n")
     sys.stdout.write("".join(f"  {f['name']}: {f['note']}\n" for f in rows if f["note"]))
+    default = Family.__dataclass_fields__["verified"].default
+    sys.stdout.write("".join(f"  {f['name']} parity: {f['verified']}\n" for f in rows if f["verified"] != default))
 
 
 def doctor(json_out: json_option() = False,

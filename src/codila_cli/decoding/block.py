@@ -21,6 +21,9 @@ helper writes the block (static, tau None), or its longest low-entropy prefix (d
 own step). Intended differences: the mask is never chosen; a quota larger than the masked slots left
 never reaches past them (the official top-k then picks −inf slots and rewrites the prompt's or the
 block's committed tokens); early stop after a block that holds an end-of-text token.
+
+Other families' block samplers differ from SDAR's in a few rules (:class:`BlockRules`), which the model's
+family row carries (models/families.py; each family's module says which and why).
 """
 
 from __future__ import annotations
@@ -89,60 +92,95 @@ def check_block_settings(cfg: Any) -> None:
         raise ValueError(f"threshold must be in (0, 1], got {cfg.threshold}")
 
 
-def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """x0 and p(x0) per row of ``logits`` [B, V]: SDAR's order (temperature, top-k, top-p, softmax, one
-    categorical draw per row), argmax at T 0."""
+def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any, rules: BlockRules) -> tuple[torch.Tensor, torch.Tensor]:
+    """x0 and p(x0) per row of ``logits`` [n, V]. SDAR's order: temperature, top-k, top-p, softmax, one
+    categorical draw per row (argmax at T 0). ``gumbel`` (Stable-DiffCoder's, LLaDA's): x0 = argmax of
+    exp(l) / (−log U)^T with U uniform [1, n, V] in float64, p(x0) under softmax(l)."""
     import torch
 
     from codila_cli.decoding.marginals import process_logits
 
+    if rules.draw == "gumbel":
+        x0 = logits.argmax(-1)
+        if s.temperature > 0:
+            noise = torch.rand((1, *logits.shape), dtype=torch.float64, generator=gen, device=logits.device)[0]
+            x0 = (logits.double().exp() / (-torch.log(noise)) ** s.temperature).argmax(-1)
+        return x0, torch.softmax(logits.double(), dim=-1).gather(-1, x0[:, None]).squeeze(-1)
     probs = torch.softmax(process_logits(logits, s, top_k_first=True), dim=-1)
     x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1) if s.temperature > 0 else probs.argmax(-1)
     return x0, probs.gather(-1, x0[:, None]).squeeze(-1)
 
 
-def _reveal(conf: torch.Tensor, masked: torch.Tensor, quota: int, cfg: BlockConfig, gen: Any) -> torch.Tensor:
-    """The block slots [k] this step reveals (``conf`` [B] p(x0), ``masked`` [B] bool)."""
+def _reveal(conf: torch.Tensor, masked: torch.Tensor, quota: int, cfg: BlockConfig, gen: Any,
+            rules: BlockRules) -> torch.Tensor:
+    """The block slots [k] this step reveals (``conf`` [n] p(x0), ``masked`` [n] bool)."""
     import torch
 
     quota = min(quota, int(masked.sum()))
     if cfg.remasking == "sequential":
         return masked.nonzero().flatten()[:quota]
     if cfg.remasking == "random":
-        conf = torch.rand(conf.shape, generator=gen, device=conf.device)
-    row = torch.where(masked, conf.float(), float("-inf"))
+        conf = torch.rand((1, *conf.shape), generator=gen, device=conf.device)[0]
+    row = torch.where(masked, conf.double() if rules.draw == "gumbel" else conf.float(), float("-inf"))
+    if cfg.remasking == "dynamic" and rules.dynamic == "top1":  # the most confident, and all at the threshold
+        best = torch.zeros_like(masked)
+        best[int(row.argmax())] = True
+        return (best | (row >= cfg.threshold)).nonzero().flatten()
     if cfg.remasking == "dynamic" and int((row > cfg.threshold).sum()) >= quota:
         return (row > cfg.threshold).nonzero().flatten()
     return torch.topk(row, quota).indices
+
+
+@dataclass(frozen=True)
+class BlockRules:
+    """Where a family's official block sampler departs from SDAR's (the defaults); a family row carries its
+    own (models/families.py::Family.block_rules). ``draw``: "categorical" or "gumbel" (:func:`_sample`);
+    ``quota_of``: the steps share the block's B slots ("block") or its masked slots ("masked": a block that
+    holds the prompt's end has fewer); ``cut_last``: the last block ends at the token limit (else whole
+    blocks are decoded and the limit is kept afterwards); ``extend_after_end``: the block that ends the
+    text is appended to the cache (one more forward) before stopping; ``dynamic``: ``--remasking
+    dynamic`` reveals every slot above the threshold when they are at least the quota ("quota"), or the
+    most confident slot and every slot at or above the threshold ("top1")."""
+
+    draw: str = "categorical"
+    quota_of: str = "block"
+    cut_last: bool = False
+    extend_after_end: bool = True
+    dynamic: str = "quota"
 
 
 def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, generator: Any = None,
                  on_step: OnStep = no_op, writer: Any = None, tau: float | None = None) -> DecodeResult:
 
     from codila_cli.decoding.base import Canvas
+    from codila_cli.decoding.marginals import first_stop
 
+    rules = getattr(getattr(dlm, "family", None), "block_rules", None) or BlockRules()
     B = config.block_length
     P, steps = len(prompt_ids), config.steps or B
-    total = -(-(P + config.max_new_tokens) // B) * B  # whole blocks
+    total = P + config.max_new_tokens if rules.cut_last else -(-(P + config.max_new_tokens) // B) * B
     c = Canvas.start(prompt_ids=prompt_ids, config=replace(config, max_new_tokens=total - P), dlm=dlm,
                      ar=writer.ar if writer is not None else None, on_step=on_step)
-    quotas = [B // steps + (k < B % steps) for k in range(steps)]
     first = P // B
     past = dlm.prefill(c.x[:, : first * B], B) if first else None
-    for b in range(first, total // B):
-        lo, hi = b * B, (b + 1) * B
+    for b in range(first, -(-total // B)):
+        lo, hi = b * B, min((b + 1) * B, total)
+        m = B if rules.quota_of == "block" else int((c.x[0, lo:hi] == c.mask_id).sum())
+        quotas = [m // steps + (k < m % steps) for k in range(steps)]
         k = 0
         while bool((masked := c.x[0, lo:hi] == c.mask_id).any()):  # the official loop ends within steps + 1
             k += 1
-            logits = dlm.block_logits(c.x[:, lo:hi], lo, past)[0]  # [B, V]
+            logits = dlm.block_logits(c.x[:, lo:hi], lo, past)[0]  # [n, V]
             if writer is not None and _ar_writes(c, writer, logits, masked, lo, tau, generator):
                 continue
-            x0, p = _sample(logits, config.sampling, generator)
+            x0, p = _sample(logits, config.sampling, generator, rules)
             if c.wants_proposals:
                 c.propose(masked.nonzero().flatten() + lo - P, x0[masked])
-            picked = _reveal(p, masked, quotas[min(k - 1, steps - 1)], config, generator)
+            picked = _reveal(p, masked, max(1, quotas[min(k - 1, steps - 1)]), config, generator, rules)
             c.commit(picked + lo - P, x0[picked], source="dlm", block=(max(lo, P) - P, hi - P))
-        past = dlm.extend(c.x[:, lo:hi], lo, past)
+        ended = c.early_stop and first_stop(c.gen, mask_id=c.mask_id, stop_ids=c.stop_ids) is not None
+        if rules.extend_after_end or not ended:  # the text ends in this block: no cache append (the rules say)
+            past = dlm.extend(c.x[:, lo:hi], lo, past)
         if c.done():
             break
     return c.result()

@@ -32,8 +32,8 @@ class Models:
             dlm_name=self.dlm.name, ar_name=ar.name)
 
     def describe(self) -> dict:
-        """``--json``'s ``models``: each model's name, directory, dtype and quantization, and the DLM's family
-        (models/families.py)."""
+        """``--json``'s ``models``: each model's name, directory, dtype and quantization, the DLM's family
+        (models/families.py), and how the helper's tokens pair with the DLM's (``bridge``)."""
         from codila_cli.models.families import family_of
 
         family = family_of(self.dlm.ckpt.config)
@@ -41,6 +41,8 @@ class Models:
                        "family": family.name if family is not None else None, **_runs(self.dlm.ckpt)}}
         if self.ar is not None:
             out["ar"] = {"name": self.ar.name, "path": str(self.ar.ckpt.path), **_runs(self.ar.ckpt)}
+            if self.bridge is not None:  # how the helper's tokens pair with the DLM's: same ids, or same strings
+                out["ar"]["bridge"] = {"by": self.bridge.by, "coverage": round(float(self.bridge.coverage), 4)}
         return out
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from codila_cli.errors import ModelLoadError
-from codila_cli.models.loading import LoadedCheckpoint, build_model, engine_for, is_dream, read_config
+from codila_cli.models.families import family_of
+from codila_cli.models.loading import LoadedCheckpoint, build_model, engine_for, read_config
 from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
 
 
@@ -69,9 +70,10 @@ def load_ar(path: Path, *, name: str, device: Any, dtype: Any, engine: str | Non
             quantize: str = "none") -> ARHelper:
     """``engine``: force "transformers" (a trainable network with gradient checkpointing) or "native"."""
     cfg = read_config(path, name=name)
-    if is_dream(cfg):
+    family = family_of(cfg)
+    if family is not None:
         raise ModelLoadError(
-            f"'{name}' is a Dream diffusion model, not an autoregressive helper",
+            f"'{name}' is a {family.name} diffusion model, not an autoregressive helper",
             hint="pass a causal LM such as qwen3-0.6b or bundled-ar to --ar",
         )
     tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")

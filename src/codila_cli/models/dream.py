@@ -35,6 +35,7 @@ class DreamDenoiser:
     """
 
     shifted = True  # the raw output at i predicts token i + 1 (LLaDA's does not: models/llada.py)
+    family: Any = None  # its models/families.py row (models/families.py::load_dlm sets it)
 
     def __init__(self, ckpt: LoadedCheckpoint) -> None:
         self.ckpt = ckpt
@@ -44,6 +45,11 @@ class DreamDenoiser:
         self.device = ckpt.device
         self.name = ckpt.name
         self.forwards = 0
+
+    @property
+    def block_diffusion(self) -> bool:
+        """Whether its family writes block by block against an exact cache (the row says)."""
+        return bool(self.family is not None and self.family.block_diffusion)
 
     @property
     def context_length(self) -> int:
@@ -133,6 +139,18 @@ def load_dream(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, qua
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize)
     return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
+
+
+def _family() -> Any:
+    from codila_cli.models.families import Family
+
+    return Family("dream", ("dream",), ("dream", "threshold", "codila"), infill="expand/delete (DreamOn)", plan=True,
+                  codila=True, cache="approximate (prefix, dual)", licence="Apache-2.0 (Dream-Coder, DreamOn)",
+                  note="Dream-Coder, DreamOn (infill), DiffuCoder; Qwen2.5 vocabulary: Qwen3 helpers need no bridge",
+                  aligns=True, context=2048, load=load_dream)  # context: Dream's README
+
+
+FAMILY = _family()  # models/families.py reads this row
 
 
 class BlockCache:

@@ -1,12 +1,23 @@
-"""The diffusion-model families codila runs, what each supports, and the one loader that picks the family
-from a checkpoint's ``model_type`` (models/dream.py, models/llada.py). ``codila models`` prints the table.
+"""The diffusion-model families codila runs: the registry every other module reads.
+
+A family is one module of ``codila_cli.models`` (listed in :data:`MODULES`) that defines ``FAMILY``, a
+:class:`Family` row: how a checkpoint is recognised, its loader, what its network is, which decoders run
+it, what ``infill``/``plan``/CoDiLA/caches support, and its licence. Nothing else in codila names a family:
+the loader, the decoders' dispatch, ``codila models``, the server's ``/health`` and ``/api/tags``, and
+``train align`` ask the row. Adding a family is its module, its line here, and its goldens
+(tests/test_families.py holds codila to that).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+# the family modules, most specific first: a checkpoint belongs to the first whose row claims it
+MODULES = ("stable_diffcoder", "sdar", "llada", "dream")
 
 
 @dataclass(frozen=True)
@@ -14,54 +25,69 @@ class Family:
     name: str
     model_types: tuple[str, ...]  # config.json's model_type, lower case
     decoders: tuple[str, ...]  # --decoder values that run it (the first is its own sampler)
-    infill: str  # codila infill: expand/delete needs the model's <|expand|> token (DreamOn); else shrink only
+    infill: str  # codila infill: expand/delete needs the model's <|expand|> token (DreamOn); else shrink only; "no"
     plan: bool  # codila plan (SDDC)
-    codila: bool  # CoDiLA with an AR helper (a helper sharing its vocabulary)
+    codila: bool  # CoDiLA with an AR helper (a helper sharing its vocabulary, or bridged by token strings)
     cache: str  # the KV cache: "approximate (prefix, dual)", "none", "exact"
     licence: str
     note: str = ""
+    # a model_type several families share (llama): the config must also name one of these in its
+    # ``architectures`` or ``auto_map`` (case-insensitive substrings)
+    markers: tuple[str, ...] = ()
+    block_diffusion: bool = False  # written block by block against an exact cache (decoding/block.py)
+    block_rules: Any = field(default=None, compare=False)  # its block sampler's rules (decoding/block.py::BlockRules)
+    native_only: bool = False  # runs on models/native.py only (transformers has no class that runs it right)
+    aligns: bool = False  # `codila train align` trains a helper on it (whole-canvas denoisers)
+    context: int | None = None  # the usable context (prompt + output) when less than the config's
+    verified: str = "token-identical to the official code on goldens (tests/)"
+    load: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    trained_block: Callable[[dict, Any], int | None] | None = field(default=None, compare=False, repr=False)
+
+    def claims(self, cfg: dict) -> bool:
+        """Whether a checkpoint with config.json ``cfg`` belongs to this family."""
+        if str(cfg.get("model_type", "")).lower() not in self.model_types:
+            return False
+        if not self.markers:
+            return True
+        names = [*(cfg.get("architectures") or []), *(v for v in (cfg.get("auto_map") or {}).values() if isinstance(v, str))]
+        return any(m.lower() in str(n).lower() for m in self.markers for n in names)
+
+    def block_of(self, cfg: dict, path: Any = None) -> int | None:
+        """The block size the checkpoint was trained with (block-diffusion families), else None."""
+        return self.trained_block(cfg, path) if self.trained_block is not None else None
 
 
-FAMILIES: tuple[Family, ...] = (
-    Family("dream", ("dream",), ("dream", "threshold", "codila"), infill="expand/delete (DreamOn)", plan=True, codila=True,
-           cache="approximate (prefix, dual)", licence="Apache-2.0 (Dream-Coder, DreamOn)",
-           note="Dream-Coder, DreamOn (infill), DiffuCoder; Qwen2.5 vocabulary: Qwen3 helpers need no bridge"),
-    Family("llada", ("llada",), ("llada", "dream", "threshold", "codila"), infill="shrink only (no <|expand|>)",
-           plan=True, codila=True,
-           cache="Fast-dLLM's (prefix, dual)", licence="MIT (LLaDA-8B-Base/-Instruct, LLaDA-1.5)",
-           note="its own 126k vocabulary: a helper is bridged by token strings (models/token_map.py)"),
-    Family("sdar", ("sdar",), ("block", "codila"), infill="no", plan=False, codila=True,
-           cache="exact (committed blocks)", licence="Apache-2.0 (SDAR-1.7B-Chat)",
-           note="block diffusion on Qwen3's network and vocabulary: a Qwen3 helper needs no bridge"),
-)
+@cache
+def families() -> tuple[Family, ...]:
+    """Every family row, in :data:`MODULES` order."""
+    from importlib import import_module
+
+    return tuple(import_module(f"codila_cli.models.{m}").FAMILY for m in MODULES)
+
+
+def family_named(name: str) -> Family | None:
+    return next((f for f in families() if f.name == name), None)
 
 
 def family_of(cfg: dict) -> Family | None:
-    kind = str(cfg.get("model_type", "")).lower()
-    return next((f for f in FAMILIES if kind in f.model_types), None)
+    """The family a checkpoint's config.json ``cfg`` belongs to, or None (an AR model, an unknown DLM)."""
+    return next((f for f in families() if f.claims(cfg)), None)
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> Any:
-    """The diffusion LM in ``path``, by its family: Dream (models/dream.py) or LLaDA (models/llada.py)."""
+    """The diffusion LM in ``path``, by its family's loader; the denoiser carries its row (``.family``)."""
     from codila_cli.errors import ModelLoadError
     from codila_cli.models.loading import read_config
 
     cfg = read_config(path, name=name)
     family = family_of(cfg)
-    if family is not None and family.name == "llada":
-        from codila_cli.models.llada import load_llada
-
-        return load_llada(path, cfg, name=name, device=device, dtype=dtype, quantize=quantize)
-    if family is not None and family.name == "sdar":
-        from codila_cli.models.sdar import load_sdar
-
-        return load_sdar(path, cfg, name=name, device=device, dtype=dtype, quantize=quantize)
-    if family is None:
+    if family is None or family.load is None:
+        names = ", ".join(f.name for f in families())
         raise ModelLoadError(
             f"'{name}' is a '{cfg.get('model_type')}' model, not a diffusion model codila runs",
-            hint="use --dlm with a Dream, LLaDA or SDAR checkpoint (`codila models` lists the families), e.g. "
-                 "dream-coder or bundled-dlm",
+            hint=f"use --dlm with a checkpoint of a family codila runs ({names}; `codila models` lists them), "
+                 "e.g. dream-coder or bundled-dlm",
         )
-    from codila_cli.models.dream import load_dream
-
-    return load_dream(path, cfg, name=name, device=device, dtype=dtype, quantize=quantize)
+    dlm = family.load(path, cfg, name=name, device=device, dtype=dtype, quantize=quantize)
+    dlm.family = family
+    return dlm

@@ -57,3 +57,15 @@ def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, qua
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize, engine="native")
     return LladaDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
+
+
+def _family() -> Any:
+    from codila_cli.models.families import Family
+
+    return Family("llada", ("llada",), ("llada", "dream", "threshold", "codila"), infill="shrink only (no <|expand|>)",
+                  plan=True, codila=True, cache="Fast-dLLM's (prefix, dual)", licence="MIT (LLaDA-8B-Base/-Instruct, LLaDA-1.5)",
+                  note="its own 126k vocabulary: a helper is bridged by token strings (models/token_map.py)",
+                  aligns=True, native_only=True, load=load_llada)
+
+
+FAMILY = _family()  # models/families.py reads this row

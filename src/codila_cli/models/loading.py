@@ -218,10 +218,11 @@ def engine_for(path: Path, cfg: dict) -> str:
     from codila_cli.models.native import NativeConfig
 
     supported = NativeConfig.from_dict(cfg) is not None
-    from codila_cli.models.llada_layout import is_llada
+    from codila_cli.models.families import family_of
 
-    if is_llada(cfg) or str(cfg.get("model_type", "")).lower() == "sdar":
-        return "native"  # transformers has no LLaDA or SDAR class, and codila runs no remote code
+    family = family_of(cfg)
+    if family is not None and family.native_only:
+        return "native"  # transformers has no class that runs it right, and codila runs no remote code
     if choice == "native":
         return "native" if supported else "transformers"
     bundled = path.resolve().is_relative_to(BUNDLED_DIR.resolve())
@@ -367,6 +368,8 @@ class LoadedCheckpoint:
 
     @property
     def context_length(self) -> int:
-        # Dream README: usable context (prompt + output) is 2048 whatever the config says.
+        from codila_cli.models.families import family_of
+
         n = int(self.config.get("max_position_embeddings") or self.config.get("max_sequence_length") or 2048)
-        return min(n, 2048) if is_dream(self.config) else n
+        family = family_of(self.config)  # a family may cap it (Dream's README: 2048 whatever the config says)
+        return min(n, family.context) if family is not None and family.context else n

@@ -24,13 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-QK_NORM = ("qwen3", "sdar")  # per-head q/k RMS norms, and a bias only where the config asks for one
-ARCHITECTURES = ("dream", "qwen2", "qwen3", "sdar")  # sdar: Qwen3's network, block-diffusion trained
+QK_NORM, BIAS_FROM_CONFIG = ("qwen3", "sdar"), ("qwen3", "sdar", "llama")  # q/k norms; biases as the config asks
+ARCHITECTURES = ("dream", "qwen2", "qwen3", "sdar", "llama")  # sdar: Qwen3's network, block-diffusion trained
 
 
 @dataclass(frozen=True)
 class NativeConfig:
-    kind: str  # "dream" | "qwen2" | "qwen3" | "sdar" | "llada"
+    kind: str  # "dream" | "qwen2" | "qwen3" | "sdar" | "llama" | "llada"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -53,7 +53,7 @@ class NativeConfig:
 
             fields = native_fields(cfg)
             return cls(**fields) if fields is not None else None
-        if kind not in ARCHITECTURES or cfg.get("hidden_act", "silu") != "silu":
+        if kind not in ARCHITECTURES or cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias"):
             return None
         rope = cfg.get("rope_parameters") or {}
         if rope.get("rope_type", "default") != "default" or cfg.get("rope_scaling") or cfg.get("use_sliding_window"):
@@ -66,7 +66,7 @@ class NativeConfig:
                    rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
                    rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
                    tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                   attention_bias=bool(cfg.get("attention_bias", False)) if kind in QK_NORM else True,
+                   attention_bias=bool(cfg.get("attention_bias", False)) if kind in BIAS_FROM_CONFIG else True,
                    max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)))
 
 
@@ -134,7 +134,7 @@ class Attention(nn.Module):
         self.q_proj = nn.Linear(cfg.hidden_size, h * d, bias=cfg.attention_bias)
         self.k_proj = nn.Linear(cfg.hidden_size, kv * d, bias=cfg.attention_bias)
         self.v_proj = nn.Linear(cfg.hidden_size, kv * d, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=cfg.kind in (*QK_NORM, "llada") and cfg.attention_bias)
+        self.o_proj = nn.Linear(h * d, cfg.hidden_size, bias=cfg.kind in (*BIAS_FROM_CONFIG, "llada") and cfg.attention_bias)
         if cfg.kind in QK_NORM:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps)

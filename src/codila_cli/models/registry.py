@@ -48,13 +48,15 @@ ALIASES: dict[str, ModelSpec] = {
     # no public page names a full commit of it: `codila pull` resolves main, records the commit it got in
     # the cache (refs/codila), and every later load uses that commit (models/pull.py)
     "sdar-1.7b": ModelSpec("sdar-1.7b", "dlm", repo_id="JetLM/SDAR-1.7B-Chat"),
+    "stable-diffcoder-8b": ModelSpec("stable-diffcoder-8b", "dlm",  # likewise (models/stable_diffcoder.py)
+                                     repo_id="ByteDance-Seed/Stable-DiffCoder-8B-Instruct"),
 }
-RECORDED_AT_PULL = frozenset({"sdar-1.7b"})  # aliases whose revision is the one `codila pull` recorded
+RECORDED_AT_PULL = frozenset({"sdar-1.7b", "stable-diffcoder-8b"})  # aliases whose revision is the one `codila pull` recorded
 # each alias's family (models/families.py; "ar" for a helper) and licence, as its model card states it
 ALIAS_CARDS: dict[str, tuple[str, str]] = {
     "dream-coder": ("dream", "Apache-2.0"), "dreamon": ("dream", "Apache-2.0"), "qwen3-0.6b": ("ar", "Apache-2.0"),
     "llada-8b-instruct": ("llada", "MIT"), "llada-8b-base": ("llada", "MIT"), "llada-1.5": ("llada", "MIT"),
-    "sdar-8b": ("sdar", "Apache-2.0"), "sdar-1.7b": ("sdar", "Apache-2.0"),
+    "sdar-8b": ("sdar", "Apache-2.0"), "sdar-1.7b": ("sdar", "Apache-2.0"), "stable-diffcoder-8b": ("stable-diffcoder", "MIT"),
 }
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "bundled"

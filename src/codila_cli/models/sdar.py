@@ -37,7 +37,6 @@ class SdarDenoiser(DreamDenoiser):
     exact KV cache (per-layer (keys, values), RoPE applied); ``forwards`` counts every network call."""
 
     shifted = False
-    block_diffusion = True
 
     @property
     def trained_block(self) -> int:
@@ -91,3 +90,15 @@ def load_sdar(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, quan
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize, engine="native")
     return SdarDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
+
+
+def _family() -> Any:
+    from codila_cli.models.families import Family
+
+    return Family("sdar", ("sdar",), ("block", "codila"), infill="no", plan=False, codila=True,
+                  cache="exact (committed blocks)", licence="Apache-2.0 (SDAR-1.7B-Chat)",
+                  note="block diffusion on Qwen3's network and vocabulary: a Qwen3 helper needs no bridge",
+                  block_diffusion=True, native_only=True, load=load_sdar, trained_block=trained_block)
+
+
+FAMILY = _family()  # models/families.py reads this row

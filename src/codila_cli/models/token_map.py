@@ -72,6 +72,7 @@ class TokenMap:
         self.ar_eos = a_index[eos]
         self.inner = _ArSpace(self.ar_ids, ar_vocab_rows)
         self.shared_ids, self.contiguous = self.dlm_ids, False  # the DLM's side, as VocabBridge names it
+        self.by = "strings"  # how the pair was made (VocabBridge: "ids")
 
     def pi_to_ar(self, pi: Any) -> Any:
         """π over the DLM's ids [..., V_dlm] -> π over the AR's ids [..., V_ar] (unpaired mass dropped)."""

@@ -57,11 +57,13 @@ def _cfg_id(config: dict, key: str) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def resolve_special_tokens(tokenizer: Any, config: dict, *, require_mask: bool, name: str) -> SpecialTokens:
-    """Read special ids from tokenizer + config; refuse a DLM without a mask token."""
+def resolve_special_tokens(tokenizer: Any, config: dict, *, require_mask: bool, name: str,
+                           mask_strings: tuple[str, ...] = ()) -> SpecialTokens:
+    """Read special ids from tokenizer + config; refuse a DLM without a mask token. ``mask_strings``: the
+    family's own mask token (models/families.py), tried before the common ones."""
     mask = _cfg_id(config, "mask_token_id")
     tok_mask = tokenizer.mask_token_id if getattr(tokenizer, "mask_token", None) else None
-    tok_mask = tok_mask if tok_mask is not None else _first_id(tokenizer, MASK_STRINGS)
+    tok_mask = tok_mask if tok_mask is not None else _first_id(tokenizer, (*mask_strings, *MASK_STRINGS))
     if mask is not None and tok_mask is not None and mask != tok_mask:
         raise ModelLoadError(
             f"'{name}': config mask_token_id {mask} differs from the tokenizer's mask token {tok_mask}",
@@ -177,6 +179,7 @@ class VocabBridge:
         allowed = torch.zeros(ar_vocab_rows, dtype=torch.bool)
         allowed[self.shared_ids] = True
         self.ar_allowed = allowed  # [V_ar] bool: which AR outputs are legal
+        self.by, self.coverage = "ids", agree  # how the pair was made (TokenMap: "strings"), and its share
 
     def restrict(self, pi: torch.Tensor) -> torch.Tensor:
         """π over the DLM vocab [k, V_dlm] -> renormalised π over shared ids [k, |shared|] (fp32)."""

@@ -30,6 +30,7 @@ OTHER = ((("head_dim",), 1 << 14), (("max_position_embeddings", "max_sequence_le
 # the families codila builds itself need these (transformers fills defaults for the helpers it builds)
 REQUIRED = {"dream": (WIDTH, LAYERS, HEADS, VOCAB, MLP), "qwen2": (WIDTH, LAYERS, HEADS, VOCAB, MLP),
             "qwen3": (WIDTH, LAYERS, HEADS, VOCAB, MLP), "sdar": (WIDTH, LAYERS, HEADS, VOCAB, MLP),
+            "llama": (WIDTH, LAYERS, HEADS, VOCAB, MLP),
             "llada": (WIDTH, LAYERS, HEADS, VOCAB)}
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 HEADER_LIMIT = 100 * 2**20  # bytes of one safetensors header (a 7B checkpoint's is about 100 kB)

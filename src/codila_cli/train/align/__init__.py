@@ -175,7 +175,8 @@ class Pair:
 def inspect_pair(cfg: AlignConfig) -> Pair:
     """Resolve both specs like `codila gen`, and check what CoDiLA needs from their tokenizers."""
     from codila_cli.models.cache import identity, resolve_local_dirs
-    from codila_cli.models.loading import engine_for, is_dream, read_config
+    from codila_cli.models.families import families, family_of
+    from codila_cli.models.loading import engine_for, read_config
     from codila_cli.models.registry import resolve_spec
     from codila_cli.models.token_map import bridge_between
     from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
@@ -185,10 +186,13 @@ def inspect_pair(cfg: AlignConfig) -> Pair:
     if cfg.output.resolve() in (dpath.resolve(), apath.resolve()):
         raise UsageError("--output is one of the models' own directories", hint="give a new directory")
     dcfg, acfg = read_config(dpath, name=cfg.dlm), read_config(apath, name=cfg.ar)
-    if str(dcfg.get("model_type", "")).lower() not in ("dream", "llada"):
-        raise UsageError(f"--dlm {cfg.dlm} is a '{dcfg.get('model_type')}' model, not a Dream- or LLaDA-family DLM",
-                         hint="give a diffusion model (model_type Dream or llada), e.g. dream-coder")
-    if is_dream(acfg):
+    family = family_of(dcfg)
+    if family is None or not family.aligns:
+        what = f"a {family.name} model" if family is not None else f"a '{dcfg.get('model_type')}' model"
+        can = ", ".join(f.name for f in families() if f.aligns)
+        raise UsageError(f"--dlm {cfg.dlm} is {what}, not a DLM that `train align` trains a helper for ({can})",
+                         hint="give a whole-canvas diffusion model, e.g. dream-coder")
+    if family_of(acfg) is not None:
         raise UsageError(f"--ar {cfg.ar} is a diffusion model", hint="give an autoregressive helper, e.g. qwen3-0.6b")
     dtok = load_tokenizer(dpath, name=cfg.dlm, native=engine_for(dpath, dcfg) == "native")
     atok = load_tokenizer(apath, name=cfg.ar, native=engine_for(apath, acfg) == "native")
