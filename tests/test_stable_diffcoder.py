@@ -168,3 +168,26 @@ def test_a_family_is_one_module():
     assert "stable_diffcoder" in families.MODULES
     by_name = [p for p in src.rglob("*.py") if re.search(r"family\.name ==", p.read_text())]
     assert by_name == []
+
+
+def test_codila_runs_inside_its_blocks_with_a_helper_bridged_by_token_strings(tmp_path):
+    """No small model shares Seed-Coder's vocabulary, so a helper is paired by token strings
+    (models/token_map.py): a tiny Qwen3 whose tokenizer holds the same pieces under other ids writes the
+    blocks, and gen says how the pair was made."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    out = tmp_path / "helper"
+    Qwen3ForCausalLM(Qwen3Config(vocab_size=576, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=True,
+                                 eos_token_id=EOS)).save_pretrained(out)
+    tok = json.loads((A / "tokenizer.json").read_text())
+    perm = torch.randperm(512, generator=torch.Generator().manual_seed(1)).tolist()
+    tok["model"]["vocab"] = {t: (perm[i] if i < 512 else i) for t, i in tok["model"]["vocab"].items()}
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_bytes((A / "tokenizer_config.json").read_bytes())
+    r = _gen("--ar", str(out), "--json", "--max-new-tokens", "8", "def f(x):")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["decoder"] == "codila" and doc["metrics"]["ar_forwards"] >= 1
+    assert doc["models"]["ar"]["bridge"]["by"] == "strings" and "pairs their tokens by string" in r.stderr

@@ -215,13 +215,10 @@ def _configs(opt: Layers, chosen: str, sampling: Any, alg_name: str, dlm_block: 
 
 
 def decoder_configs() -> dict[str, type]:
-    """Each decoder's config class (what it reads: knobs.knob_fields)."""
-    from codila_cli.decoding.block import BlockConfig
-    from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
-    from codila_cli.decoding.llada import LladaConfig
+    """Each decoder's config class (what it reads: knobs.knob_fields): decoding/registry.py's."""
+    from codila_cli.decoding.registry import decoder_configs as configs
 
-    return {"dream": DreamConfig, "threshold": ThresholdConfig, "codila": CodilaConfig, "llada": LladaConfig,
-            "block": BlockConfig}
+    return configs()
 
 
 def _trained_block(cfg: dict, path: Any) -> int | None:

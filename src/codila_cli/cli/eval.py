@@ -26,8 +26,8 @@ from codila_cli.cli.options import (
 )
 from codila_cli.errors import UsageError
 from codila_cli.eval.settings import EXAMPLES, LENGTH
-from codila_cli.report import note_bundled
 from codila_cli.helper_card import helper_warnings
+from codila_cli.report import note_bundled
 from codila_cli.ui.terminal import say
 
 

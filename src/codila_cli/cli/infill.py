@@ -73,9 +73,9 @@ def infill(
     from codila_cli.decoding.config import InfillConfig
     from codila_cli.engine import Engine
     from codila_cli.engine.models import default_ar, default_infill_dlm
+    from codila_cli.helper_card import helper_warnings
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
     from codila_cli.models.generation import task_sampling
-    from codila_cli.helper_card import helper_warnings
     from codila_cli.report import clean, note_bundled
     from codila_cli.ui import terminal
 

@@ -94,7 +94,7 @@ def check_block_settings(cfg: Any) -> None:
 
 def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any, rules: BlockRules) -> tuple[torch.Tensor, torch.Tensor]:
     """x0 and p(x0) per row of ``logits`` [n, V]. SDAR's order: temperature, top-k, top-p, softmax, one
-    categorical draw per row (argmax at T 0). ``gumbel`` (Stable-DiffCoder's, LLaDA's): x0 = argmax of
+    categorical draw per row (argmax at T 0). ``gumbel`` (LLaDA's sampling rule): x0 = argmax of
     exp(l) / (−log U)^T with U uniform [1, n, V] in float64, p(x0) under softmax(l)."""
     import torch
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from codila_cli.decoding.knobs import Knob, KnobTable, from_given
+from codila_cli.decoding.registry import GEN_DECODERS
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 CONVENTIONS = ("codila", "fast-dllm")
@@ -37,7 +38,7 @@ _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.",
 GEN_KNOBS = KnobTable(
     Knob("decoder", str, "auto", "auto = codila when an AR helper is configured, else the DLM's own sampler "
          "(dream; llada for a LLaDA model; block for a block-diffusion model such as SDAR).",
-         choices=("auto", "dream", "threshold", "codila", "llada", "block")),
+         choices=("auto", *GEN_DECODERS)),
     Knob("max_new_tokens", int, 128, "Canvas length (generated tokens).", lo=1, hi=MAX_CANVAS, model=True),
     Knob("tokens_per_step", int, None, "exactly K tokens per DLM forward.", optional=True, lo=1, hi=MAX_CANVAS,
          short="K", letter="-K"),
@@ -55,7 +56,8 @@ GEN_KNOBS = KnobTable(
          "--max-new-tokens).", lo=1, hi=MAX_CANVAS, short="block", show=True, grid=True),
     Knob("remasking", str, "low_confidence", "which masked slots a step reveals: the step's quota of the most "
          "probable (low_confidence), of random ones, from the first masked slot on (sequential), or every slot "
-         "above --threshold when they are at least the quota (dynamic: SDAR's default).",
+         "above --threshold when they are at least the quota (dynamic: SDAR's default; a family with its own "
+         "threshold rule runs that, docs/models.md).",
          choices=("low_confidence", "random", "dynamic", "sequential"), short="remask"),
     Knob("cfg_scale", float, 0.0, "unsupervised classifier-free guidance w (0 = off; each forward also runs "
          "the prompt masked: u + (w + 1)(c - u)).", lo=0, hi=100, short="cfg"),

@@ -10,11 +10,11 @@ from typing import Any
 
 from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
 from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.decoding.registry import GEN_DECODERS as DECODERS
 from codila_cli.engine.models import Models
 from codila_cli.engine.prompts import decode_text, encode_prompt
 from codila_cli.errors import UsageError
 
-DECODERS = ("dream", "threshold", "codila", "llada", "block")
 SCHEMA_VERSION = 1
 
 
@@ -89,7 +89,7 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
     if getattr(dlm, "block_diffusion", False):
         return _decode_blocks(models, dlm, ar, ids, decoder=decoder, config=config, gen=gen, on_step=on_step, raw=raw)
     if decoder == "block":
-        raise UsageError(f"--decoder block runs block-diffusion models (SDAR); {dlm.name} is not one",
+        raise UsageError(f"--decoder block runs block-diffusion models (`codila models` lists their families); {dlm.name} is not one",
                          hint="drop --decoder to use the model's own sampler")
     if decoder == "llada":
         from codila_cli.decoding.llada import decode_llada
@@ -130,7 +130,7 @@ def _decode_blocks(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder
         raise UsageError(f"{dlm.name} is a block-diffusion model: --decoder {decoder} does not run it",
                          hint="use --decoder block (its own sampler) or --decoder codila with an AR helper")
     if ar is None:
-        raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (a Qwen3 helper shares SDAR's vocabulary)")
+        raise UsageError("--decoder codila needs an AR helper", hint="pass --ar with a helper of the DLM's vocabulary (e.g. qwen3-0.6b for SDAR)")
     from codila_cli.decoding.bridged import make_writer
     from codila_cli.decoding.rules import build_rules
 

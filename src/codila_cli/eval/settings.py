@@ -11,18 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from codila_cli.decoding.block import BlockConfig
 from codila_cli.decoding.config import (
     GEN_KNOBS,
     INFILL_KNOBS,
-    CodilaConfig,
-    DreamConfig,
     InfillConfig,
     SamplingConfig,
-    ThresholdConfig,
 )
 from codila_cli.decoding.knobs import Knob, KnobTable, build, inert, knob_fields, label_parts
-from codila_cli.decoding.llada import LladaConfig
+from codila_cli.decoding.registry import decoder_configs
 
 INFILL_GRID = ["dreamon:K=1", "dreamon:K=2", "dreamon:tau=0.2", "dreamon:tau=0.5"]
 PAPER_GRID = ["dream:K=1", "dream:K=2", "dream:K=4", "dream:K=8", "threshold:0.9",
@@ -40,8 +36,7 @@ class Setting:
 
 
 CONFIGS: dict[str, tuple[type, KnobTable]] = {  # each decoder's config and the table its keys come from
-    "dream": (DreamConfig, GEN_KNOBS), "threshold": (ThresholdConfig, GEN_KNOBS), "codila": (CodilaConfig, GEN_KNOBS),
-    "llada": (LladaConfig, GEN_KNOBS), "block": (BlockConfig, GEN_KNOBS),  # LLaDA's and SDAR's own samplers
+    **{name: (cls, GEN_KNOBS) for name, cls in decoder_configs().items()},  # decoding/registry.py
     "dreamon": (InfillConfig, INFILL_KNOBS),
 }
 _OWN = ("max_new_tokens", "temperature", "top_p", "top_k")  # from eval's own flags, not keys

@@ -16,8 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-# the family modules, most specific first: a checkpoint belongs to the first whose row claims it
-MODULES = ("stable_diffcoder", "sdar", "llada", "dream")
+# the family modules, in the order `codila models` lists them
+MODULES = ("dream", "llada", "sdar", "stable_diffcoder")
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,9 @@ def family_named(name: str) -> Family | None:
 
 
 def family_of(cfg: dict) -> Family | None:
-    """The family a checkpoint's config.json ``cfg`` belongs to, or None (an AR model, an unknown DLM)."""
-    return next((f for f in families() if f.claims(cfg)), None)
+    """The family a checkpoint's config.json ``cfg`` belongs to, or None (an AR model, an unknown DLM); the
+    rows that need a marker (a model_type several families share) are asked first."""
+    return next((f for f in sorted(families(), key=lambda f: not f.markers) if f.claims(cfg)), None)
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> Any:
