@@ -11,6 +11,7 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,3 +45,13 @@ def run_pinned(script: str) -> dict:
                        env={**os.environ, **PINNED}, timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout)
+
+
+def pinned_results(script: str) -> Any:
+    """A module-scoped fixture named ``results``: the JSON of ``run_pinned(script)``, run once per module."""
+    import pytest
+
+    def results() -> dict:
+        return run_pinned(script)
+
+    return pytest.fixture(scope="module", name="results")(results)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from golden_cases import AVX2, run_pinned
+from golden_cases import AVX2, pinned_results
 from stable_diffcoder_cases import CASES, SDC_DIR
 
 from codila_cli.models.families import family_of, load_dlm
@@ -29,9 +29,7 @@ def _text(ids: list[int], prompt_len: int) -> list[int]:
     return ids[: prompt_len + gen.index(EOS) + 1] if EOS in gen else ids
 
 
-@pytest.fixture(scope="module")
-def results() -> dict:
-    return run_pinned("stable_diffcoder_cases.py")
+results = pinned_results("stable_diffcoder_cases.py")
 
 
 @needs_avx2

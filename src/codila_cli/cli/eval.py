@@ -26,7 +26,6 @@ from codila_cli.cli.options import (
 )
 from codila_cli.errors import UsageError
 from codila_cli.eval.settings import EXAMPLES, LENGTH
-from codila_cli.helper_card import helper_warnings
 from codila_cli.report import note_bundled
 from codila_cli.ui.terminal import say
 
@@ -70,7 +69,7 @@ def eval_cmd(
     from codila_cli.provenance import provenance
     from codila_cli.eval.sandbox import SandboxLimits
     from codila_cli.eval.session import (PartialRows, choose_settings, is_infill, need_extras, need_jail,
-                                         prepare_output, too_long_warning)
+                                         prepare_output, run_warnings)
     from codila_cli.ui.progress import item_progress
     from codila_cli.ui.terminal import stderr_console
 
@@ -92,9 +91,7 @@ def eval_cmd(
                          threads=threads, quantize=quantize.value, quantize_ar=quantize_ar.value).models
     talk = not quiet and shard.main
     note_bundled(models, quiet=not talk, command="infill" if is_infill(benchmark) else "eval")
-    warnings = [too_long_warning(models, chosen, run.settings, max_new_tokens=max_new_tokens),
-                *(helper_warnings(models) if any(s.config.needs_helper for s in run.settings) else ())]
-    for warning in (w for w in warnings if w and talk):
+    for warning in run_warnings(models, chosen, run.settings, max_new_tokens=max_new_tokens) if talk else ():
         say(f"Warning: {warning}\n")
     if batch_size > 1 and not engine_gen.batching_pays(models) and talk:
         say(f"Warning: --batch-size {batch_size} on the CPU: a batch runs slower there "

@@ -80,14 +80,7 @@ def infill(
     from codila_cli.ui import terminal
 
     terminal.quiet_libraries(verbose)
-    if in_place and file == "-":
-        raise UsageError("--in-place needs a file, not stdin", hint="give the file path, or drop --in-place")
-    if in_place and json_out:
-        raise UsageError("--in-place and --json do not go together", hint="use --json alone to inspect the fill")
-    if diff and in_place:
-        raise UsageError("--diff and --in-place do not go together", hint="use --diff to review, then --in-place to write")
-    if diff and json_out:
-        raise UsageError("--diff and --json do not go together", hint="--json already holds the fill and its span")
+    _check_outputs(file, in_place=in_place, json_out=json_out, diff=diff)
     src = read_source(file, language=language)
     if strict and src.language is None:
         raise UsageError(f"--strict needs a syntax check, and codila does not know {file}'s language",
@@ -133,6 +126,18 @@ def infill(
         sys.stdout.flush()
     if not quiet:
         _print_status(_status(src, region, out, in_place=in_place, verbose=verbose), clean(out.syntax_after), color)
+
+
+def _check_outputs(file: str, *, in_place: bool, json_out: bool, diff: bool) -> None:
+    """Refuse output flags that do not go together, before anything loads."""
+    if in_place and file == "-":
+        raise UsageError("--in-place needs a file, not stdin", hint="give the file path, or drop --in-place")
+    if in_place and json_out:
+        raise UsageError("--in-place and --json do not go together", hint="use --json alone to inspect the fill")
+    if diff and in_place:
+        raise UsageError("--diff and --in-place do not go together", hint="use --diff to review, then --in-place to write")
+    if diff and json_out:
+        raise UsageError("--diff and --json do not go together", hint="--json already holds the fill and its span")
 
 
 def _run(engine: Any, src: Any, region: Any, cfg: Any, *, seed: int | None, instruction: str | None, title: str,

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from codila_cli.decoding.knobs import Knob, KnobTable, from_given
-from codila_cli.decoding.registry import GEN_DECODERS
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 CONVENTIONS = ("codila", "fast-dllm")
@@ -34,6 +33,8 @@ _BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B
                    grid=True)
 _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.", optional=True, lo=0, hi=100,
             short="tau", default_text="static")
+
+GEN_DECODERS = ("dream", "threshold", "codila", "llada", "block")  # decoding/registry.py maps each to its config
 
 GEN_KNOBS = KnobTable(
     Knob("decoder", str, "auto", "auto = codila when an AR helper is configured, else the DLM's own sampler "

@@ -1,10 +1,11 @@
-"""The generation decoders, in one place: their names (``--decoder``'s choices, eval's settings, the error
-that lists them) and each one's config class (what it reads: decoding/knobs.py). A family row names the
-decoders that run it (models/families.py); engine/generate.py dispatches on these names."""
+"""The generation decoders, in one place: their names (decoding/config.py::GEN_DECODERS: ``--decoder``'s
+choices, eval's settings, the error that lists them) and each one's config class (what it reads:
+decoding/knobs.py). A family row names the decoders that run it (models/families.py); engine/generate.py
+dispatches on these names."""
 
 from __future__ import annotations
 
-GEN_DECODERS = ("dream", "threshold", "codila", "llada", "block")
+from codila_cli.decoding.config import GEN_DECODERS
 
 
 def decoder_configs() -> dict[str, type]:

@@ -8,9 +8,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from codila_cli.decoding.config import GEN_DECODERS as DECODERS
 from codila_cli.decoding.config import CodilaConfig, DreamConfig, ThresholdConfig
 from codila_cli.decoding.events import OnStep, no_op
-from codila_cli.decoding.registry import GEN_DECODERS as DECODERS
 from codila_cli.engine.models import Models
 from codila_cli.engine.prompts import decode_text, encode_prompt
 from codila_cli.errors import UsageError

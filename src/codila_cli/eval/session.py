@@ -82,6 +82,15 @@ def prepare_output(output: Path) -> None:
                          hint="give a directory you can write to (it is created if missing)")
 
 
+def run_warnings(models: Any, tasks: list, settings: list, *, max_new_tokens: int) -> list[str]:
+    """What to tell the user before the run: tasks that do not fit the context, and (a codila setting) what
+    helper_card.py::helper_warnings says of the helper."""
+    from codila_cli.helper_card import helper_warnings
+
+    long = too_long_warning(models, tasks, settings, max_new_tokens=max_new_tokens)
+    return [*([long] if long else []), *(helper_warnings(models) if any(s.config.needs_helper for s in settings) else [])]
+
+
 def too_long_warning(models: Any, tasks: list, settings: list, *, max_new_tokens: int) -> str | None:
     """A warning naming the tasks whose prompt and canvas do not fit the model's context, or None."""
     from codila_cli.eval.runner import too_long

@@ -78,7 +78,7 @@ def family_of(cfg: dict) -> Family | None:
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> Any:
     """The diffusion LM in ``path``, by its family's loader; the denoiser carries its row (``.family``)."""
     from codila_cli.errors import ModelLoadError
-    from codila_cli.models.loading import read_config
+    from codila_cli.models.validate import read_config
 
     cfg = read_config(path, name=name)
     family = family_of(cfg)

@@ -13,23 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from codila_cli.errors import ModelLoadError, UsageError
+from codila_cli.models.validate import read_config
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES_HELP = "auto, cpu, cuda, cuda:N or mps"
-
-
-def read_config(path: Path, *, name: str) -> dict:
-    """``path``'s config.json, read safely (models/files.py) and checked (models/validate.py): a size that
-    is not a positive whole number, or heads that do not divide the width, are refused here, naming the
-    field, before any network is built from them."""
-    from codila_cli.models.files import read_json
-    from codila_cli.models.validate import check_config
-
-    cfg = read_json(path / "config.json", name=name, limit=16 * 2**20)
-    if not isinstance(cfg, dict) or "model_type" not in cfg:
-        raise ModelLoadError(f"'{name}': config.json has no model_type", hint="is this a Hugging Face model directory?")
-    check_config(cfg, name=name, path=path)
-    return cfg
 
 
 def is_dream(cfg: dict) -> bool:

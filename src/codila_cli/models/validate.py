@@ -169,3 +169,16 @@ def check_shapes(model: Any, state: dict, *, name: str, path: Path) -> None:
             raise _fail(name, path, f"tensor {key} has shape {list(state[key].shape)}, but the config makes it "
                                     f"{list(want.shape)}", hint="the weights and config.json belong to different "
                                     "models: copy the model again")
+
+
+def read_config(path: Path, *, name: str) -> dict:
+    """``path``'s config.json, read safely (models/files.py) and checked (:func:`check_config`): a size that
+    is not a positive whole number, or heads that do not divide the width, are refused here, naming the
+    field, before any network is built from them. (models/loading.py re-exports it.)"""
+    from codila_cli.models.files import read_json
+
+    cfg = read_json(path / "config.json", name=name, limit=16 * 2**20)
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise ModelLoadError(f"'{name}': config.json has no model_type", hint="is this a Hugging Face model directory?")
+    check_config(cfg, name=name, path=path)
+    return cfg
