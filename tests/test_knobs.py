@@ -195,6 +195,7 @@ SHARED = {
                    "train/align/output.py",  # training measures which block size to recommend
                    "decoding/block.py",  # CoDiLA's blocks on a block-diffusion model (SDAR)
                    "models/sdar.py",  # an SDAR checkpoint's trained block size (config.json's key)
+                   "models/stable_diffcoder.py",  # likewise, for a Stable-DiffCoder checkpoint that says one
                    "models/validate.py"},  # that key checked as a size before a network is built (issue 60)
     "alg": {"decoding/config.py", "decoding/dream.py", "decoding/codila.py", "decoding/dreamon.py",
             "decoding/marginals.py",  # the confidence rules themselves

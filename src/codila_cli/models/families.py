@@ -5,7 +5,7 @@ A family is one module of ``codila_cli.models`` (listed in :data:`MODULES`) that
 it, what ``infill``/``plan``/CoDiLA/caches support, and its licence. Nothing else in codila names a family:
 the loader, the decoders' dispatch, ``codila models``, the server's ``/health`` and ``/api/tags``, and
 ``train align`` ask the row. Adding a family is its module, its line here, and its goldens
-(tests/test_families.py holds codila to that).
+(tests/test_stable_diffcoder.py::test_a_family_is_one_module holds codila to that).
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ MASK = "<[MASK_TOKEN]>"
 
 
 def trained_block(cfg: dict, path: Path | str | None = None) -> int:
-    """config.json's ``block_size`` / ``block_length`` when it has one, else 4 (``path`` unused: the
-    released repositories carry no block size in their names)."""
-    return int(cfg.get("block_size") or cfg.get("block_length") or DEFAULT_BLOCK)
+    """config.json's ``block_size`` when it has one, else 4 (``path`` unused: the released repositories carry
+    no block size in their names)."""
+    return int(cfg.get("block_size") or DEFAULT_BLOCK)
 
 
 def load_stable_diffcoder(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any,
