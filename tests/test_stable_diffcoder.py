@@ -189,3 +189,15 @@ def test_codila_runs_inside_its_blocks_with_a_helper_bridged_by_token_strings(tm
     doc = json.loads(r.stdout)
     assert doc["decoder"] == "codila" and doc["metrics"]["ar_forwards"] >= 1
     assert doc["models"]["ar"]["bridge"]["by"] == "strings" and "pairs their tokens by string" in r.stderr
+
+
+def test_infill_and_plan_refuse_it_from_its_family_row(tmp_path):
+    """The row says infill "no" and plan False: both commands refuse with one error and a hint (exit 2), and
+    the file to fill is left as it was."""
+    src = tmp_path / "a.py"
+    src.write_text("def f(x):\n    # codila: fill\n")
+    for args in (["infill", "--dlm", str(A), str(src)], ["plan", "--dlm", str(A), "a tool that counts words"]):
+        r = subprocess.run([sys.executable, "-m", "codila_cli", *args], capture_output=True, text=True, timeout=120,
+                           check=False)
+        assert r.returncode == 2 and "is a stable-diffcoder model" in r.stderr and "Hint:" in r.stderr, r.stderr
+    assert src.read_text() == "def f(x):\n    # codila: fill\n"

@@ -111,7 +111,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
         raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
     if chosen == "codila":
         opt.recommended.update(recommended_decoding(ar_name, block_size=opt.given("block_size")))  # user's B, if set
-        if own != "dream":  # a helper's cache is codila's Dream-only approximate cache
+        if not helper_cache(dlm_cfg):  # a helper's recommended cache is codila's approximate cache
             opt.recommended.pop("cache", None)
         _drop_inert(opt)
     opt.model.update(model_defaults(dlm_name, user_steps=opt.given("steps") is not None
@@ -243,6 +243,15 @@ def dlm_config(dlm: str) -> tuple[dict, Any]:
         return read_config(path, name=dlm), path
     except CodilaError:
         return {}, None
+
+
+def helper_cache(cfg: dict) -> bool:
+    """Whether CoDiLA's approximate KV cache runs the DLM with config.json ``cfg`` (its family row says; a
+    config that could not be read keeps the helper's recommendation, and loading then says why)."""
+    from codila_cli.models.families import family_of
+
+    family = family_of(cfg)
+    return family is None or family.helper_cache
 
 
 def own_decoder(cfg: dict) -> str:

@@ -27,6 +27,17 @@ class InfillOutcome:
         return self.syntax_after.checked and self.syntax_before.valid and not self.syntax_after.valid
 
 
+def refuse_unsupported(dlm: Any, task: str) -> None:
+    """A UsageError when the DLM's family row says ``task`` ("infill", "plan") does not run it."""
+    family = getattr(dlm, "family", None)
+    if family is None or (family.plan if task == "plan" else family.infill != "no"):
+        return
+    how = ("it writes left to right, block by block, against a cache of the blocks before, so infill, plan and the "
+           "whole-canvas decoders do not run it") if family.block_diffusion else f"codila {task} does not run that family"
+    raise UsageError(f"{dlm.name} is a {family.name} model: {how}",
+                     hint="`codila models` lists what each family supports; codila gen runs every family")
+
+
 def context_cut(dlm: Any, prefix: str, suffix: str, *, config: Any) -> tuple[list[int], list[int], dict]:
     """The prefix's and suffix's token ids cut to the model's context around the fill point (2/3 of the
     room for the prefix), and the cut: ``prefix_tokens``/``suffix_tokens`` given, ``prefix_kept``/``suffix_kept``."""
@@ -57,6 +68,7 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
     from codila_cli.decoding.dreamon import decode_dreamon
 
     dlm = models.dlm
+    refuse_unsupported(dlm, "infill")
     p_ids, s_ids, cut = context_cut(dlm, prefix, suffix, config=config)
     seed = secrets.randbelow(2**31) if seed is None else seed
     if batcher is None:
@@ -118,6 +130,7 @@ def plan(models: Models, prompt: str, *, config: Any, contract: Any = None, seed
     if not prompt.strip():
         raise UsageError("the prompt is empty", hint='codila plan "a CLI that counts words in files"')
     dlm = models.dlm
+    refuse_unsupported(dlm, "plan")
     ids = dlm.tokenizer.encode(prompt, add_special_tokens=False)
     if len(ids) + 128 > dlm.context_length:
         raise UsageError(f"the prompt is {len(ids)} tokens; plan needs it under {dlm.context_length - 128} "

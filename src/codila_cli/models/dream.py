@@ -147,7 +147,8 @@ def _family() -> Any:
     return Family("dream", ("dream",), ("dream", "threshold", "codila"), infill="expand/delete (DreamOn)", plan=True,
                   codila=True, cache="approximate (prefix, dual)", licence="Apache-2.0 (Dream-Coder, DreamOn)",
                   note="Dream-Coder, DreamOn (infill), DiffuCoder; Qwen2.5 vocabulary: Qwen3 helpers need no bridge",
-                  aligns=True, context=2048, load=load_dream)  # context: Dream's README
+                  aligns=True, context=2048, helper_cache=True, transformers_as="qwen2",  # context: Dream's README
+                  load=load_dream)
 
 
 FAMILY = _family()  # models/families.py reads this row

@@ -39,6 +39,8 @@ class Family:
     native_only: bool = False  # runs on models/native.py only (transformers has no class that runs it right)
     aligns: bool = False  # `codila train align` trains a helper on it (whole-canvas denoisers)
     context: int | None = None  # the usable context (prompt + output) when less than the config's
+    helper_cache: bool = False  # CoDiLA's approximate KV cache runs it (a helper's recommended cache applies)
+    transformers_as: str | None = None  # the transformers model_type that runs its network (else its own)
     verified: str = "token-identical to the official code on goldens (tests/)"
     load: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     trained_block: Callable[[dict, Any], int | None] | None = field(default=None, compare=False, repr=False)

@@ -19,10 +19,6 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES_HELP = "auto, cpu, cuda, cuda:N or mps"
 
 
-def is_dream(cfg: dict) -> bool:
-    return str(cfg.get("model_type", "")).lower() == "dream"
-
-
 def _from_env(var: str, value: str) -> str:
     """" (from VAR)" when the environment variable holds this value: the user did not type it as a flag."""
     import os
@@ -126,14 +122,16 @@ def assert_materialised(model: Any, *, name: str) -> None:
 
 
 def _hf_config(cfg: dict, *, name: str) -> Any:
-    """A transformers config object; Dream configs become Qwen2Config (the same network)."""
-    from transformers import AutoConfig, Qwen2Config
+    """A transformers config object; a family whose row names another model_type (Dream: Qwen2, the same
+    network) gets that one."""
+    from transformers import AutoConfig
+
+    from codila_cli.models.families import family_of
 
     fields = {k: v for k, v in cfg.items() if k not in ("auto_map", "architectures", "model_type", "transformers_version")}
-    if is_dream(cfg):
-        return Qwen2Config(**fields)
+    family = family_of(cfg)
     try:
-        return AutoConfig.for_model(cfg["model_type"], **fields)
+        return AutoConfig.for_model((family and family.transformers_as) or cfg["model_type"], **fields)
     except (ValueError, KeyError) as exc:
         remote = " (it asks for remote code)" if "auto_map" in cfg else ""
         raise ModelLoadError(
