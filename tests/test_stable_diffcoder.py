@@ -201,3 +201,21 @@ def test_infill_and_plan_refuse_it_from_its_family_row(tmp_path):
                            check=False)
         assert r.returncode == 2 and "is a stable-diffcoder model" in r.stderr and "Hint:" in r.stderr, r.stderr
     assert src.read_text() == "def f(x):\n    # codila: fill\n"
+
+
+def test_top_k_filters_its_gumbel_draws():
+    """Its sampler has no top-k; codila's filters the logits before the Gumbel draw (as for LLaDA): with
+    top-k 1 only the argmax can be drawn, so the seed changes nothing; without it, it does."""
+    from codila_cli.decoding.block import BlockConfig, decode_block
+    from codila_cli.decoding.config import SamplingConfig
+
+    dlm = load_dlm(A, name="a", device=torch.device("cpu"), dtype=torch.float32)
+    ids = list(range(40, 58))
+
+    def run(seed: int, **sampling) -> list[int]:
+        cfg = BlockConfig(max_new_tokens=12, block_length=4, early_stop=False,
+                          sampling=SamplingConfig(temperature=1.0, **sampling))
+        return decode_block(dlm, ids, config=cfg, generator=torch.Generator().manual_seed(seed)).canvas
+
+    assert run(1, top_k=1) == run(2, top_k=1) == run(3, top_k=1)
+    assert len({tuple(run(s)) for s in (1, 2, 3)}) > 1

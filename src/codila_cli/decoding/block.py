@@ -100,7 +100,9 @@ def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any, rules: BlockRules
 
     from codila_cli.decoding.marginals import process_logits
 
-    if rules.draw == "gumbel":
+    if rules.draw == "gumbel":  # top-k / top-p (codila's, not that sampler's) filter the logits first, as LLaDA's
+        if s.top_k is not None or s.top_p is not None:
+            logits = process_logits(logits, replace(s, temperature=0.0))
         x0 = logits.argmax(-1)
         if s.temperature > 0:
             noise = torch.rand((1, *logits.shape), dtype=torch.float64, generator=gen, device=logits.device)[0]
