@@ -55,3 +55,18 @@ def pinned_results(script: str) -> Any:
         return run_pinned(script)
 
     return pytest.fixture(scope="module", name="results")(results)
+
+
+def assert_block_matches(hf: Any, dlm: Any, *, vocab: int) -> tuple[Any, list]:
+    """A block read against the cache (``dlm.prefill`` of two blocks of 4, then ``block_logits`` of the third)
+    equals the same block in one forward of transformers' ``hf`` under the block-causal mask, to 1e-5 over the
+    first ``vocab`` ids; returns the ids [1, 12] and the prefilled cache."""
+    x = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(0))
+    blocks = torch.arange(12) // 4
+    mask = (blocks[None, :] <= blocks[:, None])[None, None]
+    with torch.no_grad():
+        want = hf.float().eval()(input_ids=x, attention_mask=mask).logits
+    past = dlm.prefill(x[:, :8], 4)
+    got = dlm.block_logits(x[:, 8:12], 8, past)
+    assert torch.allclose(got[..., :vocab], want[:, 8:12, :vocab], atol=1e-5)
+    return x, past

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from golden_cases import AVX2, run_pinned
+from golden_cases import AVX2, assert_block_matches, run_pinned
 from sdar_cases import CASES, SDAR_DIR, target
 
 from codila_cli.models.families import load_dlm
@@ -79,15 +79,7 @@ def test_the_native_network_is_qwen3_with_the_block_mask_and_the_cache_is_exact(
 
     hf.load_state_dict(load_file(str(A / "model.safetensors")), strict=False)
     hf.tie_weights()
-    hf = hf.float().eval()
-    x = torch.randint(0, 512, (1, 12))
-    blocks = torch.arange(12) // 4
-    mask = (blocks[None, :] <= blocks[:, None])[None, None]
-    with torch.no_grad():
-        want = hf(input_ids=x, attention_mask=mask).logits
-    past = dlm.prefill(x[:, :8], 4)
-    got = dlm.block_logits(x[:, 8:12], 8, past)
-    assert torch.allclose(got[..., :515], want[:, 8:12, :515], atol=1e-5)
+    x, past = assert_block_matches(hf, dlm, vocab=515)
     assert dlm.forwards == 2 and len(past) == cfg["num_hidden_layers"] and past[0][0].shape[2] == 8
     grown = dlm.extend(x[:, 8:12], 8, past)
     assert grown[0][0].shape[2] == 12 and torch.equal(grown[0][0][:, :, :8], past[0][0])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from golden_cases import AVX2, pinned_results
+from golden_cases import AVX2, assert_block_matches, pinned_results
 from stable_diffcoder_cases import CASES, SDC_DIR
 
 from codila_cli.models.families import family_of, load_dlm
@@ -96,15 +96,7 @@ def test_the_native_network_is_llama_with_the_block_mask_and_the_cache_is_exact(
     hf = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in cfg.items() if k not in (
         "architectures", "auto_map", "model_type", "transformers_version", "torch_dtype")}))
     hf.load_state_dict(load_file(str(A / "model.safetensors")))
-    hf = hf.float().eval()
-    x = torch.randint(0, 512, (1, 12), generator=torch.Generator().manual_seed(0))
-    blocks = torch.arange(12) // 4
-    mask = (blocks[None, :] <= blocks[:, None])[None, None]
-    with torch.no_grad():
-        want = hf(input_ids=x, attention_mask=mask).logits
-    past = dlm.prefill(x[:, :8], 4)
-    got = dlm.block_logits(x[:, 8:12], 8, past)
-    assert torch.allclose(got[..., :515], want[:, 8:12, :515], atol=1e-5)
+    assert_block_matches(hf, dlm, vocab=515)
 
 
 def _gen(*args: str) -> subprocess.CompletedProcess:

@@ -82,7 +82,7 @@ def _size(n: int) -> str:
 
 def _families(rows: list[dict]) -> None:
     """The families table of ``codila models``: each row what a checkpoint of that family can do."""
-    from codila_cli.models.families import Family
+    from codila_cli.models.families import VERIFIED
 
     dw = max(13, *(len(", ".join(f["decoders"])) for f in rows))  # columns as wide as their longest cell
     iw, cw = max(6, *(len(f["infill"]) for f in rows)), max(8, *(len(f["cache"]) for f in rows))
@@ -94,8 +94,7 @@ def _families(rows: list[dict]) -> None:
                          f"{'yes' if f['plan'] else 'no':<5} {'yes' if f['codila'] else 'no':<7} {f['cache']:<{cw}} "
                          f"{f['licence']}\n")
     sys.stdout.write("".join(f"  {f['name']}: {f['note']}\n" for f in rows if f["note"]))
-    default = Family.__dataclass_fields__["verified"].default
-    sys.stdout.write("".join(f"  {f['name']} parity: {f['verified']}\n" for f in rows if f["verified"] != default))
+    sys.stdout.write("".join(f"  {f['name']} parity: {f['verified']}\n" for f in rows if f["verified"] != VERIFIED))
 
 
 def doctor(json_out: json_option() = False,

@@ -95,7 +95,7 @@ def check_block_settings(cfg: Any) -> None:
 def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any, rules: BlockRules) -> tuple[torch.Tensor, torch.Tensor]:
     """x0 and p(x0) per row of ``logits`` [n, V]. SDAR's order: temperature, top-k, top-p, softmax, one
     categorical draw per row (argmax at T 0). ``gumbel`` (LLaDA's sampling rule): x0 = argmax of
-    exp(l) / (−log U)^T with U uniform [1, n, V] in float64, p(x0) under softmax(l)."""
+    exp(l) / (−log U)^T with U uniform over the block's [n, V] in float64, p(x0) under softmax(l)."""
     import torch
 
     from codila_cli.decoding.marginals import process_logits
@@ -103,10 +103,11 @@ def _sample(logits: torch.Tensor, s: SamplingConfig, gen: Any, rules: BlockRules
     if rules.draw == "gumbel":  # top-k / top-p (codila's, not that sampler's) filter the logits first, as LLaDA's
         if s.top_k is not None or s.top_p is not None:
             logits = process_logits(logits, replace(s, temperature=0.0))
-        x0 = logits.argmax(-1)
         if s.temperature > 0:
-            noise = torch.rand((1, *logits.shape), dtype=torch.float64, generator=gen, device=logits.device)[0]
+            noise = torch.rand(logits.shape, dtype=torch.float64, generator=gen, device=logits.device)
             x0 = (logits.double().exp() / (-torch.log(noise)) ** s.temperature).argmax(-1)
+        else:
+            x0 = logits.argmax(-1)
         return x0, torch.softmax(logits.double(), dim=-1).gather(-1, x0[:, None]).squeeze(-1)
     probs = torch.softmax(process_logits(logits, s, top_k_first=True), dim=-1)
     x0 = torch.multinomial(probs, 1, generator=gen).squeeze(-1) if s.temperature > 0 else probs.argmax(-1)
@@ -122,7 +123,7 @@ def _reveal(conf: torch.Tensor, masked: torch.Tensor, quota: int, cfg: BlockConf
     if cfg.remasking == "sequential":
         return masked.nonzero().flatten()[:quota]
     if cfg.remasking == "random":
-        conf = torch.rand((1, *conf.shape), generator=gen, device=conf.device)[0]
+        conf = torch.rand(conf.shape, generator=gen, device=conf.device)
     row = torch.where(masked, conf.double() if rules.draw == "gumbel" else conf.float(), float("-inf"))
     if cfg.remasking == "dynamic" and rules.dynamic == "top1":  # the most confident, and all at the threshold
         best = torch.zeros_like(masked)
@@ -178,6 +179,7 @@ def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, genera
             x0, p = _sample(logits, config.sampling, generator, rules)
             if c.wants_proposals:
                 c.propose(masked.nonzero().flatten() + lo - P, x0[masked])
+            # past the schedule (a helper's writes took steps; a block's masked count under the steps), one a step
             picked = _reveal(p, masked, max(1, quotas[min(k - 1, steps - 1)]), config, generator, rules)
             c.commit(picked + lo - P, x0[picked], source="dlm", block=(max(lo, P) - P, hi - P))
         ended = c.early_stop and first_stop(c.gen, mask_id=c.mask_id, stop_ids=c.stop_ids) is not None

@@ -18,6 +18,7 @@ from typing import Any
 
 # the family modules, in the order `codila models` lists them
 MODULES = ("dream", "llada", "sdar", "stable_diffcoder")
+VERIFIED = "token-identical to the official code on goldens (tests/)"  # a row says otherwise where less holds
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Family:
     context: int | None = None  # the usable context (prompt + output) when less than the config's
     helper_cache: bool = False  # CoDiLA's approximate KV cache runs it (a helper's recommended cache applies)
     transformers_as: str | None = None  # the transformers model_type that runs its network (else its own)
-    verified: str = "token-identical to the official code on goldens (tests/)"
+    verified: str = VERIFIED
     load: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     trained_block: Callable[[dict, Any], int | None] | None = field(default=None, compare=False, repr=False)
 
@@ -65,10 +66,6 @@ def families() -> tuple[Family, ...]:
     from importlib import import_module
 
     return tuple(import_module(f"codila_cli.models.{m}").FAMILY for m in MODULES)
-
-
-def family_named(name: str) -> Family | None:
-    return next((f for f in families() if f.name == name), None)
 
 
 def family_of(cfg: dict) -> Family | None:

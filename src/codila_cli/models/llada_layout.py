@@ -21,10 +21,6 @@ _RENAMES = (
 )
 
 
-def is_llada(cfg: dict) -> bool:
-    return str(cfg.get("model_type", "")).lower() == "llada"
-
-
 def unsupported(cfg: dict) -> str | None:
     """What in a LLaDA config codila's network does not implement (None: everything it needs)."""
     checks = (
