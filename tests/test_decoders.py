@@ -119,7 +119,7 @@ class ArgmaxWriter:
 def test_codila_static_commits_exactly_b_per_forward(scripted, B):
     dlm = scripted([3 + (j % 10) for j in range(32)], [0.5 + 0.01 * j for j in range(32)])
     writer = ArgmaxWriter()
-    res, events = _run(decode_codila, dlm, writer, PROMPT, config=CodilaConfig(max_new_tokens=32, block_size=B))
+    res, events = _run(decode_codila, dlm, PROMPT, writer=writer, config=CodilaConfig(max_new_tokens=32, block_size=B))
     assert [len(e.positions) for e in events] == [B] * (32 // B)
     assert res.dlm_forwards == 32 // B
     assert all(e.source == "ar" for e in events)
@@ -127,7 +127,7 @@ def test_codila_static_commits_exactly_b_per_forward(scripted, B):
 
 def test_codila_argmax_writer_equals_greedy_dlm(scripted):
     dlm = scripted([3 + (j * 7 % 11) for j in range(24)], [0.4 + 0.02 * (j % 5) for j in range(24)])
-    res, _ = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT, config=CodilaConfig(max_new_tokens=24, block_size=4))
+    res, _ = _run(decode_codila, dlm, PROMPT, writer=ArgmaxWriter(), config=CodilaConfig(max_new_tokens=24, block_size=4))
     dlm2 = scripted(dlm.target, dlm.conf)
     greedy, _ = _run(decode_dream, dlm2, PROMPT, config=DreamConfig(max_new_tokens=24, tokens_per_step=4))
     assert res.canvas == greedy.canvas == dlm.target
@@ -137,7 +137,7 @@ def test_codila_block_choice_stays_in_candidate_window(scripted):
     # the most certain slots sit at the end, outside a window of 2 blocks
     conf = [0.3] * 4 + [0.4] * 4 + [0.999] * 8
     dlm = scripted([4] * 16, conf)
-    _, events = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT,
+    _, events = _run(decode_codila, dlm, PROMPT, writer=ArgmaxWriter(),
                      config=CodilaConfig(max_new_tokens=16, block_size=4, candidate_blocks=2))
     canvas = [1] * 16  # mask id of the scripted model
     for e in events:
@@ -149,7 +149,7 @@ def test_codila_block_choice_stays_in_candidate_window(scripted):
 
 def test_codila_dynamic_falls_back_to_single_dlm_step(scripted):
     dlm = scripted([4, 5, 6, 7, 8, 9, 10, 11], [0.3] * 8)  # high entropy everywhere
-    _, events = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT,
+    _, events = _run(decode_codila, dlm, PROMPT, writer=ArgmaxWriter(),
                      config=CodilaConfig(max_new_tokens=8, block_size=4, tau=0.01))
     assert all(len(e.positions) == 1 and e.source == "dlm" for e in events)
 
@@ -159,7 +159,7 @@ def test_codila_dynamic_forces_committed_slots(scripted):
     dlm = scripted([4, 5, 6, 7, 8, 9, 10, 11], conf)
     writer = ArgmaxWriter()
     tau = 1.5  # only the confident slot is admissible alone; others need the AR
-    res, _events = _run(decode_codila, dlm, writer, PROMPT, config=CodilaConfig(max_new_tokens=8, block_size=4, tau=tau))
+    res, _events = _run(decode_codila, dlm, PROMPT, writer=writer, config=CodilaConfig(max_new_tokens=8, block_size=4, tau=tau))
     assert res.canvas == dlm.target
     forced_calls = [c for c in writer.calls if any(f is not None for f in c)]
     for call in forced_calls:
@@ -185,7 +185,7 @@ def test_dynamic_span_is_the_longest_prefix_under_tau_ties_to_the_lower_mean():
 
 def test_codila_parallel_blocks_two_blocks_per_forward(scripted):
     dlm = scripted([3 + (j % 10) for j in range(16)])
-    res, events = _run(decode_codila, dlm, ArgmaxWriter(), PROMPT,
+    res, events = _run(decode_codila, dlm, PROMPT, writer=ArgmaxWriter(),
                        config=CodilaConfig(max_new_tokens=16, block_size=4, parallel_blocks=2))
     assert res.dlm_forwards == 2 and sum(len(e.positions) for e in events) == 16
 
@@ -326,7 +326,7 @@ def test_codila_passes_the_text_before_the_block_as_seen(tiny_models):
 
     writer.write = spy
     prompt = [tiny_models.dlm.specials.bos, 7, 8, 9]
-    res = decode_codila(tiny_models.dlm, writer, prompt,
+    res = decode_codila(tiny_models.dlm, prompt, writer=writer,
                         config=CodilaConfig(max_new_tokens=8, block_size=4, candidate_blocks=1,
                                             ar_repetition_penalty=1.3, early_stop=False))
     assert calls[0].tolist() == prompt
@@ -695,7 +695,7 @@ def test_no_repeat_ngram_keeps_every_ngram_of_the_completion_unique(tiny_models)
     def run(n):
         w = SoftBlockWriter(m.ar, m.bridge, rules=[NoRepeatNGram(n, frozenset(stops))] if n else [])
         cfg = CodilaConfig(max_new_tokens=48, block_size=4, candidate_blocks=1, early_stop=False, ar_no_repeat_ngram=n)
-        return decode_codila(m.dlm, w, [m.dlm.specials.bos, 7, 8, 9], config=cfg).canvas
+        return decode_codila(m.dlm, [m.dlm.specials.bos, 7, 8, 9], writer=w, config=cfg).canvas
 
     def grams(ids, n=3):
         text = [t for t in ids if t not in stops]

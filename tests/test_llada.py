@@ -228,3 +228,20 @@ def test_a_mask_in_the_prompt_is_refused_and_trailing_zero_quota_forwards_are_co
 
 def c_masked(res) -> int:
     return sum(t == 517 for t in res.canvas)
+
+
+def test_llada_rows_decoded_in_a_shared_batch_are_their_lone_decodes():
+    """A LLaDA row in a shared batch (the server, `gen -n` on a GPU) reads its own position's logits, as when
+    decoded alone: the batched view asks the family row whether the network is shifted (it was given Dream's
+    shifted rows before session 34, and the batched texts differed)."""
+    from codila_cli.decoding.llada import LladaConfig
+    from codila_cli.engine.generate import generate, generate_many
+    from codila_cli.engine.models import load_models
+
+    models = load_models(dlm=str(LLADA_DIR / "checkpoints" / "llada-tiny-a"), ar=None, device="cpu", dtype="float32")
+    cfg = LladaConfig(max_new_tokens=16, block_length=16, steps=16)
+    prompts = ["def f(x):", "def g(y):"]
+    alone = [generate(models, p, decoder="llada", config=cfg, seed=0).completion for p in prompts]
+    together = generate_many(models, prompts, decoder="llada", config=cfg, seeds=[0, 0], batched=True)
+    assert together.batched and together.batched_forwards == 16
+    assert [r.completion for r in together.results] == alone

@@ -20,7 +20,8 @@ from codila_cli.models.quantize import QuantWeight, quantize_weight
 FIXTURES = Path(__file__).parent / "fixtures"
 FAMILY_CKPTS = {"llada": FIXTURES / "llada" / "checkpoints" / "llada-tiny-a",
                 "sdar": FIXTURES / "sdar" / "checkpoints" / "sdar-tiny-a",
-                "dreamon": FIXTURES / "dreamon" / "checkpoints" / "dreamon-tiny-a"}
+                "dreamon": FIXTURES / "dreamon" / "checkpoints" / "dreamon-tiny-a",
+                "stable-diffcoder": FIXTURES / "stable_diffcoder" / "checkpoints" / "sdc-tiny-a"}
 CPU = torch.device("cpu")
 
 
@@ -92,12 +93,12 @@ def _quantized(model) -> list:
 
 
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
-@pytest.mark.parametrize("family", ["dream-native", "dream-transformers", "llada", "sdar", "dreamon"])
+@pytest.mark.parametrize("family", ["dream-native", "dream-transformers", "llada", "sdar", "dreamon", "stable-diffcoder"])
 def test_every_family_loads_and_decodes_quantized(family, scheme, tiny, monkeypatch):
     """A tiny checkpoint of each family, quantized: every projection is codes (the head and embeddings
     stay), the weights take less memory, the first forward's logits stay near the bf16 ones, and gen
     decodes through the real loader."""
-    from codila_cli.decoding.config import DreamConfig
+    from codila_cli.decoding.registry import decoder_configs
     from codila_cli.engine.generate import generate
     from codila_cli.engine.models import load_models
 
@@ -119,10 +120,11 @@ def test_every_family_loads_and_decodes_quantized(family, scheme, tiny, monkeypa
         a = full.dlm.model(input_ids=ids).logits.float()
         b = quant.dlm.model(input_ids=ids).logits.float()
     assert (a - b).norm() / a.norm() < (0.1 if scheme == "int8" else 0.4)
-    if family in ("llada", "sdar"):
-        return  # their own decoders: decoded below through gen
-    result = generate(quant, "def add(a, b):", decoder="dream", config=DreamConfig(max_new_tokens=8), seed=0)
-    assert result.metrics["tokens"] <= 8
+    own = quant.dlm.family.decoders[0]  # each family's own sampler (its row's first decoder)
+    extra = {"block_length": 8} if own == "llada" else {}  # LLaDA's blocks must tile the canvas
+    config = decoder_configs()[own](max_new_tokens=8, **extra)
+    result = generate(quant, "def add(a, b):", decoder=own, config=config, seed=0)
+    assert result.decoder == own and 1 <= result.metrics["tokens"] <= 8 and result.metrics["dlm_forwards"] >= 1
 
 
 def test_quantized_rows_decode_as_alone_batched():

@@ -158,6 +158,14 @@ def test_a_family_is_one_module():
     assert "stable_diffcoder" in families.MODULES
     by_name = [p for p in src.rglob("*.py") if re.search(r"family\.name ==", p.read_text())]
     assert by_name == []
+    # the decoders run through one registry (no name-by-name chain), and what a network is (its shift, its
+    # architecture) comes from the row, not from a class attribute or a model_type test
+    assert not re.search(r"decoder == \"", (src / "engine" / "generate.py").read_text())
+    duck = [p for p in src.rglob("*.py") if re.search(r"^\s+shifted = |getattr\(\w+, \"(shifted|block_diffusion)\"",
+                                                     p.read_text(), re.MULTILINE)]
+    assert duck == []
+    native = (src / "models" / "native.py").read_text()
+    assert not re.search(r"\"(dream|sdar)\"", native), "native.py builds networks; a family's row names its network"
 
 
 def test_codila_runs_inside_its_blocks_with_a_helper_bridged_by_token_strings(tmp_path):

@@ -74,7 +74,7 @@ def test_decoding_ends_once_a_stop_line_is_final(scripted, decoder):
             res = decode_threshold(dlm, prompt, config=ThresholdConfig(max_new_tokens=16, block_length=4,
                                                                         threshold=0.99, stop=stop))
         else:
-            res = decode_codila(dlm, ArgmaxWriter(), prompt,
+            res = decode_codila(dlm, prompt, writer=ArgmaxWriter(),
                                 config=CodilaConfig(max_new_tokens=16, block_size=2, candidate_blocks=1, stop=stop))
         runs[stop] = res
     full, cut = runs[()], runs[("def",)]

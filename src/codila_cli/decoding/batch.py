@@ -302,8 +302,6 @@ class RowDLM:
         return getattr(self._dlm, name)
 
     def logits(self, x: torch.Tensor, *, rows: tuple[int, int] | None = None, **kwargs: Any) -> torch.Tensor:
-        from codila_cli.models.dream import shift_index
-
         self.forwards += 1
         dlm = self._dlm
         direct = (lambda: dlm.logits(x, rows=rows, **kwargs))
@@ -311,7 +309,7 @@ class RowDLM:
             return self._batcher.request(self._row, _Request("solo", dlm, direct))
         n = x.shape[1]
         call = KVCall(tokens=x[0], positions=torch.arange(n, device=x.device), past=None,
-                      keep=shift_index(*(rows or (0, n))).to(x.device))
+                      keep=dlm.raw_rows(*(rows or (0, n))).to(x.device))
         return self._batcher.request(self._row, _Request("dlm", dlm.model, direct, call,
                                                          lambda out: dlm.emittable(out[0]), owner=dlm))
 

@@ -105,7 +105,7 @@ def _write(c: Canvas, writer, probs: torch.Tensor, span: tuple[int, int], cfg: C
     c.commit(start + new, out[new.cpu()], source="ar", block=span)
 
 
-def decode_codila(dlm, writer, prompt_ids: list[int], *, config: CodilaConfig, generator: torch.Generator | None = None,
+def decode_codila(dlm, prompt_ids: list[int], *, config: CodilaConfig, writer, generator: torch.Generator | None = None,
                   on_step: OnStep = no_op) -> DecodeResult:
     c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, ar=writer.ar, on_step=on_step)
     B, W, L, P = config.block_size, config.candidate_blocks, config.max_new_tokens, c.prompt_len

@@ -17,7 +17,7 @@ from codila_cli.decoding.marginals import sample_scored
 
 def decode_threshold(dlm, prompt_ids: list[int], *, config: ThresholdConfig, generator: torch.Generator | None = None,
                      on_step: OnStep = no_op) -> DecodeResult:
-    if config.convention == "fast-dllm" and not getattr(dlm, "shifted", True):  # a LLaDA model: its own path
+    if config.convention == "fast-dllm" and not dlm.shifted:  # a LLaDA model: its own path
         from codila_cli.decoding.llada_fast import decode_fast_dllm_llada
 
         return decode_fast_dllm_llada(dlm, prompt_ids, config=config, generator=generator, on_step=on_step)

@@ -80,63 +80,36 @@ def text_end_ids(dlm: Any, ar: Any, bridge: Any = None) -> tuple[int, ...]:
 
 def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
             on_step: OnStep, raw: bool = True) -> Any:
-    """Run one sampler on one sequence; ``dlm``/``ar`` may be per-row views of the loaded models; ``raw``:
-    a raw completion prompt (a chat answer is not code from its first token, so it gets no syntax guard)."""
-    if decoder == "dream":
-        from codila_cli.decoding.dream import decode_dream
+    """Run one sampler on one sequence: a decoder the DLM's family row allows (models/families.py), by
+    decoding/registry.py::sampler; ``dlm``/``ar`` may be per-row views of the loaded models; ``raw``: a raw
+    completion prompt (a chat answer is not code from its first token, so it gets no syntax guard)."""
+    from dataclasses import replace
 
-        return decode_dream(dlm, ids, config=config, generator=gen, on_step=on_step)
-    if getattr(dlm, "block_diffusion", False):
-        return _decode_blocks(models, dlm, ar, ids, decoder=decoder, config=config, gen=gen, on_step=on_step, raw=raw)
-    if decoder == "block":
-        raise UsageError(f"--decoder block runs block-diffusion models (`codila models` lists their families); {dlm.name} is not one",
-                         hint="drop --decoder to use the model's own sampler")
-    if decoder == "llada":
-        from codila_cli.decoding.llada import decode_llada
+    from codila_cli.decoding.registry import WRITES_WITH_HELPER, sampler
 
-        return decode_llada(dlm, ids, config=config, generator=gen, on_step=on_step)
-    if decoder == "threshold":
-        from codila_cli.decoding.threshold import decode_threshold
-
-        return decode_threshold(dlm, ids, config=config, generator=gen, on_step=on_step)
-    if decoder == "codila":
-        from codila_cli.decoding.bridged import make_writer
-        from codila_cli.decoding.codila import decode_codila
-
+    family = dlm.family
+    if decoder not in DECODERS:
+        raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
+    if decoder not in family.decoders:
+        what = "a block-diffusion" if family.block_diffusion else "a whole-canvas"
+        raise UsageError(f"{dlm.name} is {what} model ({family.name}): --decoder {decoder} does not run it",
+                         hint=f"use --decoder {' or '.join(family.decoders)} (`codila models` lists what runs each "
+                              "family), or drop --decoder to use the model's own sampler")
+    extra = {}
+    if decoder in WRITES_WITH_HELPER:
         if ar is None:
-            raise UsageError("--decoder codila needs an AR helper", hint="pass --ar qwen3-0.6b (or bundled-ar)")
+            raise UsageError(f"--decoder {decoder} needs an AR helper",
+                             hint="pass --ar with a helper (bundled-ar for the bundled model, qwen3-0.6b for Dream or SDAR)")
+        from codila_cli.decoding.bridged import make_writer
         from codila_cli.decoding.rules import build_rules
 
         rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar, models.bridge), raw=raw)
-        writer = make_writer(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
-        return decode_codila(dlm, writer, ids, config=config, generator=gen, on_step=on_step)
-    raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
-
-
-def _decode_blocks(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, config: Any, gen: Any,
-                   on_step: OnStep, raw: bool) -> Any:
-    """A block-diffusion DLM (models/sdar.py): its own sampler, or CoDiLA inside each block of -B slots (the
-    helper writes every block, or with --tau its low-entropy prefix; decoding/block.py)."""
-    from dataclasses import replace
-
-    from codila_cli.decoding.block import decode_block, decode_block_codila
-
-    def kept(res: Any) -> Any:  # whole blocks are decoded (as the official loop does); the limit is kept
-        return replace(res, canvas=res.canvas[: config.max_new_tokens])
-
-    if decoder == "block":
-        return kept(decode_block(dlm, ids, config=config, generator=gen, on_step=on_step))
-    if decoder != "codila":
-        raise UsageError(f"{dlm.name} is a block-diffusion model: --decoder {decoder} does not run it",
-                         hint="use --decoder block (its own sampler) or --decoder codila with an AR helper")
-    if ar is None:
-        raise UsageError("--decoder codila needs an AR helper", hint="pass --ar with a helper of the DLM's vocabulary (e.g. qwen3-0.6b for SDAR)")
-    from codila_cli.decoding.bridged import make_writer
-    from codila_cli.decoding.rules import build_rules
-
-    rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar, models.bridge), raw=raw)
-    writer = make_writer(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
-    return kept(decode_block_codila(dlm, ids, config=config, writer=writer, generator=gen, on_step=on_step))
+        extra["writer"] = make_writer(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
+    run = sampler(decoder, block_diffusion=family.block_diffusion)
+    res = run(dlm, ids, config=config, generator=gen, on_step=on_step, **extra)
+    if family.block_diffusion:  # whole blocks are decoded (as the official loop does); the limit is kept
+        res = replace(res, canvas=res.canvas[: config.max_new_tokens])
+    return res
 
 
 def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
@@ -184,7 +157,7 @@ def generate(models: Models, prompt: str, *, decoder: str, config: DreamConfig |
 
     from codila_cli.decoding.metrics import MetricsRecorder
 
-    if getattr(models.dlm, "block_diffusion", False):  # a cache per row: decoded alone, not in the shared batch
+    if models.dlm.block_diffusion:  # a cache per row: decoded alone, not in the shared batch
         batcher = None
     ids, mode = _prepare(models, prompt, config, system, messages)
     dlm = models.dlm
@@ -260,7 +233,7 @@ def generate_many(models: Models, prompts: list[str], *, decoder: str, config: A
 
     if len(prompts) != len(seeds) or not prompts:
         raise ValueError("generate_many needs one seed per prompt and at least one prompt")
-    if not batched or len(prompts) == 1 or getattr(models.dlm, "block_diffusion", False):
+    if not batched or len(prompts) == 1 or models.dlm.block_diffusion:
         t0 = time.perf_counter()
         results = [generate(models, p, decoder=decoder, config=config, seed=s, system=system,
                             on_step=on_step if i == 0 else no_op) for i, (p, s) in enumerate(zip(prompts, seeds))]

@@ -29,15 +29,15 @@ def shift_logits(raw: Any) -> Any:
 
 
 class DreamDenoiser:
-    """A bidirectional Qwen2 network whose :meth:`logits` are already shifted.
+    """A bidirectional diffusion network (Dream's Qwen2, LLaDA's, …) whose :meth:`logits` give row i the
+    distribution of token i: shifted here when its family's row says the network predicts the next token
+    (``Family.shifted``: Dream), returned as they are otherwise (LLaDA).
 
     Forward count is kept in ``forwards`` so decoders and tests can account NFEs.
     """
 
-    shifted = True  # the raw output at i predicts token i + 1 (LLaDA's does not: models/llada.py)
-    family: Any = None  # its models/families.py row (models/families.py::load_dlm sets it)
-
-    def __init__(self, ckpt: LoadedCheckpoint) -> None:
+    def __init__(self, ckpt: LoadedCheckpoint, family: Any) -> None:
+        self.family = family  # its models/families.py row: what it is and what runs it
         self.ckpt = ckpt
         self.model = ckpt.model
         self.tokenizer = ckpt.tokenizer
@@ -49,7 +49,12 @@ class DreamDenoiser:
     @property
     def block_diffusion(self) -> bool:
         """Whether its family writes block by block against an exact cache (the row says)."""
-        return bool(self.family is not None and self.family.block_diffusion)
+        return self.family.block_diffusion
+
+    @property
+    def shifted(self) -> bool:
+        """Whether the raw output at i predicts token i + 1 (the row says: Dream's does, LLaDA's does not)."""
+        return self.family.shifted
 
     @property
     def context_length(self) -> int:
@@ -58,6 +63,13 @@ class DreamDenoiser:
     @property
     def vocab_rows(self) -> int:
         return self.ckpt.vocab_rows
+
+    def raw_rows(self, start: int, end: int) -> Any:
+        """The raw output rows that give tokens [start, end) (an index tensor): moved back by one on a
+        shifted network (:func:`shift_index`), the same rows otherwise."""
+        import torch
+
+        return shift_index(start, end) if self.shifted else torch.arange(start, end)
 
     def raw_logits(self, x: Any, *, attention_mask: Any | None = None, keep: Any = 0) -> Any:
         """One full bidirectional forward. x: [B, N] ids; attention_mask: [B, N] (1 = real, 0 = pad);
@@ -79,25 +91,25 @@ class DreamDenoiser:
 
     def logits(self, x: Any, *, attention_mask: Any | None = None, pair_mask: Any | None = None,
                position_ids: Any | None = None, rows: tuple[int, int] | None = None) -> Any:
-        """Shifted logits [B, N, V] in fp32: row i is the distribution of token i.
+        """Logits [B, N, V] in fp32 where row i is the distribution of token i (a shifted network's raw rows
+        moved by one: :func:`shift_logits`, the one place the shift happens).
 
         ``rows`` = (start, end): only tokens [start, end) → [B, end − start, V]; the vocabulary
         projection (a third of a small model's forward) then runs on those rows only.
         ``pair_mask`` [N, N] bool (query row may attend to key column) and ``position_ids`` [B, N] let
         SDDC isolate canvases; they replace ``attention_mask``.
         """
-        keep = shift_index(*rows).to(x.device) if rows is not None else None  # already-shifted raw rows
-        if pair_mask is None:
-            if keep is not None:
-                return self.emittable(self.raw_logits(x, attention_mask=attention_mask, keep=keep))
-            return self.emittable(shift_logits(self.raw_logits(x, attention_mask=attention_mask)))
         import torch
 
-        self.forwards += 1
-        with torch.inference_mode():
-            out = self.model(input_ids=x, attention_mask={"full_attention": pair_mask[None, None]},
-                             position_ids=position_ids, use_cache=False, logits_to_keep=0 if keep is None else keep)
-        return self.emittable(shift_logits(out.logits) if keep is None else out.logits)
+        keep = self.raw_rows(*rows).to(x.device) if rows is not None else 0
+        if pair_mask is None:
+            out = self.raw_logits(x, attention_mask=attention_mask, keep=keep)
+        else:
+            self.forwards += 1
+            with torch.inference_mode():
+                out = self.model(input_ids=x, attention_mask={"full_attention": pair_mask[None, None]},
+                                 position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits
+        return self.emittable(shift_logits(out) if self.shifted and rows is None else out)
 
     def kv_call(self, ids: Any, *, positions: Any | None, past: list | None, keep: Any,
                 want_kv: bool = False) -> tuple[Any, list | None]:
@@ -138,7 +150,7 @@ def load_dream(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, qua
     tokenizer = load_tokenizer(path, name=name, native=engine_for(path, cfg) == "native")
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize)
-    return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
+    return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize), FAMILY)
 
 
 def _family() -> Any:
@@ -147,7 +159,7 @@ def _family() -> Any:
     return Family("dream", ("dream",), ("dream", "threshold", "codila"), infill="expand/delete (DreamOn)", plan=True,
                   codila=True, cache="approximate (prefix, dual)", licence="Apache-2.0 (Dream-Coder, DreamOn)",
                   note="Dream-Coder, DreamOn (infill), DiffuCoder; Qwen2.5 vocabulary: Qwen3 helpers need no bridge",
-                  aligns=True, context=2048, helper_cache=True, transformers_as="qwen2",  # context: Dream's README
+                  aligns=True, context=2048, helper_cache=True, network="qwen2", shifted=True,  # context: Dream's README
                   load=load_dream)
 
 
@@ -171,7 +183,7 @@ class BlockCache:
     """
 
     def __init__(self, dlm: DreamDenoiser, mode: str) -> None:
-        if not getattr(dlm, "shifted", True):
+        if not dlm.shifted:
             from codila_cli.errors import UsageError
 
             raise UsageError(f"codila's approximate KV cache runs Dream-family models; {dlm.name} is not one",

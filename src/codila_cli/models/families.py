@@ -41,7 +41,10 @@ class Family:
     aligns: bool = False  # `codila train align` trains a helper on it (whole-canvas denoisers)
     context: int | None = None  # the usable context (prompt + output) when less than the config's
     helper_cache: bool = False  # CoDiLA's approximate KV cache runs it (a helper's recommended cache applies)
-    transformers_as: str | None = None  # the transformers model_type that runs its network (else its own)
+    # its network's architecture, as transformers and models/native.py name it (qwen2, qwen3, llama, llada):
+    # what builds it; None: its model_type
+    network: str | None = None
+    shifted: bool = False  # the network's raw output at i predicts token i + 1 (Dream's): models/dream.py shifts it
     verified: str = VERIFIED
     load: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     trained_block: Callable[[dict, Any], int | None] | None = field(default=None, compare=False, repr=False)
@@ -72,6 +75,13 @@ def family_of(cfg: dict) -> Family | None:
     """The family a checkpoint's config.json ``cfg`` belongs to, or None (an AR model, an unknown DLM); the
     rows that need a marker (a model_type several families share) are asked first."""
     return next((f for f in sorted(families(), key=lambda f: not f.markers) if f.claims(cfg)), None)
+
+
+def network_type(cfg: dict) -> str:
+    """The architecture of a checkpoint's network (what transformers and models/native.py build): its
+    family's ``network``, else its own ``model_type`` (an AR helper's qwen2/qwen3/llama)."""
+    family = family_of(cfg)
+    return (family and family.network) or str(cfg.get("model_type", "")).lower()
 
 
 def load_dlm(path: Path, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> Any:

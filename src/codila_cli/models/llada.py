@@ -8,8 +8,8 @@ models/native.py's network (``NativeConfig`` kind "llada": the same maths, teste
 class to 1e-5 in tests/test_llada.py) and renames the tensors as they load.
 
 Unlike Dream, LLaDA predicts each token at its own position: the raw output at i is the distribution of
-token i. :class:`LladaDenoiser` therefore returns the raw logits unshifted (Dream's shift stays in
-models/dream.py, the one place it happens).
+token i: its row says ``shifted=False``, so models/dream.py's denoiser (the same call surface) returns its
+raw logits unshifted (Dream's shift stays in models/dream.py, the one place it happens).
 """
 
 from __future__ import annotations
@@ -22,29 +22,7 @@ from codila_cli.models.dream import DreamDenoiser  # the same call surface; only
 from codila_cli.models.llada_layout import unsupported
 
 
-class LladaDenoiser(DreamDenoiser):
-    """A bidirectional LLaDA network whose :meth:`logits` are its raw outputs (no shift): row i is the
-    distribution of token i. Forwards are counted in ``forwards`` as for Dream."""
-
-    shifted = False
-
-    def logits(self, x: Any, *, attention_mask: Any | None = None, pair_mask: Any | None = None,
-               position_ids: Any | None = None, rows: tuple[int, int] | None = None) -> Any:
-        """fp32 logits [B, N, V] (``rows`` = (start, end): [B, end − start, V]); ``pair_mask`` [N, N] and
-        ``position_ids`` [B, N] replace ``attention_mask`` (SDDC), as for Dream."""
-        import torch
-
-        keep = torch.arange(*rows, device=x.device) if rows is not None else 0
-        if pair_mask is None:
-            return self.emittable(self.raw_logits(x, attention_mask=attention_mask, keep=keep))
-        self.forwards += 1
-        with torch.inference_mode():
-            out = self.model(input_ids=x, attention_mask={"full_attention": pair_mask[None, None]},
-                             position_ids=position_ids, use_cache=False, logits_to_keep=keep)
-        return self.emittable(out.logits)
-
-
-def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> LladaDenoiser:
+def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, quantize: str = "none") -> DreamDenoiser:
     """A LLaDA checkpoint (safetensors, its own tensor names, no remote code) on models/native.py."""
     from codila_cli.models.loading import LoadedCheckpoint, build_model
     from codila_cli.models.tokens import load_tokenizer, resolve_special_tokens
@@ -56,7 +34,7 @@ def load_llada(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, qua
     tokenizer = load_tokenizer(path, name=name, native=True)
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize, engine="native")
-    return LladaDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
+    return DreamDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize), FAMILY)
 
 
 def _family() -> Any:
@@ -65,7 +43,7 @@ def _family() -> Any:
     return Family("llada", ("llada",), ("llada", "dream", "threshold", "codila"), infill="shrink only (no <|expand|>)",
                   plan=True, codila=True, cache="Fast-dLLM's (prefix, dual)", licence="MIT (LLaDA-8B-Base/-Instruct, LLaDA-1.5)",
                   note="its own 126k vocabulary: a helper is bridged by token strings (models/token_map.py)",
-                  aligns=True, native_only=True, load=load_llada)
+                  aligns=True, native_only=True, network="llada", load=load_llada)
 
 
 FAMILY = _family()  # models/families.py reads this row

@@ -122,16 +122,14 @@ def assert_materialised(model: Any, *, name: str) -> None:
 
 
 def _hf_config(cfg: dict, *, name: str) -> Any:
-    """A transformers config object; a family whose row names another model_type (Dream: Qwen2, the same
-    network) gets that one."""
+    """A transformers config object of the checkpoint's network (``network_type``: Dream's is Qwen2's)."""
     from transformers import AutoConfig
 
-    from codila_cli.models.families import family_of
+    from codila_cli.models.families import network_type
 
     fields = {k: v for k, v in cfg.items() if k not in ("auto_map", "architectures", "model_type", "transformers_version")}
-    family = family_of(cfg)
     try:
-        return AutoConfig.for_model((family and family.transformers_as) or cfg["model_type"], **fields)
+        return AutoConfig.for_model(network_type(cfg), **fields)
     except (ValueError, KeyError) as exc:
         remote = " (it asks for remote code)" if "auto_map" in cfg else ""
         raise ModelLoadError(

@@ -1,13 +1,13 @@
-"""A torch-only Qwen2 / Qwen3 (and Dream) network for the small bundled models (its tokenizer:
-models/native_tokenizer.py).
+"""A torch-only Qwen2 / Qwen3 / Llama / LLaDA network (each family's row names its: models/families.py) for
+the small bundled models (its tokenizer: models/native_tokenizer.py) and the families transformers cannot run.
 
 Why: a short ``codila gen`` on the bundled pair spent most of its start-up importing transformers
 (``Qwen2ForCausalLM`` pulls in torch.distributed, torch._dynamo and sympy: about 2 s here, against a
 decode of about 1 s), and transformers' generic forward (mask builders, cache classes, output objects)
 costs more per call than the small networks themselves. So codila runs them with this module: the
 same weights, state-dict names and maths, only torch (docs/decoders.md, "Engines"; equal to transformers
-to 1e-5: tests/test_native.py). LLaDA and SDAR run here; other checkpoints on transformers unless
-``CODILA_ENGINE`` (models/loading.py::engine_for) or a server (native) says otherwise.
+to 1e-5: tests/test_native.py). The block-diffusion families and LLaDA run here; other checkpoints on transformers
+unless ``CODILA_ENGINE`` (models/loading.py::engine_for) or a server (native) says otherwise.
 
 The call surface mirrors the subset of transformers that codila uses:
 ``model(input_ids= | inputs_embeds=, attention_mask=, position_ids=, cache=, use_cache=, logits_to_keep=)``
@@ -24,13 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-QK_NORM, BIAS_FROM_CONFIG = ("qwen3", "sdar"), ("qwen3", "sdar", "llama")  # q/k norms; biases as the config asks
-ARCHITECTURES = ("dream", "qwen2", "qwen3", "sdar", "llama")  # sdar: Qwen3's network, block-diffusion trained
+from codila_cli.models.families import network_type
+
+QK_NORM, BIAS_FROM_CONFIG = ("qwen3",), ("qwen3", "llama")  # q/k norms; biases as the config asks
+ARCHITECTURES = ("qwen2", "qwen3", "llama")  # a family's network (models/families.py::network_type): Dream's is qwen2
 
 
 @dataclass(frozen=True)
 class NativeConfig:
-    kind: str  # "dream" | "qwen2" | "qwen3" | "sdar" | "llama" | "llada"
+    kind: str  # the network: "qwen2" | "qwen3" | "llama" | "llada"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -47,7 +49,7 @@ class NativeConfig:
     @classmethod
     def from_dict(cls, cfg: dict) -> NativeConfig | None:
         """The config when this module can run it exactly, else None (then transformers runs it)."""
-        kind = str(cfg.get("model_type", "")).lower()
+        kind = network_type(cfg)
         if kind == "llada":  # its own config names (models/llada.py)
             from codila_cli.models.llada_layout import native_fields
 
@@ -372,8 +374,7 @@ def drop_last(cache: Any, n: int) -> Any:
 
 def rope_inv_freq(cfg: NativeConfig) -> torch.Tensor:
     """RoPE inverse frequencies [head_dim / 2] in fp32, as transformers' default rotary embedding."""
-    # on the CPU even while a meta-device model is built: meta arithmetic runs Python reference kernels
-    # that import torch._dynamo (about 1 s)
+    # on the CPU even for a meta-device model (meta arithmetic imports torch._dynamo: about 1 s)
     steps = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64, device="cpu").float()
     return 1.0 / (cfg.rope_theta ** (steps / cfg.head_dim))
 
@@ -395,6 +396,4 @@ def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any, each: 
             each(layer)
     model.inv_freq = rope_inv_freq(model.config).to(device)  # it was built on the meta device
     model._rope_table = None
-    model.eval()
-    model.requires_grad_(False)
-    return model
+    return model.eval().requires_grad_(False)

@@ -36,8 +36,6 @@ class SdarDenoiser(DreamDenoiser):
     """A block-diffusion network: :meth:`prefill`, :meth:`block_logits` and :meth:`extend` read and grow an
     exact KV cache (per-layer (keys, values), RoPE applied); ``forwards`` counts every network call."""
 
-    shifted = False
-
     @property
     def trained_block(self) -> int:
         return trained_block(self.ckpt.config, self.ckpt.path)
@@ -89,7 +87,7 @@ def load_sdar(path: Path, cfg: dict, *, name: str, device: Any, dtype: Any, quan
     tokenizer = load_tokenizer(path, name=name, native=True)
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name)
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize, engine="native")
-    return SdarDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
+    return SdarDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize), FAMILY)
 
 
 def _family() -> Any:
@@ -98,7 +96,7 @@ def _family() -> Any:
     return Family("sdar", ("sdar",), ("block", "codila"), infill="no", plan=False, codila=True,
                   cache="exact (committed blocks)", licence="Apache-2.0 (SDAR-1.7B-Chat)",
                   note="block diffusion on Qwen3's network and vocabulary: a Qwen3 helper needs no bridge",
-                  block_diffusion=True, native_only=True, load=load_sdar, trained_block=trained_block)
+                  block_diffusion=True, native_only=True, network="qwen3", load=load_sdar, trained_block=trained_block)
 
 
 FAMILY = _family()  # models/families.py reads this row

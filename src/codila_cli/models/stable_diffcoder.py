@@ -49,7 +49,7 @@ def load_stable_diffcoder(path: Path, cfg: dict, *, name: str, device: Any, dtyp
     specials = resolve_special_tokens(tokenizer, cfg, require_mask=True, name=name, mask_strings=(MASK,))
     model = build_model(cfg, name=name, path=path, device=device, dtype=dtype, causal=False, quantize=quantize,
                         engine="native")
-    return SdarDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize))
+    return SdarDenoiser(LoadedCheckpoint(name, path, cfg, model, tokenizer, specials, device, dtype, quantize), FAMILY)
 
 
 def _family() -> Any:
@@ -61,7 +61,7 @@ def _family() -> Any:
         cache="exact (committed blocks)", licence="MIT (Stable-DiffCoder-8B-Instruct/-Base)",
         note="block diffusion on Llama's network and Seed-Coder's 155k vocabulary: a helper is bridged by "
              "token strings (models/token_map.py)",
-        markers=("StableDiffcoder", "stable_diffcoder"), block_diffusion=True, native_only=True,
+        markers=("StableDiffcoder", "stable_diffcoder"), block_diffusion=True, native_only=True, network="llama",
         load=load_stable_diffcoder, trained_block=trained_block,
         verified="token-identical on goldens made with a public copy of the official generate_block, not with "
                  "the Hugging Face file itself (tests/fixtures/stable_diffcoder/README.md)",

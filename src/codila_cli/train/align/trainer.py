@@ -105,7 +105,7 @@ class Models:
                            ar_shared=bridge.ar_ids if mapped is not None else None,
                            to_ar=bridge.to_ar if mapped is not None else None,
                            ar_fill=bridge.ar_eos if mapped is not None else 0,
-                           shifted=getattr(self.denoiser, "shifted", True))
+                           shifted=self.denoiser.shifted)
 
     def loss(self, wrapped: Any, x0: torch.Tensor, step: Step, plans: list, *, weighting: str,
              topk: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
