@@ -123,7 +123,7 @@ def test_config_schema_and_eval_keys_come_from_the_table():
 
     assert SCHEMA["gen"] == {k.name: k.file_types() for k in GEN_KNOBS.values() if k.section == "gen"}
     assert set(SCHEMA["runtime"]) == {"device", "dtype"}
-    assert KEYS["codila"][:4] == ("B", "tau", "W", "P") and KEYS["dream"] == ("K", "steps", "alg")
+    assert KEYS["codila"][:4] == ("B", "tau", "W", "P") and KEYS["dream"] == ("K", "steps", "exact", "alg")
     rec = {"candidate_blocks": 1, "ar_context": 64, "ar_repetition_penalty": 1.5, "ar_syntax_guard": True,
            "ar_no_repeat_ngram": 8, "cache": "prefix", "cache_blocks": 8, "conditioning": "topk:16"}
     label = recommended_label(rec)
@@ -202,6 +202,8 @@ SHARED = {
             "resolve.py"},  # CoDiLA has no origin rule: the one cross-knob rule between decoders
     "block_length": {"decoding/config.py", "decoding/threshold.py", "decoding/llada.py",  # the block decoders
                      "decoding/block.py", "decoding/llada_fast.py"},  # Fast-dLLM's (Dream's, LLaDA's), LLaDA's, SDAR's
+    "exact": {"decoding/config.py", "decoding/llada.py", "decoding/block.py",  # the configs of the samplers it runs
+              "engine/generate.py"},  # where it acts: FreeDave instead of the sampler (decoding/freedave.py)
     "early_stop": {"decoding/config.py", "decoding/base.py",  # the table; the canvas, where it acts
                    "decoding/llada.py", "decoding/block.py"},  # LLaDA's and SDAR's configs beside their samplers
     "tau": {"decoding/config.py", "decoding/codila.py", "eval/settings.py",  # CoDiLA's rule; the paper's grid

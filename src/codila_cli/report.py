@@ -130,7 +130,16 @@ def gen_verbose_lines(result: Any, decoder: str, cfg: Any, models: Any, sources:
             settings_line(decoder, cfg, models), *([where] if where else []),
             (f"dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  tokens: {m['tokens']}  "
              f"tokens/step: {m['tokens_per_step']:.2f}  tokens/s: {m['tokens_per_second']:.1f}  "
-             f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {peak_memory()}")]
+             f"decode: {m['wall_seconds']:.2f}s  load: {m['load_seconds']:.2f}s  {peak_memory()}"),
+            *([exact_line(m)] if m.get("freedave") else [])]
+
+
+def exact_line(m: dict) -> str:
+    """``-v`` under ``--exact``: the sequential forwards, what they evaluated, and what verification did."""
+    f = m["freedave"]
+    return (f"exact (FreeDave): {m['dlm_forwards']} sequential forwards ({m['tokens_per_step']:.2f} tokens each) "
+            f"evaluating {m['dlm_rows']} canvases; drafts accepted {f['accepted']} of {f['drafted']}; "
+            f"{f['guarded']} near ties decided alone")
 
 
 def samples_summary_line(outcome: Any, n: int, max_new_tokens: int) -> tuple[str, bool]:

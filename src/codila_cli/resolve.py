@@ -38,6 +38,7 @@ class GenRequest:
     configs: dict[str, Any] = field(default_factory=dict)  # every decoder's config from the same layers
     helper: str | None = None  # the AR helper configured (flag, config, bundled pair), run or not
     language: Any = None  # --language (languages.Language): what the syntax report checks; None: Python
+    own: str = "dream"  # the DLM's own sampler (its family row's first decoder)
 
 
 class Layers:
@@ -128,7 +129,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
     try:
         configs = _configs(opt, chosen, sampling, alg_name, _trained_block(dlm_cfg, dlm_path))
     except ValueError as exc:  # a flag only another decoder reads may be the cause: say that first
-        raise _flag_of_another_decoder(chosen, opt.sources(), helper=ar_name) or _where(str(exc), opt) from None
+        raise _flag_of_another_decoder(chosen, opt.sources(), helper=ar_name, own=own) or _where(str(exc), opt) from None
     if chosen == "dream" and opt("cache") != "none":
         raise UsageError("--cache needs a block decoder", hint="use --decoder threshold or --decoder codila")
     if chosen == "llada" and (problem := configs["llada"].tiling_problem()) is not None:
@@ -136,7 +137,7 @@ def resolve_gen(flags: Mapping[str, Any], *, user: UserConfig, dlm: str | None, 
                                        "the blocks), as LLaDA's own generate requires")
     return GenRequest(decoder=chosen, config=configs[chosen], dlm=dlm_name, ar=ar_name if chosen == "codila" else None,
                       device=opt("device"), dtype=opt("dtype"), sources=opt.sources(), configs=configs,
-                      helper=ar_name)
+                      helper=ar_name, own=own)
 
 
 def _drop_inert(opt: Layers) -> None:
@@ -158,11 +159,13 @@ def unread_flag(req: GenRequest) -> UsageError | None:
     if req.decoder == "codila" and req.sources.get("alg") == "flag" and req.configs["dream"].alg == "origin":
         return UsageError("--alg origin is a rule of the dream decoder, and codila runs (it reveals by confidence)",
                           hint="add --decoder dream, or use --alg entropy, maskgit_plus or topk_margin")
-    return _flag_of_another_decoder(req.decoder, req.sources, helper=req.helper)
+    return _flag_of_another_decoder(req.decoder, req.sources, helper=req.helper, own=req.own)
 
 
-def _flag_of_another_decoder(decoder: str, sources: Mapping[str, str], *, helper: str | None) -> UsageError | None:
-    """The first flag (by ``sources``) that only decoders other than ``decoder`` read, as an error."""
+def _flag_of_another_decoder(decoder: str, sources: Mapping[str, str], *, helper: str | None,
+                              own: str = "dream") -> UsageError | None:
+    """The first flag (by ``sources``) that only decoders other than ``decoder`` read, as an error; the hint
+    names the DLM's ``own`` sampler when it reads the flag."""
     from codila_cli.decoding.knobs import knob_fields
 
     reads = {name: set(knob_fields(cls)) for name, cls in decoder_configs().items()}
@@ -173,7 +176,7 @@ def _flag_of_another_decoder(decoder: str, sources: Mapping[str, str], *, helper
             named = readers[0] if len(readers) == 1 else f"{', '.join(readers[:-1])} and {readers[-1]}"
             return UsageError(f"{knob.option} is a setting of the {named} decoder"
                               f"{'s' if len(readers) > 1 else ''}, and {decoder} runs",
-                              hint=f"add --decoder {([d for d in readers if d != 'llada'] or readers)[-1]}{need}, "
+                              hint=f"add --decoder {own if own in readers else ([d for d in readers if d != 'llada'] or readers)[-1]}{need}, "
                                    f"or drop {knob.option}")
     return None
 

@@ -26,6 +26,8 @@ class DecodeResult:
     steps: int
     seconds: float
     stopped_early: bool
+    dlm_rows: int | None = None  # canvases the DLM evaluated, when a forward ran several (decoding/freedave.py)
+    freedave: dict | None = None  # decoding/freedave.py's counts (rows, guarded, drafted, accepted)
 
 
 @dataclass

@@ -305,7 +305,8 @@ class RowDLM:
         self.forwards += 1
         dlm = self._dlm
         direct = (lambda: dlm.logits(x, rows=rows, **kwargs))
-        if kwargs and any(v is not None for v in kwargs.values()):  # SDDC's pair masks: per row
+        if x.shape[0] > 1 or (kwargs and any(v is not None for v in kwargs.values())):  # SDDC's pair masks,
+            # a FreeDave verification of several candidates (decoding/freedave.py): the row's own forward
             return self._batcher.request(self._row, _Request("solo", dlm, direct))
         n = x.shape[1]
         call = KVCall(tokens=x[0], positions=torch.arange(n, device=x.device), past=None,

@@ -32,13 +32,14 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from codila_cli.decoding.config import GEN_KNOBS, MAX_CANVAS, SamplingConfig
+from codila_cli.decoding.config import GEN_KNOBS, MAX_CANVAS, SamplingConfig, exact_problem
 from codila_cli.decoding.events import OnStep, no_op
 
 if TYPE_CHECKING:
     import torch
 
     from codila_cli.decoding.base import DecodeResult
+    from codila_cli.decoding.freedave_rules import Decision, View
 
 _g = GEN_KNOBS.default
 
@@ -57,10 +58,13 @@ class BlockConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = _g("early_stop")
     stop: tuple[str, ...] = _g("stop")
+    exact: bool | None = _g("exact")  # decoding/freedave.py (None: on where it pays)
     needs_helper: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_block_settings(self)
+        if self.exact and (problem := exact_problem(self)):
+            raise ValueError(problem)
 
     def draws(self) -> bool:
         return self.sampling.temperature > 0 or self.remasking == "random"
@@ -153,7 +157,10 @@ class BlockRules:
 
 
 def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, generator: Any = None,
-                 on_step: OnStep = no_op, writer: Any = None, tau: float | None = None) -> DecodeResult:
+                 on_step: OnStep = no_op, writer: Any = None, tau: float | None = None,
+                 fill: Any = None) -> DecodeResult:
+    """``fill(canvas, rule, forward)``: fills each block instead of the step loop below, under the block's
+    step rule (decoding/freedave_rules.py::BlockRule) and ``forward(blocks [d, n], lo, hi)`` (decoding/freedave.py)."""
 
     from codila_cli.decoding.base import Canvas
     from codila_cli.decoding.marginals import first_stop
@@ -171,6 +178,9 @@ def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, genera
         m = B if rules.quota_of == "block" else int((c.x[0, lo:hi] == c.mask_id).sum())
         quotas = [m // steps + (k < m % steps) for k in range(steps)]
         k = 0
+        if fill is not None:
+            rule = BlockRule(config, rules, lo, hi, quotas, c.mask_id, (max(lo, P) - P, hi - P))
+            fill(c, rule, lambda xs, a, z, past=past: dlm.block_logits(xs[:, a:z], a, past))  # rows: the block
         while bool((masked := c.x[0, lo:hi] == c.mask_id).any()):  # the official loop ends within steps + 1
             k += 1
             logits = dlm.block_logits(c.x[:, lo:hi], lo, past)[0]  # [n, V]
@@ -222,3 +232,47 @@ def _ar_writes(c: Any, writer: Any, logits: torch.Tensor, masked: torch.Tensor, 
     c.commit(torch.tensor(keep, device=c.x.device) + lo - P, out[[i - start for i in keep]].to(c.x.device),
              source="ar", block=(lo + start - P, lo + end - P))
     return True
+
+
+@dataclass
+class BlockRule:
+    """decoding/block.py's steps inside one block [lo, hi) at T 0: step k reveals its quota (at least one)
+    by the family's rules (decoding/block.py::BlockRules) from the block's own logits."""
+
+    config: Any
+    rules: Any
+    lo: int
+    hi: int
+    quotas: list[int]
+    mask_id: int
+    block: tuple[int, int]
+
+    def rows(self, x: torch.Tensor, step: int) -> tuple[int, int] | None:
+        return (self.lo, self.hi) if bool((x[self.lo : self.hi] == self.mask_id).any()) else None
+
+    def decide(self, x: torch.Tensor, view: View, step: int, tol: float) -> Decision | None:
+        from codila_cli.decoding.freedave_rules import Decision, lead, token_lead
+        from codila_cli.decoding.marginals import process_logits
+
+        masked = x[self.lo : self.hi] == self.mask_id
+        if not bool(masked.any()) or not view.covers(self.lo, self.hi):
+            return None
+        cfg, rules = self.config, self.rules
+        logits = view.rows(self.lo, self.hi)
+        x0, p = _sample(logits, cfg.sampling, None, rules)
+        quota = max(1, self.quotas[min(step, len(self.quotas) - 1)])
+        picked = _reveal(p, masked, quota, cfg, None, rules)
+        conf = (p.double() if rules.draw == "gumbel" else p.float())[masked]
+        quota = min(quota, int(masked.sum()))
+        if cfg.remasking == "sequential":
+            robust = True
+        elif cfg.remasking == "dynamic":
+            robust = bool(((conf - cfg.threshold).abs() > tol).all()) and lead(conf, 1 if rules.dynamic == "top1"
+                                                                              else quota) > tol
+        else:
+            robust = lead(conf, quota) > tol
+        z = logits if rules.draw == "gumbel" else process_logits(logits, cfg.sampling, top_k_first=True)
+        if rules.draw == "gumbel" and (cfg.sampling.top_k is not None or cfg.sampling.top_p is not None):
+            z = process_logits(logits, replace(cfg.sampling, temperature=0.0))
+        robust = robust and token_lead(z[picked]) > tol
+        return Decision(step, picked + self.lo, x0[picked], robust, block=self.block)

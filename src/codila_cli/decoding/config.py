@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, ClassVar
 
-from codila_cli.decoding.knobs import Knob, KnobTable, from_given
+from codila_cli.decoding.knobs import Knob, KnobTable, check_positive, check_stop, from_given
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 CONVENTIONS = ("codila", "fast-dllm")
@@ -48,6 +49,9 @@ GEN_KNOBS = KnobTable(
     Knob("alg_temp", float, None, "sample positions from softmax(conf/alg_temp).", optional=True, lo=0),
     Knob("eps", float, 1e-3, "the end of Dream's time schedule (no flag).", lo=0, hi=1, open_lo=True, open_hi=True,
          flag="", env=False),
+    Knob("exact", bool, None, "the tokens of one step at a time in fewer sequential forwards (FreeDave: each checks "
+         "up to 8 drafted steps, that many rows of compute; temperature 0).", optional=True, short="exact",
+         default_text="on with CUDA, off on a CPU, where the rows cost as much as forwards (docs/decoders.md)"),
     Knob("exact_steps", bool, False, "one DLM forward per step, as the official loop (the same tokens; codila "
          "otherwise skips forwards after steps that reveal nothing)."),
     *_SAMPLING,
@@ -101,7 +105,7 @@ GEN_KNOBS = KnobTable(
          "are 2 GiB or more, or where a probe of the model's own shapes finds bf16 faster on this CPU, cached; "
          "bf16 with --quantize), float32, bfloat16, float16.", choices=DTYPES,
          section="runtime"),
-    panels={"Decoding": ("decoder", "max_new_tokens", "temperature", "top_p", "top_k", "block_size", "tau", "stop"),
+    panels={"Decoding": ("decoder", "exact", "max_new_tokens", "temperature", "top_p", "top_k", "block_size", "tau", "stop"),
             "CoDiLA helper": ("candidate_blocks", "parallel_blocks", "conditioning", "ar_verify", "verify_penalty",
                               "cache_blocks", "ar_context", "ar_temperature", "ar_repetition_penalty",
                               "ar_syntax_guard", "ar_no_repeat_ngram"),
@@ -130,17 +134,15 @@ INFILL_KNOBS = KnobTable(
 _g, _i = GEN_KNOBS.default, INFILL_KNOBS.default  # gen's / infill's knobs (and eval's settings) defaults
 
 
-def _check_positive(name: str, value: int | None, *, limit: int = MAX_CANVAS) -> None:
-    if value is not None and not (1 <= value <= limit):
-        raise ValueError(f"{name} must be between 1 and {limit}, got {value}")
+_check_positive = partial(check_positive, limit=MAX_CANVAS)  # a count in 1 … limit (or None)
 
 
-def _check_stop(stop: tuple[str, ...]) -> None:
-    if not isinstance(stop, tuple):
-        raise ValueError(f"stop must be a tuple of line prefixes, got {type(stop).__name__}")  # noqa: TRY004 -- config errors are ValueErrors
-    for prefix in stop:
-        if not prefix or "\n" in prefix or "\r" in prefix:
-            raise ValueError(f"stop: each prefix is the non-empty start of one line, got {prefix!r}")
+def exact_problem(config: Any) -> str | None:
+    """Why ``config`` (dream's, llada's or block's) cannot decode exactly in fewer forwards, or None: FreeDave
+    (decoding/freedave.py) verifies deterministic steps, so a decode that draws at random is refused."""
+    deterministic = not config.draws() and getattr(config, "alg", None) != "origin" and not getattr(config, "cfg_scale", 0)
+    return None if deterministic else ("--exact verifies deterministic steps: it runs at --temperature 0 with a "
+                                       "confidence rule (not --alg origin, --alg-temp or --remasking random) and no --cfg-scale")
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ class DreamConfig:
     early_stop: bool = _g("early_stop")
     stop: tuple[str, ...] = _g("stop")
     exact_steps: bool = _g("exact_steps")
+    exact: bool | None = _g("exact")  # None: on where it pays (engine/generate.py)
     needs_helper: ClassVar[bool] = False  # whether the decoder runs the AR helper (codila; infill with tau)
 
     def draws(self) -> bool:
@@ -187,7 +190,7 @@ class DreamConfig:
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
-        _check_stop(self.stop)
+        check_stop(self.stop)
         _check_positive("steps", self.steps)
         _check_positive("tokens-per-step", self.tokens_per_step)
         if self.steps is not None and self.tokens_per_step is not None:
@@ -198,6 +201,8 @@ class DreamConfig:
             raise ValueError(f"alg-temp must be >= 0, got {self.alg_temp}")
         if not (0.0 < self.eps < 1.0):
             raise ValueError(f"eps must be in (0, 1), got {self.eps}")
+        if self.exact and (problem := exact_problem(self)):
+            raise ValueError(problem)
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,7 @@ class ThresholdConfig:
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
-        _check_stop(self.stop)
+        check_stop(self.stop)
         _check_positive("block-length", self.block_length)
         if self.cache not in CACHES:
             raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {self.cache!r}")
@@ -282,7 +287,7 @@ class CodilaConfig:
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
-        _check_stop(self.stop)
+        check_stop(self.stop)
         _check_positive("block-size", self.block_size, limit=256)
         _check_positive("cache-blocks", self.cache_blocks, limit=4096)
         if self.cache_blocks is not None and self.cache == "none":

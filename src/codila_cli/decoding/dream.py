@@ -22,12 +22,16 @@ the mask token is never emitted; confidences are ranked in fp32 whatever the mod
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import torch
 
 from codila_cli.decoding.base import Canvas, DecodeResult
 from codila_cli.decoding.config import DreamConfig
 from codila_cli.decoding.events import OnStep, no_op
-from codila_cli.decoding.marginals import sample_scored
+from codila_cli.decoding.freedave_rules import Decision, View, lead, token_lead
+from codila_cli.decoding.marginals import process_logits, sample_scored
 
 
 def _on_sequence_row(c: Canvas, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -88,3 +92,56 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
         for _ in range(steps - c.dlm_forwards):
             dlm.logits(c.x, rows=(c.prompt_len, c.prompt_len + 1))
     return c.result()
+
+
+@dataclass
+class DreamRule:
+    """decoding/dream.py's loop at T 0 with a confidence ``alg``: step i reveals n_i slots (the ``steps``
+    schedule's floor counts, some 0, all left at the last; or K a step), the n_i most confident of the
+    masked slots, ranked on a row as long as the sequence."""
+
+    config: Any
+    prompt_len: int
+    mask_id: int
+    grid: torch.Tensor = field(init=False)
+    steps: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg, L = self.config, self.config.max_new_tokens
+        K = cfg.tokens_per_step
+        self.steps = cfg.steps if cfg.steps is not None else (-(-L // K) if K else L)
+        self.grid = torch.linspace(1, cfg.eps, self.steps + 1, dtype=torch.float32)
+
+    def _count(self, i: int, n_masked: int) -> int:
+        K = self.config.tokens_per_step
+        if K is not None:
+            return min(K, n_masked)
+        if i >= self.steps - 1:
+            return n_masked
+        t, s = self.grid[i], self.grid[i + 1]
+        return int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
+
+    def rows(self, x: torch.Tensor, step: int) -> tuple[int, int] | None:
+        idx = (x[self.prompt_len :] == self.mask_id).nonzero().flatten()
+        last = self.steps if self.config.tokens_per_step is None else self.config.max_new_tokens
+        if len(idx) == 0 or step >= last:
+            return None
+        return self.prompt_len + int(idx[0]), self.prompt_len + int(idx[-1]) + 1
+
+    def decide(self, x: torch.Tensor, view: View, step: int, tol: float) -> Decision | None:
+        P = self.prompt_len
+        idx = (x[P:] == self.mask_id).nonzero().flatten()
+        last = self.steps if self.config.tokens_per_step is None else self.config.max_new_tokens
+        i = step
+        while i < last and len(idx) and (n := self._count(i, len(idx))) == 0:
+            i += 1
+        if i >= last or len(idx) == 0 or not view.covers(P + int(idx[0]), P + int(idx[-1]) + 1):
+            return None
+        rows = view.logits[P + idx - view.lo]
+        _, x0, conf = sample_scored(rows, self.config.sampling, None, self.config.alg)
+        row = torch.full((x.shape[0],), float("-inf"), device=conf.device)
+        row[P + idx] = conf.float()
+        chosen = torch.searchsorted(idx, torch.topk(row, n).indices - P)
+        robust = (lead(conf.float(), n) > tol
+                  and token_lead(process_logits(rows[chosen], self.config.sampling)) > tol)
+        return Decision(i, P + idx[chosen], x0[chosen], robust)

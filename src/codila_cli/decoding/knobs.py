@@ -268,3 +268,18 @@ def block_width(table: KnobTable, cfg: Any) -> int | None:
     """The block width ``cfg``'s decoder works in (its ``grid`` knob), or None (no blocks: dream)."""
     names = set(knob_fields(type(cfg))) if is_dataclass(cfg) else set()
     return next((getattr(cfg, k.name) for k in table.values() if k.grid and k.name in names), None)
+
+
+def check_positive(name: str, value: int | None, *, limit: int) -> None:
+    """A count knob's value in 1 … ``limit`` (None passes), else a ValueError naming its flag ``name``."""
+    if value is not None and not (1 <= value <= limit):
+        raise ValueError(f"{name} must be between 1 and {limit}, got {value}")
+
+
+def check_stop(stop: tuple[str, ...]) -> None:
+    """``--stop`` values: a tuple of non-empty one-line prefixes, else a ValueError."""
+    if not isinstance(stop, tuple):
+        raise ValueError(f"stop must be a tuple of line prefixes, got {type(stop).__name__}")  # noqa: TRY004 -- config errors are ValueErrors
+    for prefix in stop:
+        if not prefix or "\n" in prefix or "\r" in prefix:
+            raise ValueError(f"stop: each prefix is the non-empty start of one line, got {prefix!r}")

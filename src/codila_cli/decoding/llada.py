@@ -32,13 +32,14 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from codila_cli.decoding.config import GEN_KNOBS, SamplingConfig
+from codila_cli.decoding.config import GEN_KNOBS, SamplingConfig, exact_problem
 from codila_cli.decoding.events import OnStep, no_op
 
 if TYPE_CHECKING:  # torch is imported where decoding runs: the config is read by --help, which must not load it
     import torch
 
     from codila_cli.decoding.base import DecodeResult
+    from codila_cli.decoding.freedave_rules import Decision, View
 
 _g = GEN_KNOBS.default
 
@@ -59,6 +60,7 @@ class LladaConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     early_stop: bool = _g("early_stop")
     stop: tuple[str, ...] = _g("stop")
+    exact: bool | None = _g("exact")  # decoding/freedave.py (None: on where it pays)
     needs_helper: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -67,6 +69,8 @@ class LladaConfig:
         check_block_settings(self)
         if not 0.0 <= self.cfg_scale <= 100.0:
             raise ValueError(f"cfg-scale must be between 0 and 100, got {self.cfg_scale}")
+        if self.exact and (problem := exact_problem(self)):
+            raise ValueError(problem)
 
     def draws(self) -> bool:
         return self.sampling.temperature > 0 or self.remasking == "random"
@@ -105,13 +109,8 @@ def _logits(dlm: Any, x: torch.Tensor, prompt_len: int, cfg_scale: float, mask_i
     return un + (cfg_scale + 1) * (cond - un)
 
 
-def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, generator: torch.Generator | None = None,
-                 on_step: OnStep = no_op) -> DecodeResult:
-    import torch
-
-    from codila_cli.decoding.base import Canvas
-    from codila_cli.decoding.marginals import process_logits
-
+def check_llada(dlm: Any, prompt_ids: list[int], config: LladaConfig) -> None:
+    """What LLaDA's sampler refuses before decoding: blocks that do not tile the canvas, a mask in the prompt."""
     if (problem := config.tiling_problem()) is not None:
         raise ValueError(problem)
     if dlm.specials.mask in prompt_ids:
@@ -121,6 +120,16 @@ def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, genera
         raise UsageError(f"the prompt holds the mask token (id {dlm.specials.mask}) at token {at}; LLaDA's sampler "
                          "would fill it as if it were part of the answer",
                          hint="remove the mask token from the prompt's ids")
+
+
+def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, generator: torch.Generator | None = None,
+                 on_step: OnStep = no_op) -> DecodeResult:
+    import torch
+
+    from codila_cli.decoding.base import Canvas
+    from codila_cli.decoding.marginals import process_logits
+
+    check_llada(dlm, prompt_ids, config)
     c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
     P, L, B = c.prompt_len, config.max_new_tokens, config.block_length
     blocks = L // B
@@ -164,3 +173,59 @@ def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, genera
             if c.done():
                 return c.result()
     return c.result()
+
+
+@dataclass
+class LladaRule:
+    """decoding/llada.py's loop at T 0 (low-confidence or sequential remasking, no guidance): block b's
+    step k reveals its quota of the block's most confident masked slots (rows of that block only)."""
+
+    config: Any
+    prompt_len: int
+    mask_id: int
+
+    def _at(self, step: int) -> tuple[int, int, int, int] | None:
+        """(step, lo, hi, quota) of the first step from ``step`` with a quota, or None past the last."""
+        cfg, P = self.config, self.prompt_len
+        B = cfg.block_length
+        blocks = cfg.max_new_tokens // B
+        per = (cfg.steps if cfg.steps is not None else cfg.max_new_tokens) // blocks
+        for i in range(step, blocks * per):
+            b, k = divmod(i, per)
+            quota = B // per + (k < B % per)
+            if quota:
+                return i, P + b * B, P + (b + 1) * B, quota
+        return None
+
+    def rows(self, x: torch.Tensor, step: int) -> tuple[int, int] | None:
+        at = self._at(step)
+        return None if at is None else (at[1], at[2])
+
+    def decide(self, x: torch.Tensor, view: View, step: int, tol: float) -> Decision | None:
+        import torch
+
+        from codila_cli.decoding.freedave_rules import Decision, lead, token_lead
+        from codila_cli.decoding.marginals import process_logits
+
+        at = self._at(step)
+        if at is None or not view.covers(at[1], at[2]):
+            return None
+        i, lo, hi, quota = at
+        cfg = self.config
+        logits = view.rows(lo, hi)
+        if cfg.sampling.top_p is not None or cfg.sampling.top_k is not None:
+            logits = process_logits(logits, replace(cfg.sampling, temperature=0.0))
+        x0 = logits.argmax(-1)
+        conf = torch.softmax(logits, dim=-1).gather(-1, x0[:, None]).squeeze(-1)
+        masked = x[lo:hi] == self.mask_id
+        if cfg.remasking == "sequential":
+            picked = (masked.nonzero().flatten() + lo)[:quota]
+            robust = True
+        else:
+            row = torch.full((x.shape[0],), float("-inf"), device=logits.device)
+            row[lo:hi] = torch.where(masked, conf.float(), float("-inf"))
+            picked = torch.topk(row, quota).indices
+            robust = lead(conf.float()[masked], quota) > tol
+        robust = robust and token_lead(logits[picked - lo]) > tol
+        P = self.prompt_len
+        return Decision(i, picked, x0[picked - lo], robust, block=(lo - P, hi - P))

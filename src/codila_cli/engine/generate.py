@@ -105,11 +105,29 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
         rules = build_rules(config, ar=ar, end_ids=text_end_ids(dlm, ar, models.bridge), raw=raw)
         extra["writer"] = make_writer(ar, models.bridge, temperature=config.ar_temperature, topk=config.topk, rules=rules)
-    run = sampler(decoder, block_diffusion=family.block_diffusion)
-    res = run(dlm, ids, config=config, generator=gen, on_step=on_step, **extra)
+    if exact_pays(dlm, decoder, config):
+        from codila_cli.decoding.freedave import decode_exact
+
+        res = decode_exact(dlm, ids, decoder=decoder, config=config, generator=gen, on_step=on_step)
+    else:
+        res = sampler(decoder, block_diffusion=family.block_diffusion)(dlm, ids, config=config, generator=gen,
+                                                                       on_step=on_step, **extra)
     if family.block_diffusion:  # whole blocks are decoded (as the official loop does); the limit is kept
         res = replace(res, canvas=res.canvas[: config.max_new_tokens])
     return res
+
+
+def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
+    """Whether this decode runs FreeDave (decoding/freedave.py): when ``--exact`` says so (settings it cannot
+    run exactly are refused there), or, unset, on a GPU (a forward's spare rows cost little there; on a CPU
+    they cost as much as forwards: benchmarks/exact.py) where the settings are deterministic."""
+    from codila_cli.decoding.config import exact_problem
+
+    if decoder == "codila" or not hasattr(config, "exact"):
+        return False
+    if config.exact is not None:
+        return config.exact
+    return getattr(dlm.device, "type", str(dlm.device)) == "cuda" and exact_problem(config) is None
 
 
 def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
@@ -137,7 +155,9 @@ def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *,
     stop_ids = set(dlm.specials.stop_ids)
     ended = cut is not None or any(t in stop_ids for t in res.canvas)  # else the canvas ran out
     extra = {"stopped_early": res.stopped_early, "ended": ended, "stop_line": stop_line,
-             "load_seconds": round(models.load_seconds, 3)}
+             "load_seconds": round(models.load_seconds, 3),
+             # canvases the DLM evaluated (a FreeDave verification forward of d candidates counts d) and its counts
+             "dlm_rows": res.dlm_forwards if res.dlm_rows is None else res.dlm_rows, "freedave": res.freedave}
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
                             settings=asdict(config), metrics={**metrics.to_dict(), **extra},
                             syntax=check_code(text, language=language or (mode == "chat" and fence_language(completion))

@@ -57,12 +57,16 @@ class SdarDenoiser(DreamDenoiser):
         return [(layer.keys, layer.values) for layer in out.cache.layers]
 
     def block_logits(self, ids: Any, start: int, past: list | None) -> Any:
-        """fp32 logits [1, B, V] of the block ``ids`` [1, B] at positions start … start + B − 1, attending to
-        itself and to ``past`` (None: nothing before it); the cache is read, never written."""
+        """fp32 logits [d, B, V] of the block ``ids`` [d, B] (d candidates of one block: decoding/freedave.py) at
+        positions start … start + B − 1, each attending to itself and to ``past`` (None: nothing before it);
+        the cache is read, never written."""
         import torch
 
         pos = torch.arange(start, start + ids.shape[1], device=ids.device)[None]
-        return self.kv_call(ids, positions=pos, past=past, keep=0)[0]
+        if ids.shape[0] > 1:  # several candidate blocks (decoding/freedave.py) over one cache
+            pos = pos.expand(ids.shape[0], -1)
+            past = [(k.expand(ids.shape[0], -1, -1, -1), v.expand(ids.shape[0], -1, -1, -1)) for k, v in past or ()]
+        return self.kv_call(ids, positions=pos, past=past or None, keep=0)[0]
 
     def extend(self, ids: Any, start: int, past: list | None) -> list:
         """``past`` with the finished block ``ids`` appended (one forward, as the official sampler's)."""

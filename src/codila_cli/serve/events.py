@@ -93,6 +93,11 @@ def count(st: Any, outs: list) -> None:
     for o in outs:
         st.metrics.prompt_tokens.inc(o.prompt_tokens)
         st.metrics.tokens.inc(o.completion_tokens)
+        if "dlm_rows" in o.codila:  # a generation (a fill reports its own forwards)
+            mode = "on" if o.codila["exact_decode"] else "off"
+            st.metrics.sequential.labels(mode).inc(o.codila["dlm_forwards"])
+            st.metrics.canvases.labels(mode).inc(o.codila["dlm_rows"])
+            st.metrics.exact_tokens.labels(mode).inc(o.completion_tokens)
 
 
 def as_api_error(exc: BaseException) -> APIError:

@@ -165,6 +165,7 @@ class Job:
                 text, hit = cut_at_stop(r.completion, self.stops)
                 m = r.metrics
                 info = {"decoder": s.decoder, "seed": r.seed, "dlm_forwards": m["dlm_forwards"],
+                        "dlm_rows": m["dlm_rows"], "exact_decode": m["freedave"] is not None,
                         "ar_forwards": m["ar_forwards"], "tokens_per_forward": round(m.get("tokens_per_step", 0.0), 3),
                         "wall_seconds": round(m["wall_seconds"], 4), **self._clamp_info(),
                         "syntax": self.syntax(r.text, (len(self.prompt), len(r.text)) if r.mode != "chat" else None, r)}

@@ -1,0 +1,187 @@
+"""Lossless parallel decoding: FreeDave (Wu and Zhang, "Free Draft-and-Verification: Toward Lossless Parallel
+Decoding for Diffusion Large Language Models", arXiv 2510.00294).
+
+A deterministic sampler (T 0, confidence remasking) is a function: canvas ``x`` [N] and the logits of one
+forward on it decide the next step's commit. The one-token-per-step decode runs one forward per step. Here,
+from the logits of ``x``:
+
+1. the step they decide is committed (it is the reference's step: ``c1``);
+2. the next steps are *drafted* from the same (now stale) logits, each on the canvas the previous draft
+   left: ``c2 … cd`` (d ≤ :data:`MAX_DEPTH`, grown while drafts hold, cut back when they fail);
+3. ``c1 … cd`` run as one batched forward ([d, N]: d rows of compute, one sequential forward);
+4. ``c(j+1)`` is accepted when the step the logits of ``cj`` decide is exactly what the draft added; the
+   first mismatch ends the round, and the logits of the last accepted canvas decide the next round's
+   ``c1``. Every accepted step is one the reference takes, so the text is the reference's (the paper's
+   Theorem: the fewest sequential forwards of any draft-and-verify scheme with these drafts).
+
+codila's differences: the draft depth adapts per round (doubling while every draft is accepted, else the
+accepted count + 1); the rows each candidate's decision reads are projected once over their union; and a
+batched forward is not always bit-identical to a lone one (a [d, N] product may round the last bit, in bf16
+by up to a few units), so a decision read from a batch counts only when every comparison it makes (the
+top token's lead, the quota boundary's lead, a threshold) clears :data:`TOLERANCE` for the logits' dtype;
+otherwise that canvas is forwarded alone (a *guarded* forward) and decided from its own logits, as the
+reference would. Sampling (T > 0, random remasking, Dream's ``alg_temp``/``origin``, LLaDA's guidance) is
+refused: its draws would have to be replayed per candidate (docs/decoders.md, "Exact").
+
+Rules (:class:`DreamRule`, :class:`LladaRule`, :class:`BlockRule`) mirror decoding/dream.py, llada.py and
+block.py step for step; tests/test_freedave.py holds each to its reference on the goldens and on random
+tiny models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from codila_cli.decoding.config import exact_problem
+from codila_cli.decoding.freedave_rules import Decision, View
+
+MAX_DEPTH = 8  # candidates per verification forward
+NO_GUARD = float("-inf")  # the lead a decision read from the reference's own arithmetic needs
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-3, torch.float16: 5e-4}  # lead a batched decision must have
+
+
+@dataclass
+class Stats:
+    """What the driver did: ``rows`` canvases evaluated (compute), ``guarded`` lone forwards a near tie
+    asked for, ``drafted``/``accepted`` draft steps proposed and verified."""
+
+    rows: int = 0
+    calls: int = 0  # the driver's forwards (``rows`` of them in all)
+    guarded: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    def to_dict(self) -> dict:
+        return {"rows": self.rows, "forwards": self.calls, "guarded": self.guarded, "drafted": self.drafted, "accepted": self.accepted}
+
+
+def freedave(c: Any, rule: Any, forward: Callable[[torch.Tensor, int, int], torch.Tensor], *, tol: float,
+             stats: Stats, done: Callable[[], bool], start: int = 0) -> None:
+    """Decode the canvas ``c`` (decoding/base.py::Canvas) under ``rule`` until its schedule ends or ``done()``.
+    ``forward(xs [d, N], lo, hi)`` gives logits [d, hi − lo, V] of rows [lo, hi) (a call with d = 1 is the
+    reference's own forward); ``start``: the schedule step to begin at."""
+    def counted(xs: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        stats.calls, stats.rows = stats.calls + 1, stats.rows + xs.shape[0]
+        return forward(xs, lo, hi)
+
+    def alone(x: torch.Tensor, step: int) -> View:
+        return View(*(span := rule.rows(x, step)), counted(x[None], *span)[0])
+
+    x = c.x[0]
+    if rule.rows(x, start) is None:
+        return
+    # ``loose``: the view came from a batch whose rows may round otherwise than lone forwards, so a decision
+    # read from it must clear ``tol``; a lone forward, or a batch whose check row matched its lone logits bit
+    # for bit, is the reference's own arithmetic
+    view, seen, loose, step, depth = alone(x, start), x.clone(), False, start, 2
+    while True:
+        d = rule.decide(x, view, step, tol if loose else NO_GUARD)
+        if d is None:
+            return
+        if not d.robust:  # a near tie read from a batch: decide it from the canvas's own forward
+            view, seen, loose = alone(x, step), x.clone(), False
+            stats.guarded += 1
+            d = rule.decide(x, view, step, NO_GUARD)
+        _commit(c, d)
+        step = d.step + 1
+        if done():
+            return
+        drafts = _drafts(x, rule, view, step, depth)  # [(canvas after the draft step, its decision)]
+        stats.drafted += len(drafts)
+        cands = [x.clone(), *(cand for cand, _ in drafts)]
+        nexts = [step, *(dd.step + 1 for _, dd in drafts)]  # the step each candidate's logits would decide
+        need = [(i, s) for i, s in enumerate(rule.rows(cand, n) for cand, n in zip(cands, nexts)) if s is not None]
+        if not need:
+            return
+        check = len(need) > 1 and not loose  # the last view's canvas again: are this batch's rows lone rows?
+        lo = min([s[0] for _, s in need] + ([view.lo] if check else []))
+        hi = max([s[1] for _, s in need] + ([view.hi] if check else []))
+        out = counted(torch.stack([cands[i] for i, _ in need] + ([seen] if check else [])), lo, hi)
+        loose = len(need) > 1 and not (check and torch.equal(out[-1][view.lo - lo : view.hi - lo], view.logits))
+        views = {i: View(lo, hi, out[k]) for k, (i, _) in enumerate(need)}
+        view, seen, accepted = views.get(0), cands[0], 0
+        for j, (cand, want) in enumerate(drafts):
+            got = rule.decide(x, view, step, tol if loose else NO_GUARD) if view is not None else None
+            if got is None or not got.robust or not _same(got, want):
+                break
+            _commit(c, got)
+            accepted += 1
+            step = got.step + 1
+            if done():
+                return
+            view, seen = views.get(j + 1), cand
+        stats.accepted += accepted
+        if view is None:  # the drafts ended the schedule's rows (LLaDA's next block is not in this view)
+            if rule.rows(x, step) is None:
+                return
+            view, seen, loose = alone(x, step), x.clone(), False
+        depth = min(MAX_DEPTH, depth * 2) if accepted == len(drafts) else max(2, accepted + 1)
+
+
+def _drafts(x: torch.Tensor, rule: Any, view: View, step: int, depth: int) -> list[tuple[torch.Tensor, Decision]]:
+    """Up to ``depth`` − 1 steps after ``x``, each decided from the stale ``view`` on the previous draft."""
+    out, cur = [], x
+    while len(out) < depth - 1:
+        d = rule.decide(cur, view, step, float("-inf"))
+        if d is None:
+            break
+        cur = cur.clone()
+        cur[d.positions] = d.tokens.to(cur.dtype)
+        out.append((cur, d))
+        step = d.step + 1
+    return out
+
+
+def _same(a: Decision, b: Decision) -> bool:
+    if a.step != b.step or a.positions.numel() != b.positions.numel():
+        return False
+    oa, ob = torch.argsort(a.positions), torch.argsort(b.positions)
+    return bool(torch.equal(a.positions[oa], b.positions[ob]) and torch.equal(a.tokens[oa].cpu(), b.tokens[ob].cpu()))
+
+
+def _commit(c: Any, d: Decision) -> None:
+    c.commit(d.positions - c.prompt_len, d.tokens, source="dlm", block=d.block)
+
+
+def tolerance(logits_dtype: Any) -> float:
+    """The lead a decision read from a batched forward must have, for a model computing in ``logits_dtype``."""
+    return TOLERANCE.get(logits_dtype, TOLERANCE[torch.bfloat16])
+
+
+def decode_exact(dlm: Any, prompt_ids: list[int], *, decoder: str, config: Any, generator: Any = None,
+                 on_step: Any = None) -> Any:
+    """The reference decode of ``decoder`` (dream, llada, block) with ``config``, in fewer sequential
+    forwards; the result also says the canvases evaluated (``dlm_rows``) and the driver's counts."""
+    from dataclasses import replace as with_
+
+    from codila_cli.decoding.base import Canvas
+    from codila_cli.decoding.dream import DreamRule
+    from codila_cli.decoding.events import no_op
+    from codila_cli.decoding.llada import LladaRule
+    from codila_cli.errors import UsageError
+
+    on_step = on_step or no_op
+    problem = exact_problem(config)
+    if problem is not None:
+        raise UsageError(problem, hint="drop --exact (or use --no-exact) to decode with these settings")
+    tol = tolerance(next(dlm.model.parameters()).dtype)
+    stats = Stats()
+    if decoder == "block":
+        from codila_cli.decoding.block import decode_block
+
+        res = decode_block(dlm, prompt_ids, config=config, generator=generator, on_step=on_step,
+                           fill=lambda c, rule, forward: freedave(c, rule, forward, tol=tol, stats=stats,
+                                                                   done=lambda: False))
+        return with_(res, dlm_rows=res.dlm_forwards - stats.calls + stats.rows, freedave=stats.to_dict())
+    if decoder == "llada":
+        from codila_cli.decoding.llada import check_llada
+
+        check_llada(dlm, prompt_ids, config)
+    c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
+    rule = (DreamRule if decoder == "dream" else LladaRule)(config, c.prompt_len, c.mask_id)
+    freedave(c, rule, lambda xs, lo, hi: dlm.logits(xs, rows=(lo, hi)), tol=tol, stats=stats, done=c.done)
+    return with_(c.result(), dlm_rows=stats.rows, freedave=stats.to_dict())

@@ -1,0 +1,293 @@
+"""--exact (decoding/freedave.py, FreeDave arXiv 2510.00294): the one-token-per-step decode's tokens, step for step,
+in fewer sequential forwards, for every family: on the golden cases that run deterministically, on seeded
+random cases of tiny models (each committed step compared with the reference's), batched and alone, fp32 and
+bf16; and what is refused."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+from golden_cases import fixture_dlm
+
+from codila_cli.decoding.block import BlockConfig
+from codila_cli.decoding.config import DreamConfig, SamplingConfig, exact_problem
+from codila_cli.decoding.events import no_op
+from codila_cli.decoding.freedave import decode_exact
+from codila_cli.decoding.llada import LladaConfig
+from codila_cli.decoding.metrics import MetricsRecorder
+
+SAMPLERS = {"dream": ("dream", "decode_dream"), "llada": ("llada", "decode_llada"), "block": ("block", "decode_block")}
+
+
+def _reference(decoder: str):
+    module, name = SAMPLERS[decoder]
+    return getattr(importlib.import_module(f"codila_cli.decoding.{module}"), name)
+
+
+def _both(dlm, ids, decoder: str, config) -> tuple:
+    """(reference result, its events, exact result, its events)."""
+    ref_events, ex_events = MetricsRecorder(), MetricsRecorder()
+    ref = _reference(decoder)(dlm, ids, config=config, on_step=ref_events)
+    ex = decode_exact(dlm, ids, decoder=decoder, config=config, on_step=ex_events)
+    return ref, ref_events.events, ex, ex_events.events
+
+
+def _steps(events) -> list[tuple]:
+    """Each committed step as the reference takes it: (positions as a set, tokens by position, source)."""
+    return [(tuple(sorted(zip(e.positions, e.tokens))), e.source) for e in events]
+
+
+def assert_same_decode(dlm, ids, decoder, config) -> dict:
+    """The exact decode commits the reference's steps in its order (a step the reference would not take
+    fails here, whatever the final text), in no more sequential forwards; returns its counts."""
+    ref, ref_events, ex, ex_events = _both(dlm, ids, decoder, config)
+    assert _steps(ex_events) == _steps(ref_events), (decoder, config)
+    assert ex.canvas == ref.canvas and ex.stopped_early == ref.stopped_early
+    # a round commits at least one step for one forward, plus one lone forward when a near tie was read from a
+    # batch (guarded), so the count never passes the reference's by more than the ties
+    assert ex.dlm_forwards <= ref.dlm_forwards + ex.freedave["guarded"] + 1
+    assert ex.freedave["forwards"] <= ex.dlm_forwards and ex.dlm_rows >= ex.dlm_forwards
+    return {"ref": ref.dlm_forwards, "exact": ex.dlm_forwards, **ex.freedave}
+
+
+# --- the golden cases that run at one deterministic step at a time (every family) ---------------------------
+
+def _golden_modules():
+    from shared_data import PARITY
+
+    # SDAR's goldens are all sampled (its official sampler divides by a temperature of 0), so none runs here;
+    # SDAR's network and block rules are held to the reference on random cases below
+    out = [("llada_cases", "run", "llada"), ("stable_diffcoder_cases", "run", "block")]
+    if PARITY.is_dir():
+        out.append(("parity_cases", "run_dream", "dream"))
+    return out
+
+
+def _deterministic(case: dict) -> bool:
+    s = case["settings"]
+    if (s.get("temperature") or 0) > 0 or s.get("alg_temp") or s.get("alg") == "origin" or s.get("cfg_scale"):
+        return False
+    return s.get("remasking", s.get("remasking_strategy", "")) not in ("random",)
+
+
+@pytest.mark.parametrize("module,function,decoder", _golden_modules(), ids=lambda v: str(v))
+def test_exact_gives_the_reference_ids_on_every_deterministic_golden_case(module, function, decoder, monkeypatch):
+    """Each golden case with deterministic settings, run by its own harness with the sampler swapped for
+    FreeDave: the same ids as the harness's reference run (which tests/test_{llada,sdar,…}.py hold to the
+    official code), in fewer or as many sequential forwards."""
+    mod = importlib.import_module(module)
+    cases = [c for c in getattr(mod, "CASES", getattr(mod, "DREAM", [])) if _deterministic(c)]
+    assert len(cases) >= 3, "the goldens hold deterministic cases of this family"
+    sampler_mod = importlib.import_module(f"codila_cli.decoding.{SAMPLERS[decoder][0]}")
+    real = getattr(sampler_mod, SAMPLERS[decoder][1])
+    run = getattr(mod, function)
+    saved = 0
+    for case in cases:
+        want_ids, want_forwards = run(case)
+        guarded: list[int] = []
+
+        def exact(dlm, ids, *, config, generator=None, on_step=no_op, guarded=guarded):
+            monkeypatch.setattr(sampler_mod, SAMPLERS[decoder][1], real)  # decode_exact calls the block loop
+            try:
+                res = decode_exact(dlm, ids, decoder=decoder, config=config, generator=generator, on_step=on_step)
+                guarded.append(res.freedave["guarded"])
+                return res
+            finally:
+                monkeypatch.setattr(sampler_mod, SAMPLERS[decoder][1], exact)
+
+        monkeypatch.setattr(sampler_mod, SAMPLERS[decoder][1], exact)
+        try:
+            got_ids, got_forwards = run(case)
+        finally:
+            monkeypatch.setattr(sampler_mod, SAMPLERS[decoder][1], real)
+        assert got_ids == want_ids, case["id"]
+        assert got_forwards <= want_forwards + sum(guarded), case["id"]  # a near tie read from a batch: one more
+        saved += want_forwards - got_forwards
+    assert saved > 0  # it saves forwards somewhere
+
+
+# --- seeded random cases ---------------------------------------------------------------------------------------
+
+def _random_config(decoder: str, rng: random.Random, dtype_cap: int = 40):
+    L = rng.choice([8, 12, 16, 24, 32, dtype_cap])
+    sampling = SamplingConfig(top_k=rng.choice([None, None, 5]), top_p=rng.choice([None, None, 0.9]))
+    early = rng.random() < 0.5
+    if decoder == "dream":
+        sched = rng.choice(["K", "steps", "none"])
+        return DreamConfig(max_new_tokens=L, alg=rng.choice(["entropy", "maskgit_plus", "topk_margin"]),
+                           tokens_per_step=rng.choice([1, 1, 2]) if sched == "K" else None,
+                           steps=rng.choice([L, L // 2, max(1, L // 3)]) if sched == "steps" else None,
+                           sampling=sampling, early_stop=early)
+    if decoder == "llada":
+        block = rng.choice([b for b in (4, 8, L) if L % b == 0])
+        blocks = L // block
+        return LladaConfig(max_new_tokens=L, block_length=block, steps=rng.choice([L, max(blocks, L // 2 // blocks * blocks)]),
+                           remasking=rng.choice(["low_confidence", "low_confidence", "sequential"]),
+                           sampling=sampling, early_stop=early)
+    return BlockConfig(max_new_tokens=L, block_length=rng.choice([2, 4, 8]), steps=rng.choice([None, None, 2]),
+                       remasking=rng.choice(["low_confidence", "low_confidence", "dynamic", "sequential"]),
+                       threshold=rng.choice([0.05, 0.2, 0.5]), sampling=sampling, early_stop=early)
+
+
+FAMILIES = {"dream": None, "llada": ("llada", "llada-tiny-a"), "sdar": ("sdar", "sdar-tiny-a"),
+            "stable-diffcoder": ("stable_diffcoder", "sdc-tiny-b")}
+
+
+def _property(family: str, n: int, dtype: str, tiny: dict, seed0: int = 0) -> dict:
+    from codila_cli.models.families import load_dlm
+
+    if family == "dream":
+        dlm = load_dlm(tiny["dlm"], name="tiny-dream", device=torch.device("cpu"), dtype=getattr(torch, dtype))
+        decoder = "dream"
+    else:
+        dlm = fixture_dlm(*FAMILIES[family], dtype)
+        decoder = "llada" if family == "llada" else "block"
+    vocab = min(dlm.vocab_rows, 400)
+    totals = {"ref": 0, "exact": 0, "guarded": 0, "cases": 0}
+    for seed in range(seed0, seed0 + n):
+        rng = random.Random(seed)
+        ids = [rng.randrange(5, vocab) for _ in range(rng.randrange(1, 14))]
+        ids = [t for t in ids if t not in (dlm.specials.mask, *dlm.specials.stop_ids)] or [7]
+        out = assert_same_decode(dlm, ids, decoder, _random_config(decoder, rng))
+        for k in ("ref", "exact", "guarded"):
+            totals[k] += out[k]
+        totals["cases"] += 1
+    return totals
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_random_cases_commit_the_reference_steps_in_fp32(family, tiny):
+    """250 seeded random settings and prompts per family (the slow suite runs thousands): every committed step
+    is the reference's, and in all the exact decode needs fewer sequential forwards."""
+    totals = _property(family, 250, "float32", tiny)
+    assert totals["cases"] == 250 and totals["exact"] < totals["ref"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_thousands_of_random_cases(family, tiny):
+    totals = _property(family, 1500, "float32", tiny, seed0=10_000)
+    assert totals["exact"] < totals["ref"]
+    totals = _property(family, 250, "bfloat16", tiny, seed0=20_000)
+    assert totals["exact"] <= totals["ref"] + totals["guarded"]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_random_cases_in_bf16(family, tiny):
+    """bf16: a batched row may round a logit otherwise than the lone forward; a decision read from a batch
+    counts only when its leads clear the bf16 tolerance, else the canvas is forwarded alone (guarded).
+    On these cases every step is the reference's (docs/decoders.md, Exact, says what is promised)."""
+    totals = _property(family, 40, "bfloat16", tiny, seed0=5_000)
+    assert totals["cases"] == 40
+
+
+def test_a_batched_forward_that_rounds_otherwise_is_caught_at_near_ties(tiny, monkeypatch):
+    """The guard is what keeps a batched forward's rounding from choosing: batched rows (d > 1) nudged by
+    1e-6 fail the batch's check row (the last lone canvas again, compared bit for bit), so decisions read from
+    them must clear the tolerance, and near ties are decided from the canvas's own forward: the reference's
+    steps. With the guard off and the nudge at 1e-1 the text departs from the reference: the identity checks
+    can fail."""
+    from codila_cli.decoding import freedave
+    from codila_cli.models.families import load_dlm
+
+    dlm = load_dlm(tiny["dlm"], name="tiny-dream", device=torch.device("cpu"), dtype=torch.float32)
+    real = type(dlm).logits
+
+    def nudged(scale):
+        def logits(self, x, **kw):
+            out = real(self, x, **kw)
+            if x.shape[0] > 1:
+                g = torch.Generator().manual_seed(int(x.sum()))
+                out = out + scale * torch.randn(out.shape, generator=g)
+            return out
+        return logits
+
+    cfg = DreamConfig(max_new_tokens=24, tokens_per_step=1, early_stop=False)
+    prompts = [[5 + i, 9, 30 + i] for i in range(12)]
+    monkeypatch.setattr(type(dlm), "logits", nudged(1e-6))
+    guarded = sum(assert_same_decode(dlm, p, "dream", cfg)["guarded"] for p in prompts)
+    monkeypatch.setattr(freedave, "tolerance", lambda dtype: freedave.NO_GUARD)
+    monkeypatch.setattr(type(dlm), "logits", nudged(1e-1))
+    differs = 0
+    for p in prompts:
+        ref, _, ex, _ = _both(dlm, p, "dream", cfg)
+        differs += ref.canvas != ex.canvas
+    assert differs > 0
+    assert guarded > 0  # the nudged batches were caught (their check row differed) and near ties went alone
+
+
+# --- batched, and through the commands --------------------------------------------------------------------------
+
+def test_rows_decoded_exactly_in_a_shared_batch_are_their_lone_reference_decodes(tiny_models):
+    """A server's rows: each FreeDave row runs its verification as its own forward inside the shared batch
+    (decoding/batch.py); texts equal each prompt's lone one-token-per-step decode."""
+    from dataclasses import replace
+
+    from codila_cli.engine.generate import generate, generate_many
+
+    cfg = DreamConfig(max_new_tokens=16, tokens_per_step=1)
+    prompts = ["def f(x):", "def g(a, b):\n", "class A:\n", "import os\n"]
+    alone = [generate(tiny_models, p, decoder="dream", config=cfg, seed=0).completion for p in prompts]
+    out = generate_many(tiny_models, prompts, decoder="dream", config=replace(cfg, exact=True), seeds=[0] * 4,
+                        batched=True)
+    assert out.batched and [r.completion for r in out.results] == alone
+    assert all(r.metrics["freedave"] is not None and r.metrics["dlm_rows"] >= r.metrics["dlm_forwards"]
+               for r in out.results)
+
+
+def _gen(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codila_cli", "gen", "--dlm", "bundled-dlm", *args],
+                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "CODILA_NOTICE": "0"})
+
+
+def test_gen_exact_json_and_verbose_report_forwards_and_refusals():
+    """`gen --exact`: the same text as without it, --json says the sequential forwards, the canvases they
+    evaluated and what verification did, -v says it in a line; random settings are one Error: and a
+    Hint: before any model loads (exit 2); a CPU leaves it off unless asked."""
+    base = ["--decoder", "dream", "--max-new-tokens", "24", "-K", "1", "--seed", "3", "--json", "def add(a, b):"]
+    plain, exact = _gen(*base), _gen("--exact", *base)
+    assert plain.returncode == 0 and exact.returncode == 0, exact.stderr
+    p, e = json.loads(plain.stdout), json.loads(exact.stdout)
+    assert e["text"] == p["text"] and e["settings"]["exact"] is True and p["settings"]["exact"] is None
+    assert p["metrics"]["freedave"] is None and p["metrics"]["dlm_rows"] == p["metrics"]["dlm_forwards"] == 24
+    m = e["metrics"]
+    assert m["dlm_forwards"] < 24 and m["dlm_rows"] > m["dlm_forwards"] and m["freedave"]["rows"] <= m["dlm_rows"]
+    assert m["tokens_per_step"] == pytest.approx(m["tokens"] / m["dlm_forwards"])
+    v = _gen("--exact", "-v", *base[:-2], base[-1])
+    assert "exact (FreeDave): " in v.stderr and "sequential forwards" in v.stderr and v.stdout.startswith("def add")
+    bad = _gen("--exact", "--temperature", "0.7", *base)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert "Error: --exact verifies deterministic steps" in bad.stderr and "Hint:" in bad.stderr
+    codila = _gen("--exact", "--max-new-tokens", "8", "def f(")
+    assert codila.returncode == 2 and "--exact is a setting of the dream, llada and block decoders" in codila.stderr
+
+
+def test_exact_is_refused_for_settings_that_draw():
+    for cfg in (DreamConfig(sampling=SamplingConfig(temperature=0.5)), DreamConfig(alg="origin"),
+                DreamConfig(alg_temp=0.3), LladaConfig(remasking="random"), LladaConfig(cfg_scale=1.0),
+                BlockConfig(sampling=SamplingConfig(temperature=1.0))):
+        assert exact_problem(cfg) is not None
+        with pytest.raises(ValueError, match="--exact verifies deterministic steps"):
+            type(cfg)(**{**cfg.__dict__, "exact": True})
+    assert exact_problem(BlockConfig(remasking="dynamic")) is None and exact_problem(LladaConfig()) is None
+
+
+def test_auto_runs_it_only_where_spare_rows_are_free(tiny_models):
+    """Unset, --exact follows the device: off on a CPU (a verification forward of d canvases costs d
+    forwards there: benchmarks/exact.py), on with CUDA for deterministic settings."""
+    from types import SimpleNamespace
+
+    from codila_cli.engine.generate import exact_pays
+
+    dlm = tiny_models.dlm
+    assert not exact_pays(dlm, "dream", DreamConfig())
+    cuda = SimpleNamespace(device=torch.device("cuda"), family=dlm.family)
+    assert exact_pays(cuda, "dream", DreamConfig()) and exact_pays(cuda, "block", BlockConfig())
+    assert not exact_pays(cuda, "dream", DreamConfig(sampling=SamplingConfig(temperature=0.2)))
+    assert not exact_pays(cuda, "dream", DreamConfig(exact=False)) and not exact_pays(cuda, "codila", DreamConfig())
