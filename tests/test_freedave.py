@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import random
+import re
 import subprocess
 import sys
 
@@ -197,23 +198,23 @@ def test_a_batched_forward_that_rounds_otherwise_is_caught_at_near_ties(tiny, mo
     from codila_cli.models.families import load_dlm
 
     dlm = load_dlm(tiny["dlm"], name="tiny-dream", device=torch.device("cpu"), dtype=torch.float32)
-    real = type(dlm).logits
+    real = type(dlm).logits_many
 
     def nudged(scale):
-        def logits(self, x, **kw):
-            out = real(self, x, **kw)
-            if x.shape[0] > 1:
-                g = torch.Generator().manual_seed(int(x.sum()))
-                out = out + scale * torch.randn(out.shape, generator=g)
+        def logits_many(self, xs, spans):
+            out = real(self, xs, spans)
+            if xs.shape[0] > 1:
+                g = torch.Generator().manual_seed(int(xs.sum()))
+                out = [o + scale * torch.randn(o.shape, generator=g) for o in out]
             return out
-        return logits
+        return logits_many
 
     cfg = DreamConfig(max_new_tokens=24, tokens_per_step=1, early_stop=False)
     prompts = [[5 + i, 9, 30 + i] for i in range(12)]
-    monkeypatch.setattr(type(dlm), "logits", nudged(1e-6))
+    monkeypatch.setattr(type(dlm), "logits_many", nudged(1e-6))
     guarded = sum(assert_same_decode(dlm, p, "dream", cfg)["guarded"] for p in prompts)
     monkeypatch.setattr(freedave, "tolerance", lambda dtype: freedave.NO_GUARD)
-    monkeypatch.setattr(type(dlm), "logits", nudged(1e-1))
+    monkeypatch.setattr(type(dlm), "logits_many", nudged(1e-1))
     differs = 0
     for p in prompts:
         ref, _, ex, _ = _both(dlm, p, "dream", cfg)
@@ -291,3 +292,41 @@ def test_auto_runs_it_only_where_spare_rows_are_free(tiny_models):
     assert exact_pays(cuda, "dream", DreamConfig()) and exact_pays(cuda, "block", BlockConfig())
     assert not exact_pays(cuda, "dream", DreamConfig(sampling=SamplingConfig(temperature=0.2)))
     assert not exact_pays(cuda, "dream", DreamConfig(exact=False)) and not exact_pays(cuda, "codila", DreamConfig())
+
+
+def test_the_server_runs_exact_requests_beside_others_and_counts_them():
+    """`"codila": {"exact": true}` in a request: the same text as the request without it, decoded in a shared
+    batch beside other requests, the choice says so, /metrics counts its sequential forwards and canvases;
+    with a temperature it is a 400 naming the setting."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from test_serve import Server
+
+    s = Server("--max-batch", "4")
+    try:
+        def ask(prompt: str, **codila) -> dict:
+            body = {"model": "codila", "prompt": prompt, "max_tokens": 16, "temperature": 0, "seed": 1,
+                    "codila": {"decoder": "dream", "tokens_per_step": 1, **codila}}
+            r = httpx.post(s.url + "/v1/completions", json=body, timeout=120)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        prompts = ["def fib(n):", "class Stack:\n", "def gcd(a, b):"]
+        with ThreadPoolExecutor(6) as pool:
+            exact = list(pool.map(lambda p: ask(p, exact=True), prompts))
+            plain = list(pool.map(ask, prompts))
+        for e, p in zip(exact, plain):
+            assert e["choices"][0]["text"] == p["choices"][0]["text"]
+            info, base = e["codila"]["choices"][0], p["codila"]["choices"][0]
+            assert info["exact_decode"] and not base["exact_decode"]
+            assert info["dlm_forwards"] < base["dlm_forwards"] and info["dlm_rows"] > info["dlm_forwards"]
+        metrics = httpx.get(s.url + "/metrics").text
+        on = float(re.search(r'codila_sequential_dlm_forwards_total\{freedave="on"\} (\S+)', metrics).group(1))
+        assert on == sum(e["codila"]["choices"][0]["dlm_forwards"] for e in exact)
+        assert re.search(r'codila_dlm_canvases_total\{freedave="off"\} (\S+)', metrics)
+        bad = httpx.post(s.url + "/v1/completions", json={"model": "codila", "prompt": "x", "max_tokens": 4,
+                                                          "temperature": 0.7, "codila": {"decoder": "dream", "exact": True}})
+        assert bad.status_code == 400 and "codila.exact verifies deterministic steps" in bad.text
+    finally:
+        s.stop()

@@ -1,8 +1,8 @@
 """Step-level batching: the model calls of many rows (requests) run as a few stacked forwards.
 
-Each row runs the unchanged single-sequence sampler (dream, threshold, codila, DreamOn, SDDC) in its
-own thread, against row views of the models (:class:`RowDLM`, :class:`RowAR`). A view turns each
-model call into a request to the shared :class:`StepBatcher`. When every row that is still decoding
+Each row runs the unchanged single-sequence sampler (dream, threshold, codila, DreamOn, SDDC) in its own thread,
+against row views of the models (:class:`RowDLM`, :class:`RowAR`): each model call becomes a request to the
+shared :class:`StepBatcher`. When every row that is still decoding
 has a request waiting, the last to arrive runs the *step*: the requests are grouped by model and kind,
 each group runs as one stacked forward (models/batched.py: the rows' tokens packed back to back, each
 row with its own cached keys/values and its own positions), and each row gets its slice. Rows join at any step and leave when
@@ -16,17 +16,16 @@ row by row, in the same step):
   each row with its own cache, so the default CoDiLA setting batches too;
 * the AR helper's forwards (decoding/soft_ar.py: the block prefill and each cached step).
 
-Only the rows a caller reads are projected onto the vocabulary. SDDC's pair-masked forwards run per
-row, inside the step. Consequences, tested in tests/test_batch.py:
+Only the rows a caller reads are projected onto the vocabulary. SDDC's pair-masked forwards and FreeDave's
+candidates (``logits_many``) run per row, inside the step. Consequences, tested in tests/test_batch.py:
 
 * a row makes the decisions it would make alone (the sampler code is the same; a forward with other
   rows differs from a forward alone only in float summation order, and a request that is alone in its
   group runs as the row's own forward, bit for bit);
 * per-row accounting: a row's ``forwards`` count its own model calls; :class:`StepBatcher` counts the
   forwards the hardware ran (``dlm_calls``, ``ar_calls``) and the rows each served;
-* a row that fails, or is cancelled (:meth:`StepBatcher.cancel`: a client that went away), raises in
-  its own thread only; the other rows go on. A stacked forward that fails is rerun row by row, so one
-  bad row cannot fail another.
+* a row that fails, or is cancelled (:meth:`StepBatcher.cancel`: a client that went away), raises in its own
+  thread only; the other rows go on. A stacked forward that fails is rerun row by row.
 """
 
 from __future__ import annotations
@@ -305,14 +304,16 @@ class RowDLM:
         self.forwards += 1
         dlm = self._dlm
         direct = (lambda: dlm.logits(x, rows=rows, **kwargs))
-        if x.shape[0] > 1 or (kwargs and any(v is not None for v in kwargs.values())):  # SDDC's pair masks,
-            # a FreeDave verification of several candidates (decoding/freedave.py): the row's own forward
+        if kwargs and any(v is not None for v in kwargs.values()):  # SDDC's pair masks: per row
             return self._batcher.request(self._row, _Request("solo", dlm, direct))
-        n = x.shape[1]
-        call = KVCall(tokens=x[0], positions=torch.arange(n, device=x.device), past=None,
-                      keep=dlm.raw_rows(*(rows or (0, n))).to(x.device))
+        call = KVCall(tokens=x[0], positions=torch.arange(x.shape[1], device=x.device), past=None,
+                      keep=dlm.raw_rows(*(rows or (0, x.shape[1]))).to(x.device))
         return self._batcher.request(self._row, _Request("dlm", dlm.model, direct, call,
                                                          lambda out: dlm.emittable(out[0]), owner=dlm))
+
+    def logits_many(self, xs: torch.Tensor, spans: list) -> list:  # FreeDave's candidates: the row's own forward
+        self.forwards += 1
+        return self._batcher.request(self._row, _Request("solo", self._dlm, lambda: self._dlm.logits_many(xs, spans)))
 
     def kv_call(self, ids: torch.Tensor, *, positions: Any | None, past: list | None, keep: torch.Tensor,
                 want_kv: bool = False) -> tuple[torch.Tensor, list | None]:

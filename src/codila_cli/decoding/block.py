@@ -160,7 +160,8 @@ def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, genera
                  on_step: OnStep = no_op, writer: Any = None, tau: float | None = None,
                  fill: Any = None) -> DecodeResult:
     """``fill(canvas, rule, forward)``: fills each block instead of the step loop below, under the block's
-    step rule (decoding/freedave_rules.py::BlockRule) and ``forward(blocks [d, n], lo, hi)`` (decoding/freedave.py)."""
+    step rule (:class:`BlockRule`) and ``forward(canvases [d, N], spans)``: the block's logits per canvas
+    (decoding/freedave.py)."""
 
     from codila_cli.decoding.base import Canvas
     from codila_cli.decoding.marginals import first_stop
@@ -180,7 +181,7 @@ def decode_block(dlm: Any, prompt_ids: list[int], *, config: BlockConfig, genera
         k = 0
         if fill is not None:
             rule = BlockRule(config, rules, lo, hi, quotas, c.mask_id, (max(lo, P) - P, hi - P))
-            fill(c, rule, lambda xs, a, z, past=past: dlm.block_logits(xs[:, a:z], a, past))  # rows: the block
+            fill(c, rule, lambda xs, spans, past=past, lo=lo, hi=hi: list(dlm.block_logits(xs[:, lo:hi], lo, past)))
         while bool((masked := c.x[0, lo:hi] == c.mask_id).any()):  # the official loop ends within steps + 1
             k += 1
             logits = dlm.block_logits(c.x[:, lo:hi], lo, past)[0]  # [n, V]

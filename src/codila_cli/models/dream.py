@@ -111,6 +111,24 @@ class DreamDenoiser:
                                  position_ids=position_ids, use_cache=False, logits_to_keep=keep).logits
         return self.emittable(shift_logits(out) if self.shifted and rows is None else out)
 
+    def logits_many(self, xs: Any, spans: list[tuple[int, int]]) -> list:
+        """One forward of the canvases ``xs`` [d, N] (FreeDave's candidates: decoding/freedave.py) and, for each,
+        the logits of its tokens [lo, hi) [hi − lo, V], projected on their own as :meth:`logits` projects a lone
+        canvas's rows (the same product shape, so the same rounding as the lone call for the same hidden
+        states). One forward counted."""
+        import torch
+        import torch.nn.functional as F
+
+        self.forwards += 1
+        with torch.inference_mode():
+            if hasattr(self.model, "hidden_states"):  # models/native.py
+                h = self.model.hidden_states(input_ids=xs, attention_mask={"full_attention": None})[0]
+            else:  # transformers: the base model's last hidden state
+                h = self.model.model(input_ids=xs, attention_mask={"full_attention": None}, use_cache=False).last_hidden_state
+            head = self.model.lm_head.weight
+            return [self.emittable(F.linear(h[i : i + 1, self.raw_rows(*span).to(h.device)], head)[0])
+                    for i, span in enumerate(spans)]
+
     def kv_call(self, ids: Any, *, positions: Any | None, past: list | None, keep: Any,
                 want_kv: bool = False) -> tuple[Any, list | None]:
         """One bidirectional forward of ``ids`` [1, n] at ``positions`` [1, n] (None: 0 … n − 1) that also

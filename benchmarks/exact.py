@@ -1,0 +1,115 @@
+"""What ``--exact`` (FreeDave, decoding/freedave.py) saves and costs, side by side in one run against the
+one-token-per-step decode it reproduces.
+
+    python benchmarks/exact.py [--dir /tmp/codila-quant] [--out docs/results/exact-s34.md]
+                               [--models bundled,sdar-1.7b,dream-7b-4l,llada-8b-4l] [--tokens 128,256]
+
+For each model and length: the reference decode (Dream's ``steps = max_new_tokens``, LLaDA's one token per
+step in blocks of 32, the block sampler's static schedule one token per step in blocks of 4; all at T 0)
+and the same with ``exact=True``, one after the other in one process, each on the same prompts: identical
+texts (counted: fp32 promises all; bf16 within its tolerance, docs/decoders.md), sequential forwards, canvases evaluated (the compute), tokens per sequential forward,
+and the wall-clock ratio reference ÷ exact (> 1: exact is faster).
+
+Models: the bundled DLM in fp32 and bf16 (its held-out prompts, the first 4 of
+data/heldout_ext5_prompts.jsonl), and the real-width random checkpoints of benchmarks/quantize.py
+(built once under --dir: SDAR-1.7B whole, Dream-Coder-7B's and LLaDA-8B's widths with 4 layers), whose head
+is drawn with a trained model's spread (HEAD_STD there; the median top-1 probability of the first forward
+is printed) so that confidences rank as on real weights. Stable-DiffCoder runs the block sampler's code
+path that SDAR-1.7B measures (its rules differ in the draws, not in what a verification forward costs).
+
+On a CPU a verification forward of d canvases costs about d forwards: this is the measurement the default
+(``--exact`` off on a CPU, on with CUDA) follows. scripts/gpu_exact.sh measures the same on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def _configs(decoder: str, tokens: int):
+    from codila_cli.decoding.block import BlockConfig
+    from codila_cli.decoding.config import DreamConfig
+    from codila_cli.decoding.llada import LladaConfig
+
+    if decoder == "dream":
+        return DreamConfig(max_new_tokens=tokens, early_stop=False)
+    if decoder == "llada":
+        return LladaConfig(max_new_tokens=tokens, block_length=32, early_stop=False)
+    return BlockConfig(max_new_tokens=tokens, block_length=4, remasking="low_confidence", early_stop=False)
+
+
+def measure(path: str, decoder: str, tokens: int, prompts: list[str], dtype: str) -> dict:
+    import torch
+
+    from codila_cli.engine.generate import generate
+    from codila_cli.engine.models import load_models
+
+    m = load_models(dlm=path, ar=None, device="cpu", dtype=dtype)
+    ids = m.dlm.tokenizer.encode(prompts[0], add_special_tokens=False)
+    with torch.inference_mode():
+        top1 = float(m.dlm.model(input_ids=torch.tensor([ids])).logits.float().softmax(-1).amax(-1).median())
+    cfg = _configs(decoder, tokens)
+    row = {"model": path.split("/")[-1], "tokens": tokens, "dtype": str(m.dlm.ckpt.dtype).removeprefix("torch."),
+           "top1": top1}
+    for name, c in (("ref", replace(cfg, exact=False)), ("exact", replace(cfg, exact=True))):
+        t, outs = time.perf_counter(), []
+        for p in prompts:
+            outs.append(generate(m, p, decoder=decoder, config=c, seed=0))
+        row[name] = {"seconds": time.perf_counter() - t, "texts": [r.completion for r in outs],
+                     "forwards": sum(r.metrics["dlm_forwards"] for r in outs),
+                     "rows": sum(r.metrics["dlm_rows"] for r in outs),
+                     "generated": sum(r.metrics["tokens"] for r in outs)}
+    row["identical"] = sum(a == b for a, b in zip(row["ref"]["texts"], row["exact"]["texts"]))
+    row["texts"] = len(prompts)
+    return row
+
+
+def main() -> None:
+    from quantize import ensure
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default="/tmp/codila-quant")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--models", default="bundled,sdar-1.7b,dream-7b-4l,llada-8b-4l")
+    ap.add_argument("--tokens", default="128,256")
+    args = ap.parse_args()
+    heldout = [json.loads(line)["prompt"] for line in
+               (ROOT / "src/codila_cli/data/heldout_ext5_prompts.jsonl").read_text().splitlines()[:4]]
+    rows = []
+    for which in args.models.split(","):
+        dtypes = ["bfloat16"]
+        if which == "bundled":
+            path, decoder, prompts, dtypes = "bundled-dlm", "dream", heldout, ["float32", "bfloat16"]
+        else:
+            built, decoder = ensure(Path(args.dir), which)
+            path, prompts = str(built), ["def f(x):"]
+            decoder = {"threshold": "dream"}.get(decoder, decoder)  # the Dream width: its own sampler
+        for tokens, dtype in ((int(t), d) for t in args.tokens.split(",") for d in dtypes):
+            r = measure(path, decoder, tokens, prompts, dtype)
+            rows.append(r)
+            print(json.dumps({k: v if not isinstance(v, dict) else {a: b for a, b in v.items() if a != "texts"}
+                              for k, v in r.items()}), flush=True)
+    lines = [("| model | dtype | top-1 p (median) | new tokens | sequential forwards ref → exact | canvases evaluated "
+             "(exact) | tokens per sequential forward ref → exact | wall ref ÷ exact | texts identical |"),
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a, b = r["ref"], r["exact"]
+        lines.append(f"| {r['model']} | {r['dtype']} | {r['top1']:.2f} | {r['tokens']} | {a['forwards']} → {b['forwards']} | "
+                     f"{b['rows']} | {a['generated'] / a['forwards']:.2f} → {b['generated'] / b['forwards']:.2f} | "
+                     f"{a['seconds'] / b['seconds']:.2f}× | {r['identical']} of {r['texts']} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
