@@ -10,7 +10,7 @@ and the same with ``exact=True``, one after the other in one process, each on th
 texts (counted: fp32 promises all; bf16 within its tolerance, docs/decoders.md), sequential forwards, canvases evaluated (the compute), tokens per sequential forward,
 and the wall-clock ratio reference ÷ exact (> 1: exact is faster).
 
-Models: the bundled DLM in fp32 and bf16 (its held-out prompts, the first 4 of
+Models, each in fp32 and bf16 (--dtypes): the bundled DLM (its held-out prompts, the first 4 of
 data/heldout_ext5_prompts.jsonl), and the real-width random checkpoints of benchmarks/quantize.py
 (built once under --dir: SDAR-1.7B whole, Dream-Coder-7B's and LLaDA-8B's widths with 4 layers), whose head
 is drawn with a trained model's spread (HEAD_STD there; the median top-1 probability of the first forward
@@ -46,16 +46,17 @@ def _configs(decoder: str, tokens: int):
     return BlockConfig(max_new_tokens=tokens, block_length=4, remasking="low_confidence", early_stop=False)
 
 
-def measure(path: str, decoder: str, tokens: int, prompts: list[str], dtype: str) -> dict:
+def measure(path: str, decoder: str, tokens: int, prompts: list[str], dtype: str, device: str = "cpu") -> dict:
     import torch
 
     from codila_cli.engine.generate import generate
     from codila_cli.engine.models import load_models
 
-    m = load_models(dlm=path, ar=None, device="cpu", dtype=dtype)
+    m = load_models(dlm=path, ar=None, device=device, dtype=dtype)
     ids = m.dlm.tokenizer.encode(prompts[0], add_special_tokens=False)
     with torch.inference_mode():
-        top1 = float(m.dlm.model(input_ids=torch.tensor([ids])).logits.float().softmax(-1).amax(-1).median())
+        top1 = float(m.dlm.model(input_ids=torch.tensor([ids], device=m.dlm.device)).logits.float().softmax(-1)
+                     .amax(-1).median())
     cfg = _configs(decoder, tokens)
     row = {"model": path.split("/")[-1], "tokens": tokens, "dtype": str(m.dlm.ckpt.dtype).removeprefix("torch."),
            "top1": top1}
@@ -80,20 +81,22 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--models", default="bundled,sdar-1.7b,dream-7b-4l,llada-8b-4l")
     ap.add_argument("--tokens", default="128,256")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args()
     heldout = [json.loads(line)["prompt"] for line in
                (ROOT / "src/codila_cli/data/heldout_ext5_prompts.jsonl").read_text().splitlines()[:4]]
     rows = []
     for which in args.models.split(","):
-        dtypes = ["bfloat16"]
+        dtypes = args.dtypes.split(",")
         if which == "bundled":
-            path, decoder, prompts, dtypes = "bundled-dlm", "dream", heldout, ["float32", "bfloat16"]
+            path, decoder, prompts = "bundled-dlm", "dream", heldout
         else:
             built, decoder = ensure(Path(args.dir), which)
             path, prompts = str(built), ["def f(x):"]
             decoder = {"threshold": "dream"}.get(decoder, decoder)  # the Dream width: its own sampler
         for tokens, dtype in ((int(t), d) for t in args.tokens.split(",") for d in dtypes):
-            r = measure(path, decoder, tokens, prompts, dtype)
+            r = measure(path, decoder, tokens, prompts, dtype, args.device)
             rows.append(r)
             print(json.dumps({k: v if not isinstance(v, dict) else {a: b for a, b in v.items() if a != "texts"}
                               for k, v in r.items()}), flush=True)

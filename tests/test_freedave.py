@@ -249,11 +249,16 @@ def _gen(*args: str) -> subprocess.CompletedProcess:
 
 def test_gen_exact_json_and_verbose_report_forwards_and_refusals():
     """`gen --exact`: the same text as without it, --json says the sequential forwards, the canvases they
-    evaluated and what verification did, -v says it in a line; random settings are one Error: and a
-    Hint: before any model loads (exit 2); a CPU leaves it off unless asked."""
-    base = ["--decoder", "dream", "--max-new-tokens", "24", "-K", "1", "--seed", "3", "--json", "def add(a, b):"]
+    evaluated and what verification did, -v says it in a line; in bf16 a warning says the text may differ at
+    near ties; random settings are one Error: and a Hint: before any model loads (exit 2); a CPU leaves it
+    off unless asked."""
+    base = ["--decoder", "dream", "--max-new-tokens", "24", "-K", "1", "--seed", "3", "--dtype", "float32", "--json",
+            "def add(a, b):"]
     plain, exact = _gen(*base), _gen("--exact", *base)
     assert plain.returncode == 0 and exact.returncode == 0, exact.stderr
+    assert "Warning" not in exact.stderr
+    half = _gen("--exact", *base[:-4], "--dtype", "bfloat16", base[-1])
+    assert half.returncode == 0 and "Warning: --exact in bfloat16" in half.stderr and "--dtype float32" in half.stderr
     p, e = json.loads(plain.stdout), json.loads(exact.stdout)
     assert e["text"] == p["text"] and e["settings"]["exact"] is True and p["settings"]["exact"] is None
     assert p["metrics"]["freedave"] is None and p["metrics"]["dlm_rows"] == p["metrics"]["dlm_forwards"] == 24
@@ -280,16 +285,18 @@ def test_exact_is_refused_for_settings_that_draw():
 
 
 def test_auto_runs_it_only_where_spare_rows_are_free(tiny_models):
-    """Unset, --exact follows the device: off on a CPU (a verification forward of d canvases costs d
-    forwards there: benchmarks/exact.py), on with CUDA for deterministic settings."""
+    """Unset, --exact follows the measurement: off on a CPU (a verification forward of d canvases costs d
+    forwards there: benchmarks/exact.py) and in 16 bits, on with CUDA in fp32 for deterministic settings."""
     from types import SimpleNamespace
 
     from codila_cli.engine.generate import exact_pays
 
     dlm = tiny_models.dlm
     assert not exact_pays(dlm, "dream", DreamConfig())
-    cuda = SimpleNamespace(device=torch.device("cuda"), family=dlm.family)
+    cuda = SimpleNamespace(device=torch.device("cuda"), family=dlm.family, ckpt=SimpleNamespace(dtype=torch.float32))
     assert exact_pays(cuda, "dream", DreamConfig()) and exact_pays(cuda, "block", BlockConfig())
+    bf16 = SimpleNamespace(device=torch.device("cuda"), family=dlm.family, ckpt=SimpleNamespace(dtype=torch.bfloat16))
+    assert not exact_pays(bf16, "dream", DreamConfig()) and exact_pays(bf16, "dream", DreamConfig(exact=True))
     assert not exact_pays(cuda, "dream", DreamConfig(sampling=SamplingConfig(temperature=0.2)))
     assert not exact_pays(cuda, "dream", DreamConfig(exact=False)) and not exact_pays(cuda, "codila", DreamConfig())
 
@@ -330,3 +337,28 @@ def test_the_server_runs_exact_requests_beside_others_and_counts_them():
         assert bad.status_code == 400 and "codila.exact verifies deterministic steps" in bad.text
     finally:
         s.stop()
+
+
+def test_eval_runs_an_exact_setting_beside_its_reference(tiny, tmp_path):
+    """`codila eval --setting dream:K=1,exact=1` beside `dream:K=1`: the same completion for every task, in
+    fewer DLM forwards (rows.jsonl's dlm_forwards are the sequential ones)."""
+    from test_eval import EVAL
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    out = tmp_path / "ev"
+    r = CliRunner().invoke(app, [*EVAL, "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--setting",
+                                 "dream:K=1", "--setting", "dream:K=1,exact=1", "--max-new-tokens", "16", "-o",
+                                 str(out), "--timeout", "3"])
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    by = {(row["setting"], row["task_id"]): row for row in rows}
+    tasks = {row["task_id"] for row in rows}
+    assert len(tasks) == 3
+    for t in tasks:
+        plain, exact = by["dream:K=1", t], by["dream:K=1,exact=1", t]
+        assert exact["completion"] == plain["completion"]
+        assert exact["dlm_forwards"] <= plain["dlm_forwards"]
+    assert sum(by["dream:K=1,exact=1", t]["dlm_forwards"] for t in tasks) < sum(by["dream:K=1", t]["dlm_forwards"]
+                                                                                for t in tasks)

@@ -80,6 +80,7 @@ def gen(
     from codila_cli.checks import run_doctests
     from codila_cli.config import load_config
     from codila_cli.engine import Engine
+    from codila_cli.engine.generate import exact_note
     from codila_cli.engine.prompts import is_chat
     from codila_cli.helper_card import helper_warnings
     from codila_cli.prompts import read_prompt_parts, silent_stdin_warning
@@ -109,6 +110,8 @@ def gen(
     live = terminal.stderr_is_tty() and not (json_out or quiet)
     for w in helper_warnings(models) if req.decoder == "codila" and not quiet else ():
         say(f"Warning: {w}\n")
+    if not quiet and (note := exact_note(models, req.decoder, req.config)):
+        say(f"Warning: {note}\n")
     if system and not quiet and not is_chat(models.dlm.tokenizer):
         say(f"Warning: {req.dlm} has no chat template, so --system is not a system message: "
                          "the model reads it as plain text before the prompt (stdout does not repeat it)\n")

@@ -51,7 +51,7 @@ GEN_KNOBS = KnobTable(
          flag="", env=False),
     Knob("exact", bool, None, "the tokens of one step at a time in fewer sequential forwards (FreeDave: each checks "
          "up to 8 drafted steps, that many rows of compute; temperature 0).", optional=True, short="exact",
-         default_text="on with CUDA, off on a CPU, where the rows cost as much as forwards (docs/decoders.md)"),
+         default_text="on with CUDA in fp32; off on a CPU and in 16 bits, where it is slower (docs/decoders.md)"),
     Knob("exact_steps", bool, False, "one DLM forward per step, as the official loop (the same tokens; codila "
          "otherwise skips forwards after steps that reveal nothing)."),
     *_SAMPLING,

@@ -15,16 +15,19 @@ from the logits of ``x``:
    Theorem: the fewest sequential forwards of any draft-and-verify scheme with these drafts).
 
 codila's differences: the draft depth adapts per round (doubling while every draft is accepted, else the
-accepted count + 1); the rows each candidate's decision reads are projected once over their union; and a
-batched forward is not always bit-identical to a lone one (a [d, N] product may round the last bit, in bf16
-by up to a few units), so a decision read from a batch counts only when every comparison it makes (the
-top token's lead, the quota boundary's lead, a threshold) clears :data:`TOLERANCE` for the logits' dtype;
-otherwise that canvas is forwarded alone (a *guarded* forward) and decided from its own logits, as the
-reference would. Sampling (T > 0, random remasking, Dream's ``alg_temp``/``origin``, LLaDA's guidance) is
-refused: its draws would have to be replayed per candidate (docs/decoders.md, "Exact").
+accepted count + 1); each candidate's rows are projected on their own, as its lone forward projects them
+(``logits_many``). A batched forward is not always bit-identical to a lone one (a [d, N] product may round
+the last bit; a 16-bit batch rounds rows by their place in it, by up to 0.16 in a logit on this CPU). So in
+fp32 each verification forward carries a *check row*, the last canvas whose logits are the reference's own
+arithmetic, compared bit for bit: equal, the batch's rows are taken as lone rows; else (and always in 16
+bits) a decision read from the batch counts only when every comparison it makes (the top token's lead, the
+quota boundary's lead, the distance to a threshold) clears :data:`TOLERANCE` for the model's dtype, and
+otherwise its canvas is forwarded alone (a *guarded* forward) and decided as the reference would. Sampling
+(T > 0, random remasking, Dream's ``alg_temp``/``origin``, LLaDA's guidance) is refused: its draws would
+have to be replayed per candidate (docs/decoders.md, "Exact").
 
-Rules (:class:`DreamRule`, :class:`LladaRule`, :class:`BlockRule`) mirror decoding/dream.py, llada.py and
-block.py step for step; tests/test_freedave.py holds each to its reference on the goldens and on random
+The step rules (decoding/dream.py::DreamRule, llada.py::LladaRule, block.py::BlockRule) mirror their
+samplers step for step; tests/test_freedave.py holds each to its reference on the goldens and on random
 tiny models.
 """
 
@@ -56,7 +59,8 @@ class Stats:
     accepted: int = 0
 
     def to_dict(self) -> dict:
-        return {"rows": self.rows, "forwards": self.calls, "guarded": self.guarded, "drafted": self.drafted, "accepted": self.accepted}
+        return {"rows": self.rows, "forwards": self.calls, "guarded": self.guarded, "drafted": self.drafted,
+                "accepted": self.accepted}
 
 
 def freedave(c: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *, tol: float,

@@ -119,15 +119,34 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
 def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
     """Whether this decode runs FreeDave (decoding/freedave.py): when ``--exact`` says so (settings it cannot
-    run exactly are refused there), or, unset, on a GPU (a forward's spare rows cost little there; on a CPU
-    they cost as much as forwards: benchmarks/exact.py) where the settings are deterministic."""
+    run exactly are refused by the config), or, unset, where it pays: a GPU computing in fp32 with deterministic
+    settings. Not on a CPU, where a forward of d canvases costs about d forwards (benchmarks/exact.py: 0.57×
+    the wall time on the bundled model), nor in 16 bits, where a batch's rows are not lone rows and the near
+    ties it must then decide alone took back the savings (508 → 535 sequential forwards there)."""
+    import torch
+
     from codila_cli.decoding.config import exact_problem
 
     if decoder == "codila" or not hasattr(config, "exact"):
         return False
     if config.exact is not None:
         return config.exact
-    return getattr(dlm.device, "type", str(dlm.device)) == "cuda" and exact_problem(config) is None
+    return (getattr(dlm.device, "type", str(dlm.device)) == "cuda" and exact_problem(config) is None
+            and dlm.ckpt.dtype == torch.float32)
+
+
+def exact_note(models: Models, decoder: str, config: Any) -> str | None:
+    """The warning ``--exact`` needs in 16 bits: a batched forward rounds rows otherwise than a lone one there,
+    so a choice closer than the rounding can break otherwise (docs/decoders.md, Exact); None in fp32."""
+    import torch
+
+    dtype = models.dlm.ckpt.dtype
+    if not exact_pays(models.dlm, decoder, config) or dtype == torch.float32:
+        return None
+    name = str(dtype).removeprefix("torch.")
+    return (f"--exact in {name}: a batched forward rounds a row otherwise than a lone one, so where two choices "
+            "are closer than that rounding the text can differ from the one-token-per-step decode's (fp32 keeps "
+            "it identical: --dtype float32)")
 
 
 def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *, decoder: str, config: Any,
