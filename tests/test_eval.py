@@ -131,7 +131,7 @@ def test_eval_bad_setting_is_a_usage_error(tiny, tmp_path):
                                  "-o", str(tmp_path / "ev")])
     assert r.exit_code == 2 and r.stdout == "" and not (tmp_path / "ev").exists()
     lines = r.stderr.splitlines()
-    assert lines[0] == "Error: unknown key 'k' in setting 'dream:k=4'; dream takes K, steps, alg"
+    assert lines[0] == "Error: unknown key 'k' in setting 'dream:k=4'; dream takes K, steps, exact, alg"
     assert lines[1].startswith("Hint: a setting is DECODER:key=value")
 
 

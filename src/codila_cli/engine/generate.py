@@ -126,8 +126,9 @@ def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
     import torch
 
     from codila_cli.decoding.config import exact_problem
+    from codila_cli.decoding.registry import WRITES_WITH_HELPER
 
-    if decoder == "codila" or not hasattr(config, "exact"):
+    if decoder in WRITES_WITH_HELPER or not hasattr(config, "exact"):  # the helper's writes are not its steps
         return False
     if config.exact is not None:
         return config.exact
