@@ -48,7 +48,8 @@ path, scheme, decoder, tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.a
 def status(key):
     return int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1]) * 1024
 dt = torch.bfloat16
-(need,), _ = sized([(path, resolve_local_dir(resolve_spec(path, kind="dlm")), dt, scheme)])
+from codila_cli.models.fit import canvas_for
+(need,), _ = sized([(path, resolve_local_dir(resolve_spec(path, kind="dlm")), dt, scheme)], canvas=canvas_for(tokens))
 peak_anon = [0]
 stop = threading.Event()
 def sample():

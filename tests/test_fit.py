@@ -52,7 +52,7 @@ def test_a_load_over_the_limit_is_refused_with_the_numbers_and_no_fit_check_load
 
 def test_a_memory_cgroup_limit_is_what_the_check_reads():
     """Run `codila gen` inside a real child memory cgroup of 768 MiB (v1 or v2), less than the bundled pair in fp32
-    needs with the process: refused, naming the cgroup."""
+    needs with the process for a canvas of 2,000 tokens: refused, naming the cgroup."""
     from codila_cli.eval.jail import _own, _v2_root
 
     group, procs = None, None
@@ -74,7 +74,7 @@ def test_a_memory_cgroup_limit_is_what_the_check_reads():
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("CODILA_MEMORY_LIMIT", "CODILA_NO_FIT_CHECK")}
         code = (f"import os, runpy, sys; open({str(procs)!r}, 'w').write(str(os.getpid())); "
-                "sys.argv = ['codila', 'gen', '--dtype', 'float32', '--max-new-tokens', '4', 'def f():']; "
+                "sys.argv = ['codila', 'gen', '--dtype', 'float32', '--max-new-tokens', '2000', 'def f():']; "
                 "runpy.run_module('codila_cli', run_name='__main__')")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=False)
         assert r.returncode == 1 and "(the cgroup's memory limit)" in r.stderr, r.stderr
@@ -130,3 +130,25 @@ def test_models_fit_says_for_each_cached_model_whether_it_fits(monkeypatch):
     assert rows["dream-coder"]["cached"] is False or "fits" in rows["dream-coder"]
     text = CliRunner().invoke(app, ["models", "--fit"]).stdout
     assert "does not fit (CODILA_MEMORY_LIMIT)" in text and "fits (CODILA_MEMORY_LIMIT)" in text
+
+
+def test_the_activations_are_sized_for_the_commands_canvas(monkeypatch):
+    """`gen` sizes the activations for its --max-new-tokens (plus room for a prompt), not for the longest
+    canvas any command might run: under a limit between the two needs, a 16-token gen loads and a
+    2,000-token one is refused before loading."""
+    import torch
+
+    from codila_cli.engine.models import sized
+    from codila_cli.models.cache import resolve_local_dir
+    from codila_cli.models.fit import CANVAS, RUNTIME, canvas_for
+    from codila_cli.models.registry import resolve_spec
+
+    loads = [(n, resolve_local_dir(resolve_spec(n, kind=k)), torch.float32, "none")
+             for n, k in (("bundled-dlm", "dlm"), ("bundled-ar", "ar"))]
+    small, large = (sum(x.total for x in sized(loads, canvas=c)[0]) for c in (canvas_for(16), canvas_for(2000)))
+    assert canvas_for(16) == 528 and canvas_for(None) == CANVAS and small < large
+    monkeypatch.setenv("CODILA_MEMORY_LIMIT", str(RUNTIME + (small + large) // 2))
+    ok = CliRunner().invoke(app, ["gen", "--dtype", "float32", "--max-new-tokens", "16", "def f():"])
+    assert ok.exit_code == 0, ok.stderr
+    refused = CliRunner().invoke(app, ["gen", "--dtype", "float32", "--max-new-tokens", "2000", "def f():"])
+    assert refused.exit_code == 1 and "Error:" in refused.stderr and "CODILA_MEMORY_LIMIT" in refused.stderr

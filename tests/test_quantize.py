@@ -184,7 +184,9 @@ def test_the_fit_check_sizes_quantized_loads_and_names_the_first_that_fits(tiny)
     from codila_cli.engine.models import sized
 
     path = FAMILY_CKPTS["llada"]
-    needs, options = sized([("m", path, torch.bfloat16, "none")])
+    from codila_cli.models.fit import canvas_for
+
+    needs, options = sized([("m", path, torch.bfloat16, "none")], canvas=canvas_for(8))  # gen's canvas below
     bf16 = needs[0].total
     int8, int4 = options["--quantize int8"][0].total, options["--quantize int4"][0].total
     assert int4 < int8 < bf16 and "--dtype bfloat16" not in options

@@ -46,8 +46,10 @@ class Engine:
         chosen = apply_threads(threads, serve=server)  # before loading: loading runs on these threads too
 
         extra = (infill_dlm,) if infill_dlm is not None and infill_dlm != dlm else ()
+        # the fit check sizes activations for the command's canvas (a server's requests may ask for any)
+        longest = None if server else getattr(getattr(settings, "config", None), "max_new_tokens", None)
         models = load_models(dlm=dlm, ar=ar, device=device, dtype=dtype, compile=compile, also=extra,
-                             quantize=quantize, quantize_ar=quantize_ar)
+                             quantize=quantize, quantize_ar=quantize_ar, max_new_tokens=longest)
         infill = None
         if infill_dlm is not None:
             infill = models if infill_dlm == dlm else load_models(dlm=infill_dlm, ar=None, device=device, dtype=dtype,

@@ -73,10 +73,13 @@ def default_infill_dlm() -> str:
 
 
 def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = "auto", compile: bool = False,
-                also: tuple[str, ...] = (), quantize: str = "none", quantize_ar: str = "none") -> Models:
+                also: tuple[str, ...] = (), quantize: str = "none", quantize_ar: str = "none",
+                max_new_tokens: int | None = None) -> Models:
     """The DLM and (``ar``) the helper, loaded; ``also``: more DLM specs the caller loads next (the infill
     model), checked here so that every missing model is named in one error. ``quantize`` /
-    ``quantize_ar``: the DLM's / the helper's weights in 8 or 4 bits (models/quantize.py)."""
+    ``quantize_ar``: the DLM's / the helper's weights in 8 or 4 bits (models/quantize.py).
+    ``max_new_tokens``: the longest canvas the caller decodes, which the fit check sizes activations for
+    (None: any, as a server)."""
     from codila_cli.models.cache import resolve_local_dirs
     from codila_cli.models.quantize import check_scheme
 
@@ -87,14 +90,17 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
     dlm_path, ar_path, *_ = resolve_local_dirs([dlm_spec, ar_spec, *(resolve_spec(s, kind="dlm") for s in also)])
     t0 = time.perf_counter()
     from codila_cli.models.families import load_dlm
+    from codila_cli.models.fit import canvas_for
 
+    canvas = canvas_for(max_new_tokens)
     quantize, quantize_ar, why = auto_weights(dlm_path, ar_path, names=(dlm, ar), device=device, dtype=dtype,
-                                              quantize=quantize, quantize_ar=quantize_ar)
+                                              quantize=quantize, quantize_ar=quantize_ar, canvas=canvas)
     (dev, dt, note), ar_plan = (plan_load(dlm_path, name=dlm, role="dlm", device=device, dtype=dtype, quantize=quantize),
                                 plan_load(ar_path, name=ar, role="ar", device=device, dtype=dtype, quantize=quantize_ar)
                                 if ar_path else None)
     ar_dt = ar_plan[1] if ar_plan else None
-    fits([(dlm, dlm_path, dt, quantize), *([(ar, ar_path, ar_dt, quantize_ar)] if ar_path else [])], dev)
+    fits([(dlm, dlm_path, dt, quantize), *([(ar, ar_path, ar_dt, quantize_ar)] if ar_path else [])], dev,
+         canvas=canvas)
     models = Models(dlm=load_dlm(dlm_path, name=dlm, device=dev, dtype=dt, quantize=quantize),
                     bundled=tuple(s.name for s in (dlm_spec, ar_spec) if s is not None and s.bundled))
     models.dlm.ckpt.dtype_note = "; ".join(w for w in (note, why[0]) if w)
@@ -114,7 +120,7 @@ def load_models(*, dlm: str, ar: str | None, device: str = "auto", dtype: str = 
 
 
 def auto_weights(dlm_path: Any, ar_path: Any, *, names: tuple[str, str | None], device: str, dtype: str,
-                 quantize: str, quantize_ar: str) -> tuple[str, str, tuple[str, str]]:
+                 quantize: str, quantize_ar: str, canvas: int | None = None) -> tuple[str, str, tuple[str, str]]:
     """``--quantize auto`` / ``--quantize-ar auto`` resolved: of bf16, int8 and int4 weights, those under
     which the loads fit (models/fit.py, the other model as asked, or in bf16 while it is auto too), the one
     whose products a probe of the model's shape finds fastest on this device (models/probe.py); on a GPU,
@@ -133,7 +139,7 @@ def auto_weights(dlm_path: Any, ar_path: Any, *, names: tuple[str, str | None], 
             trial[i] = scheme
             plans = [(n, p, plan_load(p, name=n, role=r, device=device, dtype=dtype, quantize=q)[1], q)
                      for n, p, r, q in zip(names, (dlm_path, ar_path), ("dlm", "ar"), trial) if p is not None]
-            if fit.verdict(sized(plans)[0], dev).fits:
+            if fit.verdict(sized(plans, canvas=canvas)[0], dev).fits:
                 allowed.append(scheme)
         allowed = allowed or ["int4"]  # nothing fits: the smallest, which the fit check then refuses with numbers
         if dev.type != "cpu":
@@ -166,16 +172,17 @@ def plan_load(path: Any, *, name: str | None, role: str, device: str, dtype: str
     return dev, choose_dtype("auto", dev, bf16_on_cpu=bf16), why
 
 
-def fits(loads: list[tuple[str, Any, Any, str]], device: Any) -> None:
-    """The fit check (models/fit.py) of (name, directory, torch dtype, quantization) loads on ``device``;
-    the refusal names the first of bf16, int8 and int4 weights (for the DLM) under which they fit."""
+def fits(loads: list[tuple[str, Any, Any, str]], device: Any, *, canvas: int | None = None) -> None:
+    """The fit check (models/fit.py) of (name, directory, torch dtype, quantization) loads on ``device``,
+    decoding ``canvas`` positions (None: models/fit.py's CANVAS); the refusal names the first of bf16, int8
+    and int4 weights (for the DLM) under which they fit."""
     from codila_cli.models import fit
 
-    needs, options = sized(loads)
+    needs, options = sized(loads, canvas=canvas)
     fit.check(needs, device, options=options)
 
 
-def sized(loads: list[tuple[str, Any, Any, str]]) -> tuple[list, dict[str, list]]:
+def sized(loads: list[tuple[str, Any, Any, str]], *, canvas: int | None = None) -> tuple[list, dict[str, list]]:
     """(what each load needs at its dtype and quantization, {flag: what the loads need with it}) from the
     weights' headers (models/fit.py): ``--dtype bfloat16`` where a load runs in fp32, and ``--quantize
     int8`` / ``int4`` for the first load (the DLM) where it is not quantized so far."""
@@ -185,7 +192,7 @@ def sized(loads: list[tuple[str, Any, Any, str]]) -> tuple[list, dict[str, list]
     def need(i: int, dtype: str, quantize: str) -> Any:
         name, path, _, _ = loads[i]
         return fit.estimate(path, read_config(path, name=name), name=name, dtype=dtype, quantize=quantize,
-                            files=_weight_files(path, name=name))
+                            files=_weight_files(path, name=name), canvas=canvas or fit.CANVAS)
 
     kinds = [str(dt).removeprefix("torch.") for _, _, dt, _ in loads]
     needs = [need(i, kinds[i], q) for i, (_, _, _, q) in enumerate(loads)]

@@ -4,7 +4,9 @@ out-of-memory half-loaded, or swapped for minutes).
 
 A model needs (:func:`estimate`): its weights at the dtype it will run in; while loading, one weight file
 in its stored dtype on top when it is cast (codila casts file by file, tensor by tensor); and for
-decoding, the activations of a canvas of ``CANVAS`` positions: the logits of each position (in the
+decoding, the activations of a canvas of ``canvas`` positions (a command that knows its
+``--max-new-tokens`` allows that plus ``PROMPT_ROOM`` for the prompt: :func:`canvas_for`; a server, which
+takes any request, ``CANVAS``): the logits of each position (in the
 run dtype, and in fp32 for the sampler), the MLP's intermediate buffers, a few hidden-size buffers and
 the key/value cache of every layer (benchmarks/fit_estimate.py compares it with the measured peak). A CPU has (:func:`available`)
 the smallest of the kernel's ``MemAvailable``, the cgroup's limit less its usage (v2 ``memory.max``, v1
@@ -23,6 +25,7 @@ from typing import Any
 from codila_cli.errors import ModelLoadError
 
 CANVAS = 2048  # positions the activation estimate allows for (a prompt and its canvas: Dream's usable context)
+PROMPT_ROOM = 512  # prompt positions a command allows for beside its --max-new-tokens
 RUNTIME = 400 * 2**20  # the process itself on a CPU: the interpreter, torch, the tokenizer
 BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
          "F8_E4M3": 1, "F8_E5M2": 1}
@@ -34,15 +37,23 @@ class Need:
     dtype: str  # what the weights run in
     weights: int  # bytes
     loading: int  # bytes on top while loading (a file cast to the run dtype)
-    activations: int  # bytes for a canvas of CANVAS positions
+    activations: int  # bytes for the canvas's positions
 
     @property
     def total(self) -> int:
         return self.weights + self.loading + self.activations
 
 
-def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path], quantize: str = "none") -> Need:
-    """The bytes a load of the checkpoint at ``path`` in ``dtype`` ("float32", "bfloat16", "float16") needs;
+def canvas_for(max_new_tokens: int | None) -> int:
+    """The positions a command's activations are sized for: its canvas and room for a prompt (``CANVAS``
+    when the command does not say how many tokens it writes)."""
+    return CANVAS if max_new_tokens is None else max_new_tokens + PROMPT_ROOM
+
+
+def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path], quantize: str = "none",
+             canvas: int = CANVAS) -> Need:
+    """The bytes a load of the checkpoint at ``path`` in ``dtype`` ("float32", "bfloat16", "float16") needs,
+    decoding ``canvas`` positions;
     ``quantize`` ("int8", "int4"): the projections inside numbered layers (2-D weights) as codes and scales
     (models/quantize.py), the rest in ``dtype``."""
     from codila_cli.models.validate import weight_headers
@@ -79,7 +90,7 @@ def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path],
     # per position: the logits (in the run dtype, and again in fp32 for the sampler when that is another),
     # the MLP's gate, up and product, a few hidden-size buffers; and the KV cache of every layer
     per = vocab * 4 + (vocab * size if size != 4 else 0) + inter * size * 3 + hidden * 4 * 8
-    activations = CANVAS * per + layers * 2 * CANVAS * kv * head_dim * size
+    activations = canvas * per + layers * 2 * canvas * kv * head_dim * size
     tag = dtype if quantize == "none" else f"{quantize} ({dtype})"
     return Need(name, tag, weights, loading, activations)
 
