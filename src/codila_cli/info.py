@@ -203,8 +203,7 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
         try:
             path = resolve_local_dir(resolve_spec(name, kind=role))  # type: ignore[arg-type]
             add(f"model {role}", f"{name}: {path}")
-            from codila_cli.engine.models import plan_load
-            from codila_cli.models.loading import weights_plan
+            from codila_cli.engine.models import plan_load, weights_plan
 
             dev, dt, gib = weights_plan(path, name=name, role=role, device=device, dtype=setting)
             why = plan_load(path, name=name, role=role, device=device, dtype=setting, quantize="none")[2]
@@ -252,10 +251,10 @@ def list_fit() -> list[dict[str, Any]]:
     picks, whether it fits now (models/fit.py), at the dtype ``auto`` gives it, and what it needs in bf16 and
     (a DLM) with int8 and int4 weights: ``fits_with`` names the first of those flags that fits where it
     does not fit as it is."""
-    from codila_cli.engine.models import sized
+    from codila_cli.engine.models import sized, weights_plan
     from codila_cli.models import fit
     from codila_cli.models.cache import resolve_local_dir
-    from codila_cli.models.loading import choose_device, weights_plan
+    from codila_cli.models.loading import choose_device
     from codila_cli.models.registry import resolve_spec
 
     rows = []

@@ -172,6 +172,19 @@ def plan_load(path: Any, *, name: str | None, role: str, device: str, dtype: str
     return dev, choose_dtype("auto", dev, bf16_on_cpu=bf16), why
 
 
+def weights_plan(path: Any, *, name: str, role: str, device: str, dtype: str) -> tuple[Any, Any, float]:
+    """(device, dtype, GiB of weights in memory) of an unquantized load (``codila doctor``, ``codila models
+    --fit``): the dtype :func:`plan_load` decides, the one ``load_models`` runs."""
+    import torch
+
+    from codila_cli.models.loading import _stored
+
+    dev, dt, _ = plan_load(path, name=name, role=role, device=device, dtype=dtype, quantize="none")
+    stored, size = _stored(path, name=name)
+    stored_bytes = getattr(torch, stored).itemsize if stored in ("float32", "bfloat16", "float16") else None
+    return dev, dt, size * (dt.itemsize / stored_bytes if stored_bytes else 1.0) / 2**30
+
+
 def fits(loads: list[tuple[str, Any, Any, str]], device: Any, *, canvas: int | None = None) -> None:
     """The fit check (models/fit.py) of (name, directory, torch dtype, quantization) loads on ``device``,
     decoding ``canvas`` positions (None: models/fit.py's CANVAS); the refusal names the first of bf16, int8

@@ -101,19 +101,6 @@ def auto_on_cpu(path: Path, *, name: str, role: str) -> tuple[bool, str]:
     return verdict.bf16, verdict.words()
 
 
-def weights_plan(path: Path, *, name: str, role: str, device: str, dtype: str) -> tuple[Any, Any, float]:
-    """(device, dtype, GiB of weights in memory) that ``load_models`` would use for this checkpoint
-    (for ``codila doctor``: what ``auto`` resolves to, and whether it will fit)."""
-    import torch
-
-    stored, size = _stored(path, name=name)
-    dev = choose_device(device)
-    auto_bf16 = dtype == "auto" and dev.type == "cpu" and auto_on_cpu(path, name=name, role=role)[0]
-    dt = choose_dtype(dtype, dev, bf16_on_cpu=auto_bf16)
-    stored_bytes = getattr(torch, stored).itemsize if stored in ("float32", "bfloat16", "float16") else None
-    return dev, dt, size * (dt.itemsize / stored_bytes if stored_bytes else 1.0) / 2**30
-
-
 def assert_materialised(model: Any, *, name: str) -> None:
     """Refuse a model with a parameter or buffer still on the meta device (no weights were loaded for it)."""
     left = [k for k, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
