@@ -232,3 +232,20 @@ def test_the_server_runs_quantized_and_health_says_so():
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 8
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_quantizing_chunk_by_chunk_gives_the_whole_weights_codes(scheme, monkeypatch):
+    """A weight quantized (and int4-packed) a chunk of rows at a time, which bounds a load's transient memory,
+    has the same codes and scales as the whole weight at once (PyTorch's int4 CPU packing is per 64 rows)."""
+    from codila_cli.models import fit
+    from codila_cli.models.quantize import quantize_weight
+
+    w = _weight(n=208, k=256, seed=3)  # 208 rows: 3 chunks of 64 and a tail of 16
+    monkeypatch.setattr(fit, "QUANT_CHUNK", 10**9)
+    whole = quantize_weight(w, scheme, dtype=torch.bfloat16, device=CPU)
+    monkeypatch.setattr(fit, "QUANT_CHUNK", 64 * 256)
+    chunked = quantize_weight(w, scheme, dtype=torch.bfloat16, device=CPU)
+    assert torch.equal(whole.q, chunked.q) and torch.equal(whole.scales, chunked.scales)
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    assert torch.equal(torch.nn.functional.linear(x, whole), torch.nn.functional.linear(x, chunked))

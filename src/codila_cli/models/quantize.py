@@ -98,8 +98,10 @@ def quantize_weight(w: torch.Tensor, scheme: str, *, dtype: torch.dtype, device:
                     kernel: bool | None = None) -> QuantWeight:
     """``w`` [N, K] (any float dtype, any device) in ``scheme``'s codes on ``device``, run in ``dtype``.
     ``kernel``: force PyTorch's packed CPU kernel on or off (None: on for a CPU where the shape allows).
-    Computed in fp32 a chunk of rows at a time (models/fit.py::QUANT_CHUNK weights), so a load needs the
-    codes plus one chunk's temporaries."""
+    Computed in fp32 a chunk of rows at a time (models/fit.py::QUANT_CHUNK weights, in blocks of 64 rows:
+    PyTorch's int4 CPU packing packs 64 rows together, so chunks of 64 pack as the whole does), and int4 codes
+    packed chunk by chunk, so a load needs the packed codes plus one chunk's temporaries (packing a whole
+    fused MLP weight at once went through 5 bytes a weight: 0.7 GB on Dream-7B's width)."""
     from codila_cli.models.fit import QUANT_CHUNK
 
     n, k = w.shape
@@ -109,18 +111,23 @@ def quantize_weight(w: torch.Tensor, scheme: str, *, dtype: torch.dtype, device:
     group = int4_group(k) if scheme == "int4" else k
     if group is None:
         raise ValueError(f"int4 needs layer widths that are multiples of {GROUPS[-1]}, got {k}")
-    rows = max(16, QUANT_CHUNK // k // 16 * 16)
-    parts = [_codes(w[i : i + rows].to(device=device, dtype=torch.float32), scheme, group) for i in range(0, n, rows)]
+    rows = max(64, QUANT_CHUNK // k // 64 * 64)
+    use = (on_cpu and n % 16 == 0) if kernel is None else kernel  # int4: PyTorch's packed CPU layout
+
+    def pack(codes: torch.Tensor) -> torch.Tensor:
+        if scheme == "int8":
+            return codes
+        if use:
+            return torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
+        pairs = codes.view(codes.shape[0], k // 2, 2)
+        return pairs[..., 0] | (pairs[..., 1] << 4)
+
+    parts = [(pack(c), s) for c, s in (_codes(w[i : i + rows].to(device=device, dtype=torch.float32), scheme, group)
+                                       for i in range(0, n, rows))]
     codes, scales = torch.cat([c for c, _ in parts]), torch.cat([s for _, s in parts], dim=-2 if scheme == "int4" else 0)
     if scheme == "int8":
         return QuantWeight("int8", codes, scales.to(dtype), (n, k), dtype, kernel=on_cpu if kernel is None else kernel)
-    use = (on_cpu and n % 16 == 0) if kernel is None else kernel
-    if use:
-        packed = torch._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32), 1)
-    else:
-        pairs = codes.view(n, k // 2, 2)
-        packed = pairs[..., 0] | (pairs[..., 1] << 4)
-    return QuantWeight("int4", packed.contiguous(), scales.to(dtype).contiguous(), (n, k), dtype, group=group,
+    return QuantWeight("int4", codes.contiguous(), scales.to(dtype).contiguous(), (n, k), dtype, group=group,
                        kernel=use)
 
 
