@@ -34,20 +34,14 @@ def _table(table, users, *, layered: bool) -> list[str]:
 
 
 def render() -> str:
-    from codila_cli.decoding.config import (
-        GEN_KNOBS,
-        INFILL_KNOBS,
-        CodilaConfig,
-        DreamConfig,
-        InfillConfig,
-        ThresholdConfig,
-    )
+    from codila_cli.decoding.config import GEN_KNOBS, INFILL_KNOBS, InfillConfig
     from codila_cli.decoding.knobs import knob_fields
     from codila_cli.decoding.plan_config import PLAN_KNOBS, PlanConfig
+    from codila_cli.decoding.registry import decoder_configs
     from codila_cli.eval.settings import recommended_label
     from codila_cli.helper_card import recommended_decoding
 
-    gen_users = (("dream", DreamConfig), ("threshold", ThresholdConfig), ("codila", CodilaConfig))
+    gen_users = tuple(decoder_configs().items())  # every generation decoder (decoding/registry.py)
     rec = recommended_decoding("bundled-ar")
     out = [
         "# Settings: the one table of knobs",
@@ -67,7 +61,7 @@ def render() -> str:
         "string sets only the keys it names; the rest are the defaults below, never a helper's recommendation",
         "(`codila eval` with no `--setting` runs the label of the helper's recommendation, spelled out).",
         "",
-        "## `codila gen` (and eval's `dream`, `threshold`, `codila` settings)",
+        "## `codila gen` (and eval's `dream`, `threshold`, `codila`, `llada`, `block` settings)",
         "",
         *_table(GEN_KNOBS, lambda n: [d for d, cls in gen_users if n in knob_fields(cls)], layered=True),
         "",
