@@ -272,8 +272,7 @@ class BlockRule:
                                                                               else quota) > tol
         else:
             robust = lead(conf, quota) > tol
-        z = logits if rules.draw == "gumbel" else process_logits(logits, cfg.sampling, top_k_first=True)
-        if rules.draw == "gumbel" and (cfg.sampling.top_k is not None or cfg.sampling.top_p is not None):
-            z = process_logits(logits, replace(cfg.sampling, temperature=0.0))
+        # the logits x0 is the argmax of (T 0): filtered in the order _sample filters them
+        z = process_logits(logits, replace(cfg.sampling, temperature=0.0), top_k_first=rules.draw != "gumbel")
         robust = robust and token_lead(z[picked]) > tol
         return Decision(step, picked + self.lo, x0[picked], robust, block=self.block)

@@ -41,14 +41,38 @@ def _on_sequence_row(c: Canvas, idx: torch.Tensor, values: torch.Tensor) -> torc
     return row
 
 
+class Schedule:
+    """How many masked slots Dream's step i reveals (the ``steps`` schedule or K a step), shared by the loop
+    and its FreeDave rule (:class:`DreamRule`). ``length``: the loop's iterations."""
+
+    def __init__(self, config: DreamConfig) -> None:
+        L, self.K = config.max_new_tokens, config.tokens_per_step
+        self.steps = config.steps if config.steps is not None else (-(-L // self.K) if self.K else L)
+        self.grid = torch.linspace(1, config.eps, self.steps + 1, dtype=torch.float32)
+        self.length = self.steps if self.K is None else L
+
+    def last(self, i: int) -> bool:
+        return self.K is None and i >= self.steps - 1
+
+    def times(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(t, s): the schedule's time at step i and at the next."""
+        return self.grid[min(i, self.steps - 1)], self.grid[min(i + 1, self.steps)]
+
+    def count(self, i: int, n_masked: int) -> int:
+        if self.K is not None:
+            return min(self.K, n_masked)
+        if self.last(i):
+            return n_masked
+        t, s = self.times(i)
+        return int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
+
+
 def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: torch.Generator | None = None,
                  on_step: OnStep = no_op) -> DecodeResult:
     c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
-    L, K = config.max_new_tokens, config.tokens_per_step
-    steps = config.steps if config.steps is not None else (-(-L // K) if K else L)
-    grid = torch.linspace(1, config.eps, steps + 1, dtype=torch.float32)
+    sched = Schedule(config)
     logits, stale = None, True
-    for i in range(steps if K is None else L):
+    for i in range(sched.length):
         masked = c.masked()
         n_masked = int(masked.sum())
         if n_masked == 0:
@@ -57,15 +81,11 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
         if stale or config.exact_steps:  # only the span of masked slots is projected onto the vocabulary
             lo = int(idx[0])
             logits = dlm.logits(c.x, rows=(c.prompt_len + lo, c.prompt_len + int(idx[-1]) + 1))[0]  # row j: slot lo + j
-        t, s = grid[min(i, steps - 1)], grid[min(i + 1, steps)]
-        last = K is None and i >= steps - 1
-        if K is not None:
-            n = min(K, n_masked)
-        else:
-            n = n_masked if last else int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
+        n = sched.count(i, n_masked)
         rows = logits if len(idx) == len(logits) else logits[idx - lo]  # no copy when the span is all masked
         if config.alg == "origin":
-            p = 1.0 if last else float(1 - s / t)
+            t, s = sched.times(i)
+            p = 1.0 if sched.last(i) else float(1 - s / t)
             chosen = (torch.rand(len(idx), generator=generator, device=idx.device) < p).nonzero().flatten()
             x0 = torch.full_like(idx, c.mask_id)
             if len(chosen):
@@ -88,54 +108,39 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
         c.commit(idx[chosen], x0[chosen], source="dlm")
         if c.done():
             break
-    if config.exact_steps and K is None and not c.stopped_early:  # the official loop runs every step's forward
-        for _ in range(steps - c.dlm_forwards):
+    if config.exact_steps and sched.K is None and not c.stopped_early:  # the official loop runs every step's forward
+        for _ in range(sched.steps - c.dlm_forwards):
             dlm.logits(c.x, rows=(c.prompt_len, c.prompt_len + 1))
     return c.result()
 
 
 @dataclass
 class DreamRule:
-    """decoding/dream.py's loop at T 0 with a confidence ``alg``: step i reveals n_i slots (the ``steps``
-    schedule's floor counts, some 0, all left at the last; or K a step), the n_i most confident of the
-    masked slots, ranked on a row as long as the sequence."""
+    """decoding/dream.py's loop at T 0 with a confidence ``alg``: step i reveals n_i slots (:class:`Schedule`:
+    the ``steps`` schedule's floor counts, some 0, all left at the last; or K a step), the n_i most confident
+    of the masked slots, ranked on a row as long as the sequence."""
 
     config: Any
     prompt_len: int
     mask_id: int
-    grid: torch.Tensor = field(init=False)
-    steps: int = field(init=False)
+    schedule: Schedule = field(init=False)
 
     def __post_init__(self) -> None:
-        cfg, L = self.config, self.config.max_new_tokens
-        K = cfg.tokens_per_step
-        self.steps = cfg.steps if cfg.steps is not None else (-(-L // K) if K else L)
-        self.grid = torch.linspace(1, cfg.eps, self.steps + 1, dtype=torch.float32)
-
-    def _count(self, i: int, n_masked: int) -> int:
-        K = self.config.tokens_per_step
-        if K is not None:
-            return min(K, n_masked)
-        if i >= self.steps - 1:
-            return n_masked
-        t, s = self.grid[i], self.grid[i + 1]
-        return int(torch.tensor(float(n_masked), dtype=torch.float32) * (1 - s / t))
+        self.schedule = Schedule(self.config)
 
     def rows(self, x: torch.Tensor, step: int) -> tuple[int, int] | None:
         idx = (x[self.prompt_len :] == self.mask_id).nonzero().flatten()
-        last = self.steps if self.config.tokens_per_step is None else self.config.max_new_tokens
-        if len(idx) == 0 or step >= last:
+        if len(idx) == 0 or step >= self.schedule.length:
             return None
         return self.prompt_len + int(idx[0]), self.prompt_len + int(idx[-1]) + 1
 
     def decide(self, x: torch.Tensor, view: View, step: int, tol: float) -> Decision | None:
-        P = self.prompt_len
+        P, sched = self.prompt_len, self.schedule
         idx = (x[P:] == self.mask_id).nonzero().flatten()
-        last = self.steps if self.config.tokens_per_step is None else self.config.max_new_tokens
         i = step
-        while i < last and len(idx) and (n := self._count(i, len(idx))) == 0:
+        while i < sched.length and len(idx) and (n := sched.count(i, len(idx))) == 0:
             i += 1
-        if i >= last or len(idx) == 0 or not view.covers(P + int(idx[0]), P + int(idx[-1]) + 1):
+        if i >= sched.length or len(idx) == 0 or not view.covers(P + int(idx[0]), P + int(idx[-1]) + 1):
             return None
         rows = view.logits[P + idx - view.lo]
         _, x0, conf = sample_scored(rows, self.config.sampling, None, self.config.alg)

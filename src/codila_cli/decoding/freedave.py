@@ -131,7 +131,7 @@ def _drafts(x: torch.Tensor, rule: Any, view: View, step: int, depth: int) -> li
     """Up to ``depth`` − 1 steps after ``x``, each decided from the stale ``view`` on the previous draft."""
     out, cur = [], x
     while len(out) < depth - 1:
-        d = rule.decide(cur, view, step, float("-inf"))
+        d = rule.decide(cur, view, step, NO_GUARD)  # a draft is only a guess: verification decides
         if d is None:
             break
         cur = cur.clone()
@@ -173,7 +173,7 @@ def decode_exact(dlm: Any, prompt_ids: list[int], *, decoder: str, config: Any, 
     problem = exact_problem(config)
     if problem is not None:
         raise UsageError(problem, hint="drop --exact (or use --no-exact) to decode with these settings")
-    dtype = next(dlm.model.parameters()).dtype
+    dtype = dlm.ckpt.dtype  # what the model computes in (engine/generate.py::exact_pays reads the same)
     tol, trust = tolerance(dtype), dtype == torch.float32
     stats = Stats()
     if decoder == "block":

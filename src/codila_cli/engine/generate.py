@@ -120,7 +120,7 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
     """Whether this decode runs FreeDave (decoding/freedave.py): when ``--exact`` says so (settings it cannot
     run exactly are refused by the config), or, unset, where it pays: a GPU computing in fp32 with deterministic
-    settings. Not on a CPU, where a forward of d canvases costs about d forwards (benchmarks/exact.py: 0.57×
+    settings. Not on a CPU, where a forward of d canvases costs about d forwards (benchmarks/exact.py: 0.53–0.56×
     the wall time on the bundled model), nor in 16 bits, where a batch's rows are not lone rows and the near
     ties it must then decide alone took back the savings (508 → 535 sequential forwards there)."""
     import torch
