@@ -412,6 +412,18 @@ def test_num_samples_text_has_one_header_per_sample(tiny):
     assert "every sample is the same" in r.stderr and "samples parse" in r.stderr
 
 
+def test_origin_samples_differ_at_temperature_0_and_are_not_called_the_same(tiny):
+    """Dream's origin rule draws which slots a step reveals, so at --temperature 0 two seeds still give two texts:
+    no "every sample is the same" warning (there was one), and --exact refuses it as a rule that draws."""
+    base = ("--dlm", str(tiny["dlm"]), "--decoder", "dream", "--alg", "origin", "--temperature", "0",
+            "--max-new-tokens", "16", "--seed", "3")
+    r = gen(*base, "-n", "4", "--json", "def f(")
+    assert r.exit_code == 0, r.stderr
+    assert len({s["text"] for s in json.loads(r.stdout)["samples"]}) > 1 and "every sample is the same" not in r.stderr
+    r = gen(*base, "--exact", "def f(")
+    assert r.exit_code == 2 and "Error: --exact verifies deterministic steps" in r.stderr
+
+
 def test_temperature_reaches_the_codila_helper(tiny):
     """Static CoDiLA's helper writes every token, so --temperature alone must make it sample (it used
     to leave the helper greedy: N samples with N seeds were the same text and no warning said so)."""

@@ -72,6 +72,7 @@ def infill(
     """
     from codila_cli.decoding.config import InfillConfig
     from codila_cli.engine import Engine
+    from codila_cli.engine.generate import exact_note
     from codila_cli.engine.models import default_ar, default_infill_dlm
     from codila_cli.helper_card import helper_warnings
     from codila_cli.infill_files import disk_bytes, find_region, read_source, unified_diff, write_in_place
@@ -105,6 +106,8 @@ def infill(
     note_bundled(models, quiet=quiet, command="infill")
     for w in helper_warnings(models) if codila and not quiet else ():
         say(f"Warning: {w}\n")
+    if not quiet and (note := exact_note(models, decoder.value, cfg)):
+        say(f"Warning: {note}\n")
     out = _run(engine, src, region, cfg, seed=seed, instruction=instruction, title=f"codila infill · {decoder.value}",
                live=terminal.stderr_is_tty() and not (json_out or quiet))
     name = file if file != "-" else "stdin"
@@ -184,7 +187,7 @@ def _print_status(lines: list[str], ok: bool, color: Any) -> None:
 
 def _status(src: Any, region: Any, out: Any, *, in_place: bool, verbose: bool) -> list[str]:
     """stderr after a fill: where and how much, a context warning, the syntax report, and -v's numbers."""
-    from codila_cli.report import syntax_line
+    from codila_cli.report import exact_line, syntax_line
 
     where = f"lines {region.start + 1}-{region.end}" if region.end > region.start else f"before line {region.start + 1}"
     lines = [f"filled {where} with {out.middle.count(chr(10))} line(s)" + (f"; wrote {src.path}" if in_place else "")]
@@ -205,4 +208,6 @@ def _status(src: Any, region: Any, out: Any, *, in_place: bool, verbose: bool) -
         lines.append(f"seed: {out.seed}  dlm forwards: {m['dlm_forwards']}  ar forwards: {m['ar_forwards']}  "
                      f"middle tokens: {m['middle_tokens']}  expansions: {m['expansions']}  deletions: "
                      f"{m['deletions']}  tokens/step: {m['tokens_per_step']:.2f}  decode: {m['wall_seconds']:.2f}s")
+        if m.get("freedave"):
+            lines.append(exact_line(m))
     return lines

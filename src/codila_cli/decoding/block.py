@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from codila_cli.decoding.config import GEN_KNOBS, MAX_CANVAS, SamplingConfig, exact_problem
 from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.decoding.freedave_rules import OnCanvas
 
 if TYPE_CHECKING:
     import torch
@@ -236,7 +237,7 @@ def _ar_writes(c: Any, writer: Any, logits: torch.Tensor, masked: torch.Tensor, 
 
 
 @dataclass
-class BlockRule:
+class BlockRule(OnCanvas):
     """decoding/block.py's steps inside one block [lo, hi) at T 0: step k reveals its quota (at least one)
     by the family's rules (decoding/block.py::BlockRules) from the block's own logits."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar
 
-from codila_cli.decoding.knobs import Knob, KnobTable, check_positive, check_stop, from_given
+from codila_cli.decoding.knobs import Knob, KnobTable, check_positive, check_stop, exact_problem, from_given
 
 ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 CONVENTIONS = ("codila", "fast-dllm")
@@ -32,6 +32,9 @@ _ALG = Knob("alg", str, "entropy", "confidence rule for which slots to reveal (o
             short="alg", model=True)
 _BLOCK_SIZE = Knob("block_size", int, 4, "block size B.", lo=1, hi=256, short="B", letter="-B", recommend=True, show=True,
                    grid=True)
+_EXACT = Knob("exact", bool, None, "the tokens of one step at a time in fewer sequential forwards (FreeDave: each "
+              "checks up to 8 drafted steps, that many rows of compute; temperature 0).", optional=True, short="exact",
+              default_text="on with CUDA in fp32; off on a CPU and in 16 bits, where it is slower (docs/decoders.md)")
 _TAU = Knob("tau", float, None, "dynamic mode, mean-entropy threshold in nats.", optional=True, lo=0, hi=100,
             short="tau", default_text="static")
 
@@ -49,9 +52,7 @@ GEN_KNOBS = KnobTable(
     Knob("alg_temp", float, None, "sample positions from softmax(conf/alg_temp).", optional=True, lo=0),
     Knob("eps", float, 1e-3, "the end of Dream's time schedule (no flag).", lo=0, hi=1, open_lo=True, open_hi=True,
          flag="", env=False),
-    Knob("exact", bool, None, "the tokens of one step at a time in fewer sequential forwards (FreeDave: each checks "
-         "up to 8 drafted steps, that many rows of compute; temperature 0).", optional=True, short="exact",
-         default_text="on with CUDA in fp32; off on a CPU and in 16 bits, where it is slower (docs/decoders.md)"),
+    _EXACT,
     Knob("exact_steps", bool, False, "one DLM forward per step, as the official loop (the same tokens; codila "
          "otherwise skips forwards after steps that reveal nothing)."),
     *_SAMPLING,
@@ -129,20 +130,13 @@ INFILL_KNOBS = KnobTable(
               flag=None if k.name != "top_k" else "") for k in _SAMPLING),
     replace(_BLOCK_SIZE, help="codila: block size.", recommend=False),
     replace(_TAU, help="codila: mean-entropy threshold (nats).", default_text=f"{CODILA_INFILL_TAU:g} with --decoder codila"),
+    replace(_EXACT, help="DreamOn's steps" + _EXACT.help.removeprefix("the tokens of one step at a time")),
 )
 
 _g, _i = GEN_KNOBS.default, INFILL_KNOBS.default  # gen's / infill's knobs (and eval's settings) defaults
 
 
 _check_positive = partial(check_positive, limit=MAX_CANVAS)  # a count in 1 … limit (or None)
-
-
-def exact_problem(config: Any) -> str | None:
-    """Why ``config`` (dream's, llada's or block's) cannot decode exactly in fewer forwards, or None: FreeDave
-    (decoding/freedave.py) verifies deterministic steps, so a decode that draws at random is refused."""
-    deterministic = not config.draws() and getattr(config, "alg", None) != "origin" and not getattr(config, "cfg_scale", 0)
-    return None if deterministic else ("--exact verifies deterministic steps: it runs at --temperature 0 with a "
-                                       "confidence rule (not --alg origin, --alg-temp or --remasking random) and no --cfg-scale")
 
 
 @dataclass(frozen=True)
@@ -185,8 +179,8 @@ class DreamConfig:
     needs_helper: ClassVar[bool] = False  # whether the decoder runs the AR helper (codila; infill with tau)
 
     def draws(self) -> bool:
-        """Whether a decode draws at random (so two seeds may give two texts)."""
-        return self.sampling.temperature > 0 or self.alg_temp not in (None, 0)
+        """Whether a decode draws at random (so two seeds may give two texts): origin draws its positions."""
+        return self.sampling.temperature > 0 or self.alg_temp not in (None, 0) or self.alg == "origin"
 
     def __post_init__(self) -> None:
         _check_positive("max-new-tokens", self.max_new_tokens)
@@ -335,10 +329,10 @@ class CodilaConfig:
 class InfillConfig:
     """DreamOn variable-length infilling (arXiv 2602.01326; docs/infill.md), optionally with CoDiLA blocks (``tau``).
 
-    ``initial_masks`` n0 slots start the middle; a predicted expand turns one mask into two (at most
-    ``expand_budget`` times: by default ``max_middle_tokens``, DreamOn's evaluation generator's rule); a predicted delete (end-of-text) removes its
-    slot, and with ``broadcast_delete`` every masked slot to its right too. The middle never exceeds
-    ``max_middle_tokens``. ``steps`` caps DLM forwards (default 4·max_middle_tokens).
+    ``initial_masks`` n0 slots start the middle; a predicted expand turns one mask into two (at most ``expand_budget``
+    times: by default ``max_middle_tokens``, DreamOn's evaluation generator's rule); a predicted delete (end-of-text)
+    removes its slot, and with ``broadcast_delete`` every masked slot to its right too. The middle never exceeds
+    ``max_middle_tokens``. ``steps`` caps DLM forwards (default 4·max_middle_tokens). ``exact``: decoding/freedave.py.
     """
 
     initial_masks: int = _i("initial_masks")
@@ -351,6 +345,7 @@ class InfillConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     block_size: int = _i("block_size")
     tau: float | None = _i("tau")  # set (with an AR helper) = CoDiLA dynamic mode on the middle
+    exact: bool | None = _i("exact")  # None: on where it pays (engine/generate.py::exact_pays)
 
     HELPER_ONLY: ClassVar[tuple[str, ...]] = ("block_size", "tau")  # what only CoDiLA on the middle reads
 
@@ -384,17 +379,22 @@ class InfillConfig:
                 f"(the model's context is {context_length} tokens)")
 
     def __post_init__(self) -> None:
-        if not 0 <= self.initial_masks <= 4096:
-            raise ValueError(f"initial-masks must be between 0 and 4096, got {self.initial_masks}")
         _check_positive("max-middle-tokens", self.max_middle_tokens, limit=4096)
+        if not 0 <= self.initial_masks <= self.max_middle_tokens:
+            raise ValueError(f"initial-masks must be between 0 and max-middle-tokens ({self.max_middle_tokens}), "
+                             f"got {self.initial_masks}")
         _check_positive("steps", self.steps)
         _check_positive("tokens-per-step", self.tokens_per_step, limit=4096)
         _check_positive("block-size", self.block_size, limit=256)
-        if self.initial_masks > self.max_middle_tokens:
-            raise ValueError("initial-masks must not exceed max-middle-tokens")
         if self.expand_budget is not None and self.expand_budget < 0:
             raise ValueError("expand-budget must be >= 0")
         if self.alg not in ALGS[1:]:
             raise ValueError(f"alg must be one of {', '.join(ALGS[1:])}, got {self.alg!r}")
         if self.tau is not None and not (0.0 <= self.tau <= 100.0):
             raise ValueError(f"tau must be between 0 and 100 nats, got {self.tau}")
+        if self.exact and (problem := exact_problem(self) or self.tau is not None and "--exact runs DreamOn's own "
+                           "steps, and CoDiLA's blocks are the helper's writes (drop --decoder codila or --exact)"):
+            raise ValueError(problem)
+
+    def draws(self) -> bool:
+        return self.sampling.temperature > 0

@@ -30,7 +30,7 @@ import torch
 from codila_cli.decoding.base import Canvas, DecodeResult
 from codila_cli.decoding.config import DreamConfig
 from codila_cli.decoding.events import OnStep, no_op
-from codila_cli.decoding.freedave_rules import Decision, View, lead, token_lead
+from codila_cli.decoding.freedave_rules import Decision, OnCanvas, View, lead, token_lead
 from codila_cli.decoding.marginals import process_logits, sample_scored
 
 
@@ -115,7 +115,7 @@ def decode_dream(dlm, prompt_ids: list[int], *, config: DreamConfig, generator: 
 
 
 @dataclass
-class DreamRule:
+class DreamRule(OnCanvas):
     """decoding/dream.py's loop at T 0 with a confidence ``alg``: step i reveals n_i slots (:class:`Schedule`:
     the ``steps`` schedule's floor counts, some 0, all left at the last; or K a step), the n_i most confident
     of the masked slots, ranked on a row as long as the sequence."""

@@ -63,49 +63,56 @@ class Stats:
                 "accepted": self.accepted}
 
 
-def freedave(c: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *, tol: float,
-             stats: Stats, done: Callable[[], bool], start: int = 0, trust: bool = True) -> None:
-    """Decode the canvas ``c`` (decoding/base.py::Canvas) under ``rule`` until its schedule ends or ``done()``.
-    ``forward(xs [d, N], spans)`` runs one forward and gives, per canvas, the logits [hi − lo, V] of its rows
-    ``spans[i]`` = (lo, hi), each projected as a lone forward of that canvas projects them (a call with d = 1
-    is the reference's own forward); ``start``: the schedule step to begin at; ``trust``: a batch whose check
-    row equals its lone logits bit for bit has lone rows (fp32; a 16-bit batch rounds rows by their place)."""
-    def counted(xs: torch.Tensor, spans: list) -> list:
-        stats.calls, stats.rows = stats.calls + 1, stats.rows + xs.shape[0]
-        return forward(xs, spans)
+def freedave(x: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *, commit: Callable[[Decision], Any],
+             tol: float, stats: Stats, done: Callable[[], bool], start: int = 0, trust: bool = True) -> None:
+    """Decode from the state ``x`` under ``rule`` until its schedule ends or ``done()``. A state is what the rule
+    reads: the canvas [N] (decoding/freedave_rules.py::OnCanvas), or DreamOn's middle (decoding/dreamon.py::Fill);
+    ``rule.tokens(state)`` is the sequence a forward reads, ``rule.after(state, d)`` a draft's next state.
+    ``commit(d)`` takes a verified step and returns the new state. ``forward(xs [d, N], spans)`` runs one forward
+    and gives, per canvas, the logits [hi − lo, V] of its rows ``spans[i]`` = (lo, hi), each projected as a lone
+    forward of that canvas projects them (a call with d = 1 is the reference's own forward); ``start``: the
+    schedule step to begin at; ``trust``: a batch whose check row equals its lone logits bit for bit has lone
+    rows (fp32; a 16-bit batch rounds rows by their place)."""
+    def counted(states: list, spans: list) -> list:
+        stats.calls, stats.rows = stats.calls + 1, stats.rows + len(states)
+        return forward(torch.stack([rule.tokens(s) for s in states]), spans)
 
-    def alone(x: torch.Tensor, step: int) -> View:
-        return View(*(span := rule.rows(x, step)), counted(x[None], [span])[0])
+    def alone(s: Any, step: int) -> View:
+        return View(*(span := rule.rows(s, step)), counted([s], [span])[0])
 
-    x = c.x[0]
     if rule.rows(x, start) is None:
         return
     # ``loose``: the view came from a batch whose rows may round otherwise than lone forwards, so a decision
     # read from it must clear ``tol``; a lone forward, or a batch whose check row matched its lone logits bit
-    # for bit, is the reference's own arithmetic
-    view, seen, loose, step, depth = alone(x, start), x.clone(), False, start, 2
+    # for bit, is the reference's own arithmetic. ``seen``: the state the view's logits are of
+    view, seen, loose, step, depth = alone(x, start), x, False, start, 2
     while True:
         d = rule.decide(x, view, step, tol if loose else NO_GUARD)
         if d is None:
             return
         if not d.robust:  # a near tie read from a batch: decide it from the canvas's own forward
-            view, seen, loose = alone(x, step), x.clone(), False
+            view, seen, loose = alone(x, step), x, False
             stats.guarded += 1
             d = rule.decide(x, view, step, NO_GUARD)
-        _commit(c, d)
-        step = d.step + 1
+        x, step = commit(d), d.step + 1
         if done():
             return
-        drafts = _drafts(x, rule, view, step, depth)  # [(canvas after the draft step, its decision)]
+        drafts = _drafts(x, rule, view, step, depth)  # [(state after the draft step, its decision)]
         stats.drafted += len(drafts)
-        cands = [x.clone(), *(cand for cand, _ in drafts)]
+        cands = [x, *(cand for cand, _ in drafts)]
         nexts = [step, *(dd.step + 1 for _, dd in drafts)]  # the step each candidate's logits would decide
-        need = [(i, s) for i, s in enumerate(rule.rows(cand, n) for cand, n in zip(cands, nexts)) if s is not None]
+        size = rule.size(x)  # one forward stacks canvases of one length (a draft that resized one ends them)
+        need = [(i, s) for i, s in enumerate(rule.rows(cand, n) for cand, n in zip(cands, nexts))
+                if s is not None and rule.size(cands[i]) == size]
         if not need:
-            return
-        check = len(need) > 1 and not loose and trust  # the last view's canvas again: are the batch's rows lone rows?
+            if rule.rows(x, step) is None:
+                return
+            view, seen, loose = alone(x, step), x, False
+            continue
+        # the last view's canvas again, as a check row: are the batch's rows lone rows?
+        check = len(need) > 1 and not loose and trust and rule.size(seen) == size
         spans = [s for _, s in need] + ([(view.lo, view.hi)] if check else [])
-        out = counted(torch.stack([cands[i] for i, _ in need] + ([seen] if check else [])), spans)
+        out = counted([cands[i] for i, _ in need] + ([seen] if check else []), spans)
         loose = len(need) > 1 and not (check and torch.equal(out.pop(), view.logits))
         views = {i: View(*s, out[k]) for k, (i, s) in enumerate(need)}
         view, seen, accepted = views.get(0), cands[0], 0
@@ -113,31 +120,32 @@ def freedave(c: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *
             got = rule.decide(x, view, step, tol if loose else NO_GUARD) if view is not None else None
             if got is None or not got.robust or not _same(got, want):
                 break
-            _commit(c, got)
+            x, step = commit(got), got.step + 1
             accepted += 1
-            step = got.step + 1
             if done():
                 return
             view, seen = views.get(j + 1), cand
         stats.accepted += accepted
-        if view is None:  # the drafts ended the schedule's rows (LLaDA's next block is not in this view)
+        if view is None:  # the drafts left the batch's rows (LLaDA's next block, a resized DreamOn middle)
             if rule.rows(x, step) is None:
                 return
-            view, seen, loose = alone(x, step), x.clone(), False
+            view, seen, loose = alone(x, step), x, False
         depth = min(MAX_DEPTH, depth * 2) if accepted == len(drafts) else max(2, accepted + 1)
 
 
-def _drafts(x: torch.Tensor, rule: Any, view: View, step: int, depth: int) -> list[tuple[torch.Tensor, Decision]]:
-    """Up to ``depth`` − 1 steps after ``x``, each decided from the stale ``view`` on the previous draft."""
-    out, cur = [], x
+def _drafts(x: Any, rule: Any, view: View, step: int, depth: int) -> list[tuple[Any, Decision]]:
+    """Up to ``depth`` − 1 steps after ``x``, each decided from the stale ``view`` on the previous draft; the
+    drafts end after one that resizes the canvas (the view's rows no longer line up with it)."""
+    out, cur, size = [], x, rule.size(x)
     while len(out) < depth - 1:
         d = rule.decide(cur, view, step, NO_GUARD)  # a draft is only a guess: verification decides
         if d is None:
             break
-        cur = cur.clone()
-        cur[d.positions] = d.tokens.to(cur.dtype)
+        cur = rule.after(cur, d)
         out.append((cur, d))
         step = d.step + 1
+        if rule.size(cur) != size:
+            break
     return out
 
 
@@ -148,8 +156,14 @@ def _same(a: Decision, b: Decision) -> bool:
     return bool(torch.equal(a.positions[oa], b.positions[ob]) and torch.equal(a.tokens[oa].cpu(), b.tokens[ob].cpu()))
 
 
-def _commit(c: Any, d: Decision) -> None:
-    c.commit(d.positions - c.prompt_len, d.tokens, source="dlm", block=d.block)
+def on_canvas(c: Any, rule: Any, forward: Callable, *, done: Callable[[], bool] | None = None, **kw: Any) -> None:
+    """:func:`freedave` on a decoder's canvas (decoding/base.py::Canvas), which emits each committed step;
+    ``done``: when to stop early (default the canvas's own rule; a block decoder's block runs to its end)."""
+    def commit(d: Decision) -> torch.Tensor:
+        c.commit(d.positions - c.prompt_len, d.tokens, source="dlm", block=d.block)
+        return c.x[0].clone()
+
+    freedave(c.x[0].clone(), rule, forward, commit=commit, done=done or c.done, **kw)
 
 
 def tolerance(logits_dtype: Any) -> float:
@@ -180,8 +194,8 @@ def decode_exact(dlm: Any, prompt_ids: list[int], *, decoder: str, config: Any, 
         from codila_cli.decoding.block import decode_block
 
         res = decode_block(dlm, prompt_ids, config=config, generator=generator, on_step=on_step,
-                           fill=lambda c, rule, forward: freedave(c, rule, forward, tol=tol, stats=stats,
-                                                                  done=lambda: False, trust=trust))
+                           fill=lambda c, rule, forward: on_canvas(c, rule, forward, tol=tol, stats=stats,
+                                                                   done=lambda: False, trust=trust))
         return with_(res, dlm_rows=res.dlm_forwards - stats.calls + stats.rows, freedave=stats.to_dict())
     if decoder == "llada":
         from codila_cli.decoding.llada import check_llada
@@ -189,5 +203,44 @@ def decode_exact(dlm: Any, prompt_ids: list[int], *, decoder: str, config: Any, 
         check_llada(dlm, prompt_ids, config)
     c = Canvas.start(prompt_ids=prompt_ids, config=config, dlm=dlm, on_step=on_step)
     rule = (DreamRule if decoder == "dream" else LladaRule)(config, c.prompt_len, c.mask_id)
-    freedave(c, rule, dlm.logits_many, tol=tol, stats=stats, done=c.done, trust=trust)
+    on_canvas(c, rule, dlm.logits_many, tol=tol, stats=stats, trust=trust)
     return with_(c.result(), dlm_rows=stats.rows, freedave=stats.to_dict())
+
+
+def fill_exact(dlm: Any, *, prefix_ids: list[int], suffix_ids: list[int], config: Any, on_step: Any = None) -> Any:
+    """DreamOn's fill (decoding/dreamon.py::decode_dreamon without a helper) with ``config``, in fewer sequential
+    forwards: the same steps, each emitted as the reference emits it; the result also says the canvases
+    evaluated (``dlm_rows``) and the driver's counts. A step that expands or deletes resizes the middle, so
+    the drafts of a round end at one (decoding/dreamon.py::DreamOnRule)."""
+    import time
+
+    from codila_cli.decoding.dreamon import DreamOnRule, Fill, finished, resize, sequence
+    from codila_cli.decoding.events import StepEvent, no_op
+    from codila_cli.errors import UsageError
+
+    on_step = on_step or no_op
+    if (problem := exact_problem(config)) or config.needs_helper:
+        raise UsageError(problem or "--exact runs DreamOn's own steps, not CoDiLA's helper writes",
+                         hint="drop --exact (or use --no-exact) to fill with these settings")
+    sp, head_tail = dlm.specials, sequence(dlm, prefix_ids, suffix_ids, config)
+    rule = DreamOnRule(config, *head_tail, sp, dlm.context_length - sum(map(len, head_tail)), dlm.device)
+    state, counts = rule.start(), {"steps": 0, "expansions": 0, "deletions": 0}
+    stats, f0, t0 = Stats(), dlm.forwards, time.perf_counter()
+
+    def commit(d: Decision) -> Fill:
+        nonlocal state
+        committed = rule.committed(d)
+        middle, budget, grown, dropped = resize(list(state.middle), committed, state.budget, config=config, specials=sp)
+        counts["expansions"] += grown
+        counts["deletions"] += dropped
+        state = Fill(tuple(middle), budget)
+        on_step(StepEvent(step=d.step, positions=tuple(committed), tokens=tuple(committed.values()), source="dlm",
+                          block=None, dlm_forwards=dlm.forwards - f0, ar_forwards=0, elapsed=time.perf_counter() - t0,
+                          canvas=state.middle))
+        counts["steps"] = d.step + 1
+        return state
+
+    dtype = dlm.ckpt.dtype
+    freedave(state, rule, dlm.logits_many, commit=commit, tol=tolerance(dtype), stats=stats, done=lambda: False,
+             trust=dtype == torch.float32)
+    return finished(state.middle, sp, dlm_forwards=dlm.forwards - f0, ar_forwards=0, seconds=time.perf_counter() - t0, dlm_rows=stats.rows, freedave=stats.to_dict(), **counts)

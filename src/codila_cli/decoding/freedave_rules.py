@@ -6,8 +6,10 @@ behind that choice clears a tolerance (a decision read from a batched forward co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a rule runs (llada.py and block.py import this with their configs)
+    import torch
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class View:
 
 def lead(values: torch.Tensor, k: int) -> float:
     """How far the k-th largest of ``values`` is above the (k+1)-th (inf when there is none)."""
+    import torch
+
     if k >= values.numel():
         return float("inf")
     top = torch.topk(values.double(), k + 1).values
@@ -47,7 +51,27 @@ def lead(values: torch.Tensor, k: int) -> float:
 
 def token_lead(logits: torch.Tensor) -> float:
     """The smallest lead of a row's top logit over its second, over rows [k, V]."""
+    import torch
+
     if logits.shape[0] == 0 or logits.shape[-1] < 2:
         return float("inf")
     top = torch.topk(logits.double(), 2, dim=-1).values
     return float((top[:, 0] - top[:, 1]).min())
+
+
+class OnCanvas:
+    """A step rule whose state is the canvas [N] itself (Dream, LLaDA, the block decoders)."""
+
+    @staticmethod
+    def tokens(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @staticmethod
+    def size(x: torch.Tensor) -> int:
+        return x.shape[0]
+
+    @staticmethod
+    def after(x: torch.Tensor, d: Decision) -> torch.Tensor:
+        y = x.clone()
+        y[d.positions] = d.tokens.to(y.dtype)
+        return y

@@ -283,3 +283,11 @@ def check_stop(stop: tuple[str, ...]) -> None:
     for prefix in stop:
         if not prefix or "\n" in prefix or "\r" in prefix:
             raise ValueError(f"stop: each prefix is the non-empty start of one line, got {prefix!r}")
+
+
+def exact_problem(config: Any) -> str | None:
+    """Why ``config`` (any generation or infill config) cannot decode exactly in fewer forwards, or None: FreeDave
+    (decoding/freedave.py) verifies deterministic steps, so a decode that draws at random is refused."""
+    deterministic = not config.draws() and not getattr(config, "cfg_scale", 0)  # LLaDA's guidance: not in its rule
+    return None if deterministic else ("--exact verifies deterministic steps: it runs at --temperature 0 with a "
+                                       "confidence rule (not --alg origin, --alg-temp or --remasking random) and no --cfg-scale")

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from codila_cli.decoding.config import GEN_KNOBS, SamplingConfig, exact_problem
 from codila_cli.decoding.events import OnStep, no_op
+from codila_cli.decoding.freedave_rules import OnCanvas
 
 if TYPE_CHECKING:  # torch is imported where decoding runs: the config is read by --help, which must not load it
     import torch
@@ -176,7 +177,7 @@ def decode_llada(dlm: Any, prompt_ids: list[int], *, config: LladaConfig, genera
 
 
 @dataclass
-class LladaRule:
+class LladaRule(OnCanvas):
     """decoding/llada.py's loop at T 0 (low-confidence or sequential remasking, no guidance): block b's
     step k reveals its quota of the block's most confident masked slots (rows of that block only)."""
 

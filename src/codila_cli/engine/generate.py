@@ -118,9 +118,9 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
 
 def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
-    """Whether this decode runs FreeDave (decoding/freedave.py): when ``--exact`` says so (settings it cannot
-    run exactly are refused by the config), or, unset, where it pays: a GPU computing in fp32 with deterministic
-    settings. Not on a CPU, where a forward of d canvases costs about d forwards (benchmarks/exact.py: 0.53–0.56×
+    """Whether this decode (``decoder``: gen's, or "dreamon" for a fill) runs FreeDave (decoding/freedave.py):
+    when ``--exact`` says so (settings it cannot run exactly are refused by the config), or, unset, where it pays:
+    a GPU computing in fp32 with deterministic settings. Not on a CPU, where a forward of d canvases costs about d forwards (benchmarks/exact.py: 0.53–0.56×
     the wall time on the bundled model), nor in 16 bits, where a batch's rows are not lone rows and the near
     ties it must then decide alone took back the savings (508 → 535 sequential forwards there)."""
     import torch
@@ -128,8 +128,8 @@ def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
     from codila_cli.decoding.config import exact_problem
     from codila_cli.decoding.registry import WRITES_WITH_HELPER
 
-    if decoder in WRITES_WITH_HELPER or not hasattr(config, "exact"):  # the helper's writes are not its steps
-        return False
+    if decoder in WRITES_WITH_HELPER or not hasattr(config, "exact") or config.needs_helper:  # the helper's writes
+        return False  # are not the DLM's steps
     if config.exact is not None:
         return config.exact
     return (getattr(dlm.device, "type", str(dlm.device)) == "cuda" and exact_problem(config) is None

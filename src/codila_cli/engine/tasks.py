@@ -66,6 +66,7 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
     import torch
 
     from codila_cli.decoding.dreamon import decode_dreamon
+    from codila_cli.engine.generate import exact_pays
 
     dlm = models.dlm
     refuse_unsupported(dlm, "infill")
@@ -82,17 +83,22 @@ def infill_tokens(models: Models, prefix: str, suffix: str, *, config: Any, seed
 
         # the helper samples at the same temperature as DreamOn's own steps (greedy at 0)
         writer = make_writer(models.ar, models.bridge, temperature=config.sampling.temperature)
+    def fill(dlm: Any) -> Any:
+        if exact_pays(dlm, "dreamon", config):  # FreeDave: DreamOn's steps in fewer sequential forwards
+            from codila_cli.decoding.freedave import fill_exact
+
+            return fill_exact(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, on_step=on_step)
+        return decode_dreamon(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, writer=writer, generator=gen,
+                              on_step=on_step)
+
     if batcher is None:
-        res = decode_dreamon(dlm, prefix_ids=p_ids, suffix_ids=s_ids, config=config, writer=writer, generator=gen,
-                             on_step=on_step)
-        return res, cut, seed
+        return fill(dlm), cut, seed
     from codila_cli.decoding.batch import RowAR, RowDLM
 
     with batcher.row(on_row) as row:
         if writer is not None:
             writer.ar = RowAR(models.ar, batcher, row)
-        res = decode_dreamon(RowDLM(batcher, row, dlm), prefix_ids=p_ids, suffix_ids=s_ids, config=config,
-                             writer=writer, generator=gen, on_step=on_step)
+        res = fill(RowDLM(batcher, row, dlm))
     return res, cut, seed
 
 
@@ -113,7 +119,8 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
                "middle_tokens": len(res.middle), "expansions": res.expansions, "deletions": res.deletions,
                "tokens_per_step": (len(res.middle) + res.deletions + res.expansions) / res.dlm_forwards
                if res.dlm_forwards else 0.0, "wall_seconds": res.seconds, "truncated": res.truncated,
-               "load_seconds": round(models.load_seconds, 3)}
+               "load_seconds": round(models.load_seconds, 3),
+               "dlm_rows": res.dlm_forwards if res.dlm_rows is None else res.dlm_rows, "freedave": res.freedave}
     return InfillOutcome(middle, new_text, seed, metrics, check_code(src.text, language=src.language),
                          check_code(new_text, language=src.language, span=(before, before + len(middle))), cut)
 

@@ -93,7 +93,7 @@ def count(st: Any, outs: list) -> None:
     for o in outs:
         st.metrics.prompt_tokens.inc(o.prompt_tokens)
         st.metrics.tokens.inc(o.completion_tokens)
-        if "dlm_rows" in o.codila:  # a generation (a fill reports its own forwards)
+        if "dlm_rows" in o.codila:  # a generation or a fill that ran to its end (not one cut by its time limit)
             mode = "on" if o.codila["exact_decode"] else "off"
             st.metrics.sequential.labels(mode).inc(o.codila["dlm_forwards"])
             st.metrics.canvases.labels(mode).inc(o.codila["dlm_rows"])

@@ -73,14 +73,14 @@ class Metrics:
         self.first_chunk = Histogram("codila_first_chunk_seconds", "Time to the first streamed text",
                                      buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
         self.cancelled = Counter("codila_cancelled", "Requests cancelled, by reason", ["reason"], registry=r)
-        # per generation: the DLM forwards it waited for one after another (a FreeDave verification of several
-        # candidates is one: --exact), and the canvases they evaluated; tokens per sequential forward =
+        # per generation or fill: the DLM forwards it waited for one after another (a FreeDave verification of
+        # several candidates is one: --exact), and the canvases they evaluated; tokens per sequential forward =
         # codila_generated_tokens / this
-        self.sequential = Counter("codila_sequential_dlm_forwards", "DLM forwards a generation waited for in "
-                                  "sequence, by whether it decoded exactly in fewer (FreeDave: --exact)", ["freedave"], registry=r)
+        self.sequential = Counter("codila_sequential_dlm_forwards", "DLM forwards a generation or fill waited for "
+                                  "in sequence, by whether it decoded exactly in fewer (FreeDave: --exact)", ["freedave"], registry=r)
         self.canvases = Counter("codila_dlm_canvases", "Canvases those forwards evaluated", ["freedave"], registry=r)
         self.exact_tokens = Counter("codila_generated_tokens_by_mode", "Tokens generated, by whether the "
-                                    "generation decoded exactly in fewer forwards", ["freedave"], registry=r)
+                                    "generation or fill decoded exactly in fewer forwards", ["freedave"], registry=r)
 
     def on_batch(self, kind: str, rows: int) -> None:
         kind = "ar" if kind == "ar" else "dlm"
