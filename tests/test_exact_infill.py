@@ -70,6 +70,35 @@ def _property(tiny: dict, n: int, dtype: torch.dtype, seed0: int = 0) -> dict:
     return totals
 
 
+def test_every_deterministic_dreamon_golden_case_gives_the_official_middle(monkeypatch):
+    """The DreamOn goldens (tests/fixtures/dreamon: DreamOn's own generator on two small checkpoints) that run at
+    temperature 0, fp32 and bf16, run by their harness (parity_cases.run_dreamon) with the loop swapped for
+    FreeDave: the official middle, in no more sequential forwards (one more per near tie decided alone)."""
+    from parity_cases import DREAMON, DREAMON_TOPK, run_dreamon
+    from test_parity import _dreamon_target
+
+    from codila_cli.decoding import dreamon
+
+    cases = [c for c in DREAMON + DREAMON_TOPK if not c["settings"]["temperature"]]
+    assert len(cases) >= 10 and {c["dtype"] for c in cases} == {"float32", "bfloat16"}
+    guarded: list[int] = []
+
+    def exact(dlm, *, prefix_ids, suffix_ids, config, writer=None, generator=None, on_step=None):
+        res = fill_exact(dlm, prefix_ids=prefix_ids, suffix_ids=suffix_ids, config=config)
+        guarded.append(res.freedave["guarded"])
+        return res
+
+    monkeypatch.setattr(dreamon, "decode_dreamon", exact)
+    saved = 0
+    for case in cases:
+        want, want_forwards = _dreamon_target(case)
+        middle, forwards = run_dreamon(case)
+        assert middle == want, case["id"]
+        assert forwards <= want_forwards + guarded[-1], case["id"]
+        saved += want_forwards - forwards
+    assert saved > 0
+
+
 def test_random_fills_commit_dreamons_steps_in_fp32(tiny):
     """200 seeded random fills (middle sizes, budgets, K, broadcast deletion, confidence rules, step caps):
     every step is the reference's, the cases do expand and delete, and in all they take fewer sequential forwards."""
