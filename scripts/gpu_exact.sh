@@ -9,7 +9,9 @@
 # 2. Where the weights are in the Hugging Face cache (codila pull dream-coder sdar-8b on a machine that
 #    reaches the hub, then copy the cache): HumanEval with Dream-Coder-7B at one token per step and SDAR-8B's
 #    block decoder at one slot per step (T 0), each with --no-exact and --exact, in fp32 and bf16: compare
-#    rows.jsonl's completions (identical) and summary.md's tokens/s.
+#    rows.jsonl's completions (identical) and summary.md's tokens/s (eval decodes greedily: T 0).
+# 3. With DATA set to a folder holding human-eval-infilling/ (../shared/data) and DreamOn in the cache:
+#    HumanEval-MultiLineInfilling with DreamOn's one slot per step, --no-exact and --exact, fp32 and bf16.
 set -euo pipefail
 OUT="${1:-results/gpu-exact}"
 LIMIT="${2:-164}"
@@ -25,9 +27,18 @@ for model in dream-coder sdar-8b; do
     for dtype in bfloat16 float32; do
         for mode in 0 1; do
             codila eval --benchmark humaneval --limit "$LIMIT" --dlm "$model" --setting "$setting,exact=$mode" \
-                --temperature 0 --max-new-tokens 512 --device cuda --dtype "$dtype" \
+                --max-new-tokens 512 --device cuda --dtype "$dtype" \
                 --output "$OUT/$model-$dtype-exact$mode" || echo "$model $dtype exact=$mode failed" >&2
         done
     done
 done
+if [ -n "${DATA:-}" ]; then
+    for dtype in bfloat16 float32; do
+        for mode in 0 1; do
+            codila eval --benchmark he-infill-multi --data-dir "$DATA" --limit "$LIMIT" --dlm dreamon \
+                --setting "dreamon:K=1,exact=$mode" --device cuda --dtype "$dtype" \
+                --output "$OUT/dreamon-$dtype-exact$mode" || echo "dreamon $dtype exact=$mode failed" >&2
+        done
+    done
+fi
 echo "wrote $OUT/random.md and $OUT/<model>-<dtype>-exact<0|1>/{rows.jsonl,summary.md}" >&2
