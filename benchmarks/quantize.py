@@ -12,9 +12,10 @@
    commit as they do on real weights. Each scheme (bf16, int8, int4) runs in a fresh process: the RSS
    after decoding (what the model holds), the peak RSS (VmHWM, reset before loading: it also counts the
    stored file's pages that loading maps and reads once, which the kernel may reclaim) and the peak
-   anonymous memory (sampled every 5 ms), each over the process's own; load seconds, tokens/s of a
+   anonymous memory (sampled every 1 ms), each over the process's own; load seconds, tokens/s of a
    64-token gen with the family's own decoder, the share of tokens equal to bf16's, and the fit check's
-   estimate against the RSS after decoding.
+   estimate (models/fit.py::Need.total) against what the load needed: the larger of the peak anonymous memory
+   (a quantized load's codes and transients) and the RSS after decoding (a bf16 load's mapped weights).
 2. The bundled pair (DLM and helper both quantized) on held-out prompts (data/heldout_ext5_prompts.jsonl,
    the first --prompts of them; no setting of quantization was chosen on them: there is none to choose):
    texts equal to bf16's, syntax-valid share, tokens/s.
@@ -55,7 +56,7 @@ stop = threading.Event()
 def sample():
     while not stop.is_set():
         peak_anon[0] = max(peak_anon[0], status("RssAnon"))
-        time.sleep(0.005)
+        time.sleep(0.001)
 open("/proc/self/clear_refs", "w").write("5")
 base, base_anon = status("VmRSS"), status("RssAnon")
 threading.Thread(target=sample, daemon=True).start()
@@ -78,7 +79,7 @@ stop.set()
 out = {"load_s": load_s, "tok_s": r.metrics["tokens"] / dec_s, "tokens": r.metrics["tokens"],
        "ids": m.dlm.tokenizer.encode(r.completion, add_special_tokens=False), "peak": status("VmHWM") - base,
        "rss": status("VmRSS") - base,
-       "peak_anon": peak_anon[0] - base_anon, "estimate": need.weights + need.loading + need.activations,
+       "peak_anon": peak_anon[0] - base_anon, "estimate": need.total,
        "top1": top1, "forwards": r.metrics.get("dlm_forwards")}
 print(json.dumps(out))
 """
@@ -213,8 +214,8 @@ def main() -> None:
     import torch
 
     lines = [f"CPU: {_cpu()}, torch {torch.__version__}, {args.threads} threads; {args.tokens} new tokens.", "",
-             ("| model | weights | RSS after decoding MiB | peak RSS MiB | peak anon MiB | fit estimate MiB (÷ RSS "
-              "after) | load s | tok/s (× bf16) | tokens = bf16 | median top-1 p |"),
+             ("| model | weights | RSS after decoding MiB | peak RSS MiB | peak anon MiB | fit estimate MiB (÷ the "
+              "larger of peak anon and RSS after) | load s | tok/s (× bf16) | tokens = bf16 | median top-1 p |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for which in [m for m in args.models.split(",") if m]:
         path, decoder = ensure(args.dir, which)
@@ -228,14 +229,15 @@ def main() -> None:
             same = sum(a == b for a, b in zip(r["ids"], ref["ids"])) / max(1, len(ref["ids"]))
             lines.append(f"| {which} ({decoder}) | {'bf16' if s == 'none' else s} | {_mib(r['rss'])} | "
                          f"{_mib(r['peak'])} | {_mib(r['peak_anon'])} | {_mib(r['estimate'])} "
-                         f"({r['estimate'] / r['rss']:.2f}) | "
+                         f"({r['estimate'] / max(r['rss'], r['peak_anon']):.2f}) | "
                          f"{r['load_s']:.1f} | {r['tok_s']:.2f} ({r['tok_s'] / ref['tok_s']:.2f}×) | {same:.0%} | "
                          f"{r['top1']:.2f} |")
         print("\n".join(lines[-3:]), flush=True)
     data = ROOT / "src" / "codila_cli" / "data" / "heldout_ext5_prompts.jsonl"
-    bundled = {s: _child(BUNDLED, s, str(args.threads), str(args.prompts), str(data)) for s in SCHEMES}
-    ref = bundled["none"]["rows"]
-    lines += ["", (f"Bundled pair ({bundled['none']['decoder']}, its default settings), {len(ref)} held-out "
+    bundled = {s: _child(BUNDLED, s, str(args.threads), str(args.prompts), str(data)) for s in SCHEMES} \
+        if args.prompts > 0 else {}  # --prompts 0: the checkpoints' rows only
+    ref = bundled["none"]["rows"] if bundled else []
+    lines += [] if not bundled else ["", (f"Bundled pair ({bundled['none']['decoder']}, its default settings), {len(ref)} held-out "
                    "prompts (heldout_ext5), seed 0:"), "",
               "| weights (DLM and helper) | texts = bf16 | syntax-valid | tok/s (× bf16) |", "|---|---|---|---|"]
     for s, b in bundled.items():

@@ -249,3 +249,37 @@ def test_quantizing_chunk_by_chunk_gives_the_whole_weights_codes(scheme, monkeyp
     assert torch.equal(whole.q, chunked.q) and torch.equal(whole.scales, chunked.scales)
     x = torch.randn(3, 256, dtype=torch.bfloat16)
     assert torch.equal(torch.nn.functional.linear(x, whole), torch.nn.functional.linear(x, chunked))
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_quantizing_leaves_the_weight_it_reads(scheme):
+    """Each chunk's codes are computed in place on the chunk's own fp32 copy: an fp32 weight (whose
+    ``.to(float32)`` would be the weight itself) is left as it was."""
+    w = _weight(n=128, k=256, seed=5).float()
+    before = w.clone()
+    quantize_weight(w, scheme, dtype=torch.float32, device=CPU)
+    assert torch.equal(w, before)
+
+
+def test_a_native_load_quantizes_attention_before_fusing_the_mlp_and_hands_memory_back(monkeypatch):
+    """A native layer's attention is fused and quantized before its MLP is fused, so one full-precision fused
+    copy exists at a time (models/fit.py sizes the [gate; up] one); after each quantized part and after the
+    load, freed heap memory goes back to the system (models/loading.py::release_freed: glibc's malloc_trim,
+    which kept 800 MiB of a LLaDA-8B-width int4 load otherwise; docs/results/quantize-s35.md)."""
+    import platform
+
+    from codila_cli.engine.models import load_models
+    from codila_cli.models import loading, native
+    from codila_cli.models import quantize as q
+
+    events: list[str] = []
+    real_fuse, real_attn, real_mlp, real_release = native.MLP.fuse, q._native_attention, q._native_mlp, loading.release_freed
+    monkeypatch.setattr(native.MLP, "fuse", lambda self: (events.append("fuse mlp"), real_fuse(self))[1])
+    monkeypatch.setattr(q, "_native_attention", lambda *a, **k: (events.append("quantize attention"), real_attn(*a, **k))[1])
+    monkeypatch.setattr(q, "_native_mlp", lambda *a, **k: (events.append("quantize mlp"), real_mlp(*a, **k))[1])
+    monkeypatch.setattr(loading, "release_freed", lambda: (events.append("release"), real_release())[1])
+    m = load_models(dlm=str(FAMILY_CKPTS["llada"]), ar=None, device="cpu", quantize="int8")
+    layers = m.dlm.ckpt.config["n_layers"]
+    step = ["quantize attention", "release", "fuse mlp", "quantize mlp", "release"]
+    assert events == step * layers + ["release", "release"]  # after the whole network's pass, after the load
+    assert real_release() is (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")

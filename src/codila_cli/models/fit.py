@@ -2,9 +2,10 @@
 what the device has, checked before any weight is read (issue 64: a 7B model on a 16 GB laptop died of
 out-of-memory half-loaded, or swapped for minutes).
 
-A model needs (:func:`estimate`): its weights at the dtype it will run in; while loading, one weight file
-in its stored dtype on top when it is cast (codila casts file by file, tensor by tensor); and for
-decoding, the activations of a canvas of ``canvas`` positions (a command that knows its
+A model needs (:func:`estimate`) its weights at the dtype it will run in, and the most of what loading and
+decoding add (the first is freed before the second starts): while loading, one weight file in its stored
+dtype on top when it is cast (codila casts file by file, tensor by tensor), or what quantizing one weight
+holds; for decoding, the activations of a canvas of ``canvas`` positions (a command that knows its
 ``--max-new-tokens`` allows that plus ``PROMPT_ROOM`` for the prompt: :func:`canvas_for`; a server, which
 takes any request, ``CANVAS``): the logits of each position (in the
 run dtype, and in fp32 for the sampler), the MLP's intermediate buffers, a few hidden-size buffers and
@@ -41,7 +42,9 @@ class Need:
 
     @property
     def total(self) -> int:
-        return self.weights + self.loading + self.activations
+        """The most the load holds at once: its weights, and what loading or decoding adds (what loading
+        adds is freed before the first forward: models/loading.py::release_freed)."""
+        return self.weights + max(self.loading, self.activations)
 
 
 def canvas_for(max_new_tokens: int | None) -> int:
@@ -76,10 +79,13 @@ def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path],
         largest = max(largest, stored)
     stored_kind = str(cfg.get("dtype") or cfg.get("torch_dtype") or "").removeprefix("torch.")
     # while loading: a weight file cast to the run dtype; quantizing reads the stored files in place (mapped)
-    # and works on one fused weight at a time (its run-dtype copy and a chunk's fp32 temporaries)
+    # and works on one weight at a time: a chunk's fp32 temporaries, and on the native network the fused
+    # matrix it quantizes ([gate; up], two of the largest, in the run dtype: models/native.py::load_native)
     loading = largest if stored_kind != dtype and quantize == "none" else 0
     if quantize != "none":
-        loading += biggest * size + 4 * 4 * min(biggest, QUANT_CHUNK)
+        from codila_cli.models.loading import engine_for
+
+        loading += (2 * biggest * size if engine_for(path, cfg) == "native" else 0) + 4 * 4 * min(biggest, QUANT_CHUNK)
     hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
     layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layers") or 0)
     heads = int(cfg.get("num_attention_heads") or cfg.get("n_heads") or 1)
@@ -160,8 +166,8 @@ def check(needs: list[Need], device: Any, *, options: dict[str, list[Need]] | No
     if v.fits:
         return
     total, have, where = v.total, v.have, v.where
-    parts = ", ".join(f"{n.name} {_gib(n.weights)} of {n.dtype} weights + {_gib(n.loading + n.activations)} to "
-                      "load and decode" for n in needs)
+    parts = ", ".join(f"{n.name} {_gib(n.weights)} of {n.dtype} weights + {_gib(max(n.loading, n.activations))} "
+                      "to load or decode" for n in needs)
     hint = "use a smaller model, or a device with more memory"
     if v.fitting is not None:
         hint = f"{v.fitting} needs {_gib(dict(v.options)[v.fitting])}: fits"

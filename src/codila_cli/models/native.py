@@ -384,16 +384,17 @@ def load_native(model: NativeLM, state: dict, *, device: Any, dtype: Any, each: 
     ``device`` in ``dtype``), which it consumes: the loaded tensors become the parameters (no second
     copy of the weights, no fp32 staging), and ``state`` is emptied so that each layer's unfused
     projections are freed as soon as their fused matrix exists. Peak memory: the weights plus one
-    layer's fused matrices. ``each(layer)``: called on each layer once it is fused (quantization)."""
+    layer's fused matrices. ``each(part)``: called on each layer's attention and MLP once it is fused
+    (quantization: then only one of them is a full-precision copy at a time)."""
     model.to(dtype)  # on the meta device only the recorded dtype changes
     model.load_state_dict(state, strict=False, assign=True)
     state.clear()
     model.tie_weights()
     for layer in model.model.layers:
-        layer.self_attn.fuse()
-        layer.mlp.fuse()
-        if each is not None:
-            each(layer)
+        for part in (layer.self_attn, layer.mlp):  # one fused copy at a time beside the mapped files
+            part.fuse()
+            if each is not None:
+                each(part)
     model.inv_freq = rope_inv_freq(model.config).to(device)  # it was built on the meta device
     model._rope_table = None
     return model.eval().requires_grad_(False)

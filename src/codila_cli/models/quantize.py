@@ -122,25 +122,37 @@ def quantize_weight(w: torch.Tensor, scheme: str, *, dtype: torch.dtype, device:
         pairs = codes.view(codes.shape[0], k // 2, 2)
         return pairs[..., 0] | (pairs[..., 1] << 4)
 
-    parts = [(pack(c), s) for c, s in (_codes(w[i : i + rows].to(device=device, dtype=torch.float32), scheme, group)
-                                       for i in range(0, n, rows))]
-    codes, scales = torch.cat([c for c, _ in parts]), torch.cat([s for _, s in parts], dim=-2 if scheme == "int4" else 0)
+    # the codes and scales are allocated once, before any chunk's temporaries, and filled in place: kept parts
+    # between freed temporaries would fragment the heap (models/loading.py::release_freed)
+    codes = scales = None
+    for i in range(0, n, rows):
+        part, part_scales = _codes(w[i : i + rows].to(device=device, dtype=torch.float32, copy=True), scheme, group)
+        part = pack(part)
+        if codes is None:
+            codes = torch.empty((n, *part.shape[1:]), dtype=part.dtype, device=part.device)
+            shape = (n,) if scheme == "int8" else (k // group, n, 2)
+            scales = torch.empty(shape, dtype=dtype, device=part_scales.device)
+        codes[i : i + part.shape[0]] = part
+        if scheme == "int8":
+            scales[i : i + part.shape[0]] = part_scales
+        else:
+            scales[:, i : i + part.shape[0]] = part_scales
+        del part, part_scales
     if scheme == "int8":
-        return QuantWeight("int8", codes, scales.to(dtype), (n, k), dtype, kernel=on_cpu if kernel is None else kernel)
-    return QuantWeight("int4", codes.contiguous(), scales.to(dtype).contiguous(), (n, k), dtype, group=group,
-                       kernel=use)
+        return QuantWeight("int8", codes, scales, (n, k), dtype, kernel=on_cpu if kernel is None else kernel)
+    return QuantWeight("int4", codes, scales, (n, k), dtype, group=group, kernel=use)
 
 
 def _codes(w32: torch.Tensor, scheme: str, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows [r, K] in fp32 → (codes [r, K] int8 / uint8, scales: int8 [r]; int4 [K/G, r, 2] scale and zero)."""
-    r, k = w32.shape
+    r, k = w32.shape  # ``w32`` is the chunk's own fp32 copy: worked on in place (one chunk of temporaries)
     if scheme == "int8":
         scale = (w32.abs().amax(dim=1) / 127).clamp(min=1e-12)
-        return torch.round(w32 / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+        return w32.div_(scale[:, None]).round_().clamp_(-127, 127).to(torch.int8), scale
     g = w32.view(r, k // group, group)
     lo, hi = g.amin(dim=-1), g.amax(dim=-1)
     scale = ((hi - lo) / 15).clamp(min=1e-12)
-    codes = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.uint8).view(r, k)
+    codes = g.sub_(lo[..., None]).div_(scale[..., None]).round_().clamp_(0, 15).to(torch.uint8).view(r, k)
     return codes, torch.stack([scale.t(), (lo + 8 * scale).t()], dim=-1)  # [K/G, r, 2]
 
 
@@ -158,12 +170,14 @@ def quantizer(scheme: str, *, dtype: torch.dtype, device: torch.device, name: st
     the whole network: a transformers one has every ``nn.Linear`` but the head done there (a native one
     is already done). The embeddings, norms and head stay. A width the scheme cannot take is one error."""
     from codila_cli.errors import ModelLoadError
-    from codila_cli.models.native import Layer, NativeLM
+    from codila_cli.models.native import MLP, Attention, NativeLM
 
     def each(part: Any) -> None:
         try:
-            if isinstance(part, Layer):
-                _native_layer(part, scheme, dtype=dtype, device=device)
+            if isinstance(part, Attention):
+                _native_attention(part, scheme, dtype=dtype, device=device)
+            elif isinstance(part, MLP):
+                _native_mlp(part, scheme, dtype=dtype, device=device)
             elif not isinstance(part, NativeLM):
                 _linears(part, scheme, dtype=dtype, device=device)
         except ValueError as exc:
@@ -182,19 +196,24 @@ def _swap(linear: torch.nn.Module, weight: Any) -> None:
         linear.weight = weight
 
 
-def _native_layer(layer: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> None:
-    """A fused native layer (models/native.py): its [q; k; v] and [gate; up] matrices, ``o_proj`` and
-    ``down_proj``; the unfused projections were views of the fused ones and are dropped."""
-    attn, mlp = layer.self_attn, layer.mlp
+def _native_attention(attn: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> None:
+    """A fused native attention (models/native.py): its [q; k; v] matrix and ``o_proj``; the unfused
+    projections were views of the fused one and are dropped."""
     w, bias = attn.qkv
     attn.qkv = (quantize_weight(w, scheme, dtype=dtype, device=device), None if bias is None else bias.to(device))
     if attn.qk_norm is not None:  # plain tensors, which model.to() does not move
         attn.qk_norm = attn.qk_norm.to(device)
-    for p in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
+    for p in (attn.q_proj, attn.k_proj, attn.v_proj):
+        _swap(p, None)
+    _swap(attn.o_proj, quantize_weight(attn.o_proj.weight, scheme, dtype=dtype, device=device))
+
+
+def _native_mlp(mlp: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> None:
+    """A fused native MLP: its [gate; up] matrix and ``down_proj`` (the unfused two are dropped)."""
+    for p in (mlp.gate_proj, mlp.up_proj):
         _swap(p, None)
     mlp.gate_up = quantize_weight(mlp.gate_up, scheme, dtype=dtype, device=device)
-    for p in (attn.o_proj, mlp.down_proj):
-        _swap(p, quantize_weight(p.weight, scheme, dtype=dtype, device=device))
+    _swap(mlp.down_proj, quantize_weight(mlp.down_proj.weight, scheme, dtype=dtype, device=device))
 
 
 def _linears(model: Any, scheme: str, *, dtype: torch.dtype, device: torch.device) -> None:
