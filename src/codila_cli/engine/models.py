@@ -200,12 +200,13 @@ def sized(loads: list[tuple[str, Any, Any, str]], *, canvas: int | None = None) 
     weights' headers (models/fit.py): ``--dtype bfloat16`` where a load runs in fp32, and ``--quantize
     int8`` / ``int4`` for the first load (the DLM) where it is not quantized so far."""
     from codila_cli.models import fit
-    from codila_cli.models.loading import _weight_files, read_config
+    from codila_cli.models.loading import _weight_files, engine_for, read_config
 
     def need(i: int, dtype: str, quantize: str) -> Any:
         name, path, _, _ = loads[i]
-        return fit.estimate(path, read_config(path, name=name), name=name, dtype=dtype, quantize=quantize,
-                            files=_weight_files(path, name=name), canvas=canvas or fit.CANVAS)
+        cfg = read_config(path, name=name)
+        return fit.estimate(path, cfg, name=name, dtype=dtype, quantize=quantize, files=_weight_files(path, name=name),
+                            canvas=canvas or fit.CANVAS, native=engine_for(path, cfg) == "native")
 
     kinds = [str(dt).removeprefix("torch.") for _, _, dt, _ in loads]
     needs = [need(i, kinds[i], q) for i, (_, _, _, q) in enumerate(loads)]

@@ -54,11 +54,12 @@ def canvas_for(max_new_tokens: int | None) -> int:
 
 
 def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path], quantize: str = "none",
-             canvas: int = CANVAS) -> Need:
+             canvas: int = CANVAS, native: bool = False) -> Need:
     """The bytes a load of the checkpoint at ``path`` in ``dtype`` ("float32", "bfloat16", "float16") needs,
     decoding ``canvas`` positions;
     ``quantize`` ("int8", "int4"): the projections inside numbered layers (2-D weights) as codes and scales
-    (models/quantize.py), the rest in ``dtype``."""
+    (models/quantize.py), the rest in ``dtype``; ``native``: the load runs models/native.py's network, which
+    quantizes fused matrices (models/loading.py::engine_for)."""
     from codila_cli.models.validate import weight_headers
 
     size = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
@@ -83,9 +84,7 @@ def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path],
     # matrix it quantizes ([gate; up], two of the largest, in the run dtype: models/native.py::load_native)
     loading = largest if stored_kind != dtype and quantize == "none" else 0
     if quantize != "none":
-        from codila_cli.models.loading import engine_for
-
-        loading += (2 * biggest * size if engine_for(path, cfg) == "native" else 0) + 4 * 4 * min(biggest, QUANT_CHUNK)
+        loading += (2 * biggest * size if native else 0) + 4 * 4 * min(biggest, QUANT_CHUNK)
     hidden = int(cfg.get("hidden_size") or cfg.get("d_model") or 0)
     layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layers") or 0)
     heads = int(cfg.get("num_attention_heads") or cfg.get("n_heads") or 1)
