@@ -1,13 +1,12 @@
 """--exact for DreamOn infilling (decoding/freedave.py::fill_exact, FreeDave arXiv 2510.00294): DreamOn's steps,
 its expands and deletes included, in fewer sequential forwards: on seeded random fills of a tiny model that
 expands and deletes (each step compared with the reference's), fp32 and bf16, with a batch that rounds otherwise,
-through `codila infill`, `codila eval` and a real server; and what is refused."""
+through `codila infill` and `codila eval` (a real server: tests/test_freedave.py); and what is refused."""
 
 from __future__ import annotations
 
 import json
 import random
-import re
 
 import pytest
 import torch
@@ -209,41 +208,3 @@ def test_eval_runs_an_exact_infill_setting_beside_its_reference(tiny, tmp_path):
         assert exact["completion"] == plain["completion"] and exact["dlm_forwards"] <= plain["dlm_forwards"]
     assert sum(by["dreamon:K=1,n0=8,exact=1", t]["dlm_forwards"] for t in tasks) < \
            sum(by["dreamon:K=1,n0=8", t]["dlm_forwards"] for t in tasks)
-
-
-def test_the_server_fills_exactly_beside_other_requests_and_counts_them():
-    """`"codila": {"exact": true}` on a fill (OpenAI's suffix): the same middle as without it, in a shared
-    batch beside other fills, the choice says so, and /metrics counts its sequential forwards."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import httpx
-    from test_serve import Server
-
-    s = Server("--max-batch", "4")
-    try:
-        def ask(prefix: str, **codila) -> dict:
-            body = {"model": "codila", "prompt": prefix, "suffix": "\n\nprint('done')\n", "max_tokens": 24,
-                    "temperature": 0, "seed": 1, "codila": {"initial_masks": 8, **codila}}
-            r = httpx.post(s.url + "/v1/completions", json=body, timeout=120)
-            assert r.status_code == 200, r.text
-            return r.json()
-
-        prefixes = ["def fib(n):\n", "def gcd(a, b):\n", "class Stack:\n    def push(self, x):\n"]
-        with ThreadPoolExecutor(6) as pool:
-            exact = list(pool.map(lambda p: ask(p, exact=True), prefixes))
-            plain = list(pool.map(ask, prefixes))
-        for e, p in zip(exact, plain):
-            assert e["choices"][0]["text"] == p["choices"][0]["text"]
-            info, base = e["codila"]["choices"][0], p["codila"]["choices"][0]
-            assert info["exact_decode"] and not base["exact_decode"] and info["decoder"] == "dreamon"
-            assert info["dlm_forwards"] <= base["dlm_forwards"] and info["dlm_rows"] >= info["dlm_forwards"]
-        assert sum(e["codila"]["choices"][0]["dlm_forwards"] for e in exact) < \
-               sum(p["codila"]["choices"][0]["dlm_forwards"] for p in plain)
-        metrics = httpx.get(s.url + "/metrics").text
-        on = float(re.search(r'codila_sequential_dlm_forwards_total\{freedave="on"\} (\S+)', metrics).group(1))
-        assert on == sum(e["codila"]["choices"][0]["dlm_forwards"] for e in exact)
-        bad = httpx.post(s.url + "/v1/completions", json={"model": "codila", "prompt": "x", "suffix": "y", "max_tokens": 4,
-                                                          "temperature": 0.7, "codila": {"exact": True}})
-        assert bad.status_code == 400 and "verifies deterministic steps" in bad.text
-    finally:
-        s.stop()

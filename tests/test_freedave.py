@@ -301,10 +301,10 @@ def test_auto_runs_it_only_where_spare_rows_are_free(tiny_models):
     assert not exact_pays(cuda, "dream", DreamConfig(exact=False)) and not exact_pays(cuda, "codila", DreamConfig())
 
 
-def test_the_server_runs_exact_requests_beside_others_and_counts_them():
-    """`"codila": {"exact": true}` in a request: the same text as the request without it, decoded in a shared
-    batch beside other requests, the choice says so, /metrics counts its sequential forwards and canvases;
-    with a temperature it is a 400 naming the setting."""
+def test_the_server_runs_exact_requests_and_fills_beside_others_and_counts_them():
+    """`"codila": {"exact": true}` on a completion and on a fill (OpenAI's suffix: DreamOn): the same text as the
+    request without it, decoded in a shared batch beside other requests, the choice says so, /metrics counts
+    the sequential forwards and canvases of both; with a temperature it is a 400 naming the setting."""
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
@@ -312,29 +312,37 @@ def test_the_server_runs_exact_requests_beside_others_and_counts_them():
 
     s = Server("--max-batch", "4")
     try:
-        def ask(prompt: str, **codila) -> dict:
-            body = {"model": "codila", "prompt": prompt, "max_tokens": 16, "temperature": 0, "seed": 1,
-                    "codila": {"decoder": "dream", "tokens_per_step": 1, **codila}}
-            r = httpx.post(s.url + "/v1/completions", json=body, timeout=120)
+        def ask(body: dict) -> dict:
+            r = httpx.post(s.url + "/v1/completions", json={"model": "codila", "temperature": 0, "seed": 1, **body},
+                           timeout=120)
             assert r.status_code == 200, r.text
             return r.json()
 
-        prompts = ["def fib(n):", "class Stack:\n", "def gcd(a, b):"]
+        gens = [{"prompt": p, "max_tokens": 16, "codila": {"decoder": "dream", "tokens_per_step": 1}}
+                for p in ("def fib(n):", "class Stack:\n", "def gcd(a, b):")]
+        fills = [{"prompt": p, "suffix": "\n\nprint('done')\n", "max_tokens": 24, "codila": {"initial_masks": 8}}
+                 for p in ("def fib(n):\n", "def gcd(a, b):\n", "class Stack:\n    def push(self, x):\n")]
+        bodies = gens + fills
         with ThreadPoolExecutor(6) as pool:
-            exact = list(pool.map(lambda p: ask(p, exact=True), prompts))
-            plain = list(pool.map(ask, prompts))
-        for e, p in zip(exact, plain):
+            exact = list(pool.map(ask, [{**b, "codila": {**b["codila"], "exact": True}} for b in bodies]))
+            plain = list(pool.map(ask, bodies))
+        infos = [(e["codila"]["choices"][0], p["codila"]["choices"][0]) for e, p in zip(exact, plain)]
+        for e, p, (info, base) in zip(exact, plain, infos):
             assert e["choices"][0]["text"] == p["choices"][0]["text"]
-            info, base = e["codila"]["choices"][0], p["codila"]["choices"][0]
-            assert info["exact_decode"] and not base["exact_decode"]
-            assert info["dlm_forwards"] < base["dlm_forwards"] and info["dlm_rows"] > info["dlm_forwards"]
+            assert info["exact_decode"] and not base["exact_decode"] and info["decoder"] == base["decoder"]
+            assert info["dlm_forwards"] <= base["dlm_forwards"] and info["dlm_rows"] >= info["dlm_forwards"]
+        assert [info["decoder"] for info, _ in infos] == ["dream"] * 3 + ["dreamon"] * 3
+        for part in (infos[:3], infos[3:]):  # generations and fills each take fewer sequential forwards
+            assert sum(i["dlm_forwards"] for i, _ in part) < sum(b["dlm_forwards"] for _, b in part)
         metrics = httpx.get(s.url + "/metrics").text
         on = float(re.search(r'codila_sequential_dlm_forwards_total\{freedave="on"\} (\S+)', metrics).group(1))
-        assert on == sum(e["codila"]["choices"][0]["dlm_forwards"] for e in exact)
+        assert on == sum(info["dlm_forwards"] for info, _ in infos)
         assert re.search(r'codila_dlm_canvases_total\{freedave="off"\} (\S+)', metrics)
-        bad = httpx.post(s.url + "/v1/completions", json={"model": "codila", "prompt": "x", "max_tokens": 4,
-                                                          "temperature": 0.7, "codila": {"decoder": "dream", "exact": True}})
-        assert bad.status_code == 400 and "codila.exact verifies deterministic steps" in bad.text
+        for body in ({"prompt": "x", "codila": {"decoder": "dream", "exact": True}},
+                     {"prompt": "x", "suffix": "y", "codila": {"exact": True}}):
+            bad = httpx.post(s.url + "/v1/completions", json={"model": "codila", "max_tokens": 4, "temperature": 0.7,
+                                                              **body})
+            assert bad.status_code == 400 and "verifies deterministic steps" in bad.text
     finally:
         s.stop()
 
