@@ -122,19 +122,15 @@ def test_random_fills_in_bf16(tiny):
 def test_a_batch_that_rounds_otherwise_is_caught_in_a_fill(tiny, monkeypatch):
     """Batched rows (d > 1) nudged by 1e-6: the check row differs, near ties are decided alone, the steps stay
     the reference's; with the guard off and a 1e-1 nudge some fill departs (the identity checks can fail)."""
+    from test_freedave import nudged_batches
+
     from codila_cli.decoding import freedave
 
     dlm = resizing_dlm(tiny, torch.float32)
     real = type(dlm).logits_many
 
     def nudged(scale):
-        def logits_many(self, xs, spans):
-            out = real(self, xs, spans)
-            if xs.shape[0] > 1:
-                g = torch.Generator().manual_seed(int(xs.sum()))
-                out = [o + scale * torch.randn(o.shape, generator=g) for o in out]
-            return out
-        return logits_many
+        return nudged_batches(real, scale)
 
     cases = [random_fill(random.Random(s), 400) for s in range(30)]
     monkeypatch.setattr(type(dlm), "logits_many", nudged(1e-6))
@@ -187,24 +183,13 @@ def test_infill_exact_fills_the_same_middle_and_reports_it(tmp_path):
     assert f.read_text() == SOURCE
 
 
-def test_eval_runs_an_exact_infill_setting_beside_its_reference(tiny, tmp_path):
-    """`--setting dreamon:K=1,n0=8,exact=1` beside `dreamon:K=1,n0=8` on HumanEval-Infilling: the same middle for every
-    task, in no more sequential forwards."""
-    from test_eval import DATA, EVAL
+def test_eval_runs_an_exact_infill_setting_beside_its_reference(tmp_path):
+    """`--setting dreamon:K=1,n0=8,exact=1` beside `dreamon:K=1,n0=8` on HumanEval-Infilling (the bundled infill
+    model): the same middle for every task, in fewer sequential forwards."""
+    from test_eval import DATA
+    from test_freedave import assert_eval_beside
 
     if not (DATA / "human-eval-infilling").is_dir():
         pytest.skip(f"needs the benchmark data, not found at {DATA} (../shared/data)")
-    out = tmp_path / "ev"
-    r = CliRunner().invoke(app, [*EVAL, "-b", "he-infill-single", "--data-dir", str(DATA), "--limit", "3",
-                                 "--setting", "dreamon:K=1,n0=8", "--setting", "dreamon:K=1,n0=8,exact=1",
-                                 "--max-new-tokens", "16", "-o", str(out), "--timeout", "3"])
-    assert r.exit_code == 0, r.stderr
-    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
-    by = {(row["setting"], row["task_id"]): row for row in rows}
-    tasks = {row["task_id"] for row in rows}
-    assert len(tasks) == 3
-    for t in tasks:
-        plain, exact = by["dreamon:K=1,n0=8", t], by["dreamon:K=1,n0=8,exact=1", t]
-        assert exact["completion"] == plain["completion"] and exact["dlm_forwards"] <= plain["dlm_forwards"]
-    assert sum(by["dreamon:K=1,n0=8,exact=1", t]["dlm_forwards"] for t in tasks) < \
-           sum(by["dreamon:K=1,n0=8", t]["dlm_forwards"] for t in tasks)
+    assert_eval_beside(tmp_path / "ev", ["-b", "he-infill-single", "--data-dir", str(DATA)], "dreamon:K=1,n0=8",
+                       "dreamon:K=1,n0=8,exact=1")

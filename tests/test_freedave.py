@@ -188,6 +188,18 @@ def test_random_cases_in_bf16(family, tiny):
     assert totals["cases"] == 40
 
 
+def nudged_batches(real, scale: float):
+    """``real`` (a denoiser's ``logits_many``) with each batched (d > 1) forward's rows moved by ``scale`` × a
+    seeded normal draw: a batch that rounds otherwise than lone forwards, as a 16-bit one does."""
+    def logits_many(self, xs, spans):
+        out = real(self, xs, spans)
+        if xs.shape[0] > 1:
+            g = torch.Generator().manual_seed(int(xs.sum()))
+            out = [o + scale * torch.randn(o.shape, generator=g) for o in out]
+        return out
+    return logits_many
+
+
 def test_a_batched_forward_that_rounds_otherwise_is_caught_at_near_ties(tiny, monkeypatch):
     """The guard is what keeps a batched forward's rounding from choosing: batched rows (d > 1) nudged by
     1e-6 fail the batch's check row (the last lone canvas again, compared bit for bit), so decisions read from
@@ -201,13 +213,7 @@ def test_a_batched_forward_that_rounds_otherwise_is_caught_at_near_ties(tiny, mo
     real = type(dlm).logits_many
 
     def nudged(scale):
-        def logits_many(self, xs, spans):
-            out = real(self, xs, spans)
-            if xs.shape[0] > 1:
-                g = torch.Generator().manual_seed(int(xs.sum()))
-                out = [o + scale * torch.randn(o.shape, generator=g) for o in out]
-            return out
-        return logits_many
+        return nudged_batches(real, scale)
 
     cfg = DreamConfig(max_new_tokens=24, tokens_per_step=1, early_stop=False)
     prompts = [[5 + i, 9, 30 + i] for i in range(12)]
@@ -347,26 +353,28 @@ def test_the_server_runs_exact_requests_and_fills_beside_others_and_counts_them(
         s.stop()
 
 
-def test_eval_runs_an_exact_setting_beside_its_reference(tiny, tmp_path):
-    """`codila eval --setting dream:K=1,exact=1` beside `dream:K=1`: the same completion for every task, in
-    fewer DLM forwards (rows.jsonl's dlm_forwards are the sequential ones)."""
+def assert_eval_beside(out, args: list[str], plain: str, exact: str) -> None:
+    """`codila eval ARGS --setting PLAIN --setting EXACT` on 3 tasks: the same completion for every task, in no
+    more sequential forwards each and fewer in all (rows.jsonl's dlm_forwards are the sequential ones)."""
     from test_eval import EVAL
     from typer.testing import CliRunner
 
     from codila_cli.cli import app
 
-    out = tmp_path / "ev"
-    r = CliRunner().invoke(app, [*EVAL, "-b", "humaneval", "--limit", "3", "--dlm", str(tiny["dlm"]), "--setting",
-                                 "dream:K=1", "--setting", "dream:K=1,exact=1", "--max-new-tokens", "16", "-o",
-                                 str(out), "--timeout", "3"])
+    r = CliRunner().invoke(app, [*EVAL, *args, "--limit", "3", "--setting", plain, "--setting", exact, "--max-new-tokens",
+                                 "16", "-o", str(out), "--timeout", "3"])
     assert r.exit_code == 0, r.stderr
     rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
     by = {(row["setting"], row["task_id"]): row for row in rows}
     tasks = {row["task_id"] for row in rows}
     assert len(tasks) == 3
     for t in tasks:
-        plain, exact = by["dream:K=1", t], by["dream:K=1,exact=1", t]
-        assert exact["completion"] == plain["completion"]
-        assert exact["dlm_forwards"] <= plain["dlm_forwards"]
-    assert sum(by["dream:K=1,exact=1", t]["dlm_forwards"] for t in tasks) < sum(by["dream:K=1", t]["dlm_forwards"]
-                                                                                for t in tasks)
+        assert by[exact, t]["completion"] == by[plain, t]["completion"]
+        assert by[exact, t]["dlm_forwards"] <= by[plain, t]["dlm_forwards"]
+    assert sum(by[exact, t]["dlm_forwards"] for t in tasks) < sum(by[plain, t]["dlm_forwards"] for t in tasks)
+
+
+def test_eval_runs_an_exact_setting_beside_its_reference(tiny, tmp_path):
+    """`codila eval --setting dream:K=1,exact=1` beside `dream:K=1`: the same completion for every task, in
+    fewer DLM forwards."""
+    assert_eval_beside(tmp_path / "ev", ["-b", "humaneval", "--dlm", str(tiny["dlm"])], "dream:K=1", "dream:K=1,exact=1")
