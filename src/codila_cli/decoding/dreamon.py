@@ -13,6 +13,10 @@ then, as in DreamOn's evaluation generator, **expand before delete**:
 With an AR helper and ``tau`` (CoDiLA dynamic mode, the paper's Table 2), the longest low-entropy
 prefix (k ≥ 2) of a block of the middle is written by the AR instead (its end-of-text outputs are
 deletes); k ≤ 1 falls back to DreamOn's own step.
+
+A step is three functions, read by the loop and by :class:`DreamOnRule` (``--exact``: decoding/freedave.py
+runs the same steps at T 0 in fewer sequential forwards): :func:`allowed` (what may be committed),
+:func:`pick` (which slots, which tokens), :func:`resize` (the expands and deletes).
 """
 
 from __future__ import annotations
