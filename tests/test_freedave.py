@@ -378,3 +378,35 @@ def test_eval_runs_an_exact_setting_beside_its_reference(tiny, tmp_path):
     """`codila eval --setting dream:K=1,exact=1` beside `dream:K=1`: the same completion for every task, in
     fewer DLM forwards."""
     assert_eval_beside(tmp_path / "ev", ["-b", "humaneval", "--dlm", str(tiny["dlm"])], "dream:K=1", "dream:K=1,exact=1")
+
+
+def test_a_decision_read_from_a_batch_is_robust_only_if_the_filters_keep_their_tokens():
+    """With top-p or top-k, which tokens survive the filter decides every slot's confidence: a row whose
+    cumulative probability lies within the tolerance of top-p, or whose k-th logit leads the next by less, could
+    rank otherwise in a lone forward, so a decision read from a batch with such a row is not robust (its
+    canvas is then forwarded alone); from the reference's own arithmetic (tolerance −inf) it stands."""
+    import math
+
+    from codila_cli.decoding.dream import DreamRule
+    from codila_cli.decoding.freedave_rules import View
+    from codila_cli.decoding.marginals import filter_lead
+
+    def row(probs: list[float], vocab: int = 8) -> torch.Tensor:
+        z = torch.full((vocab,), -30.0)
+        z[: len(probs)] = torch.tensor(probs).log()
+        return z
+
+    near_p = row([0.5, 0.4000001, 0.0999999])  # cumulative 0.9000001: a hair over top-p 0.9
+    far = row([0.95, 0.03, 0.02])
+    assert filter_lead(torch.stack([far]), SamplingConfig()) == math.inf
+    assert filter_lead(torch.stack([near_p]), SamplingConfig(top_p=0.9)) < 1e-5
+    assert filter_lead(torch.stack([far]), SamplingConfig(top_p=0.9)) > 1e-2
+    tied_k = row([0.6, 0.2, 0.2])  # the 2nd and 3rd logits tie at top-k 2's boundary
+    assert filter_lead(torch.stack([tied_k]), SamplingConfig(top_k=2)) < 1e-5
+    x = torch.tensor([7, 1, 1])  # a prompt token and two masked slots (mask id 1)
+    for sampling, near in ((SamplingConfig(top_p=0.9), near_p), (SamplingConfig(top_k=2), tied_k)):
+        rule = DreamRule(DreamConfig(max_new_tokens=2, tokens_per_step=1, sampling=sampling), 1, 1)
+        for rows, robust in (([far, near], False), ([far, row([0.6, 0.39, 0.01])], True)):
+            view = View(1, 3, torch.stack(rows))
+            assert rule.decide(x, view, 0, 1e-5).robust is robust, (sampling, robust)
+            assert rule.decide(x, view, 0, float("-inf")).robust

@@ -253,7 +253,7 @@ class BlockRule(OnCanvas):
         return (self.lo, self.hi) if bool((x[self.lo : self.hi] == self.mask_id).any()) else None
 
     def decide(self, x: torch.Tensor, view: View, step: int, tol: float) -> Decision | None:
-        from codila_cli.decoding.freedave_rules import Decision, lead, token_lead
+        from codila_cli.decoding.freedave_rules import Decision, filters_clear, lead, token_lead
         from codila_cli.decoding.marginals import process_logits
 
         masked = x[self.lo : self.hi] == self.mask_id
@@ -273,7 +273,10 @@ class BlockRule(OnCanvas):
                                                                               else quota) > tol
         else:
             robust = lead(conf, quota) > tol
-        # the logits x0 is the argmax of (T 0): filtered in the order _sample filters them
-        z = process_logits(logits, replace(cfg.sampling, temperature=0.0), top_k_first=rules.draw != "gumbel")
-        robust = robust and token_lead(z[picked]) > tol
+        # the logits x0 is the argmax of (T 0): filtered in the order _sample filters them; the confidences
+        # (all but sequential's) read the filters' survivors of every masked row
+        order = {"top_k_first": rules.draw != "gumbel"}
+        z = process_logits(logits, replace(cfg.sampling, temperature=0.0), **order)
+        robust = robust and token_lead(z[picked]) > tol and (cfg.remasking == "sequential" or filters_clear(
+            logits[masked], replace(cfg.sampling, temperature=0.0), tol, **order))
         return Decision(step, picked + self.lo, x0[picked], robust, block=self.block)

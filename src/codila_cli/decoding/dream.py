@@ -30,7 +30,7 @@ import torch
 from codila_cli.decoding.base import Canvas, DecodeResult
 from codila_cli.decoding.config import DreamConfig
 from codila_cli.decoding.events import OnStep, no_op
-from codila_cli.decoding.freedave_rules import Decision, OnCanvas, View, lead, token_lead
+from codila_cli.decoding.freedave_rules import Decision, OnCanvas, View, filters_clear, lead, token_lead
 from codila_cli.decoding.marginals import process_logits, sample_scored
 
 
@@ -147,6 +147,6 @@ class DreamRule(OnCanvas):
         row = torch.full((x.shape[0],), float("-inf"), device=conf.device)
         row[P + idx] = conf.float()
         chosen = torch.searchsorted(idx, torch.topk(row, n).indices - P)
-        robust = (lead(conf.float(), n) > tol
+        robust = (lead(conf.float(), n) > tol and filters_clear(rows, self.config.sampling, tol)
                   and token_lead(process_logits(rows[chosen], self.config.sampling)) > tol)
         return Decision(i, P + idx[chosen], x0[chosen], robust)

@@ -30,7 +30,7 @@ import torch
 from codila_cli.decoding.codila import dynamic_span
 from codila_cli.decoding.config import InfillConfig
 from codila_cli.decoding.events import OnStep, StepEvent, no_op
-from codila_cli.decoding.freedave_rules import Decision, View, lead, token_lead
+from codila_cli.decoding.freedave_rules import Decision, View, filters_clear, lead, token_lead
 from codila_cli.decoding.marginals import entropy, process_logits, sample_scored
 
 
@@ -199,7 +199,7 @@ class DreamOnRule:
                          specials=self.specials)
         slots = [i for i, t in enumerate(s.middle) if t == self.specials.mask]
         picks, x0, conf = pick(logits, slots, config=self.config, generator=None)
-        robust = (lead(conf.float(), len(picks)) > tol
+        robust = (lead(conf.float(), len(picks)) > tol and filters_clear(logits[slots], self.config.sampling, tol)
                   and token_lead(process_logits(logits[slots][picks], self.config.sampling)) > tol)
         return Decision(step, torch.tensor(slots, device=picks.device)[picks] + len(self.head), x0[picks], robust)
 

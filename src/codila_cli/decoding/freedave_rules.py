@@ -75,3 +75,14 @@ class OnCanvas:
         y = x.clone()
         y[d.positions] = d.tokens.to(y.dtype)
         return y
+
+
+def filters_clear(logits: torch.Tensor, sampling: object, tol: float, *, top_k_first: bool = False) -> bool:
+    """Whether the top-p / top-k filters of ``sampling`` keep the same tokens of every row of ``logits`` [k, V]
+    under a change of less than ``tol`` (decoding/marginals.py::filter_lead); no check for a decision read
+    from the reference's own arithmetic (``tol`` = −inf)."""
+    if tol == float("-inf"):
+        return True
+    from codila_cli.decoding.marginals import filter_lead
+
+    return filter_lead(logits, sampling, top_k_first=top_k_first) > tol

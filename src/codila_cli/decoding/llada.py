@@ -205,7 +205,7 @@ class LladaRule(OnCanvas):
     def decide(self, x: torch.Tensor, view: View, step: int, tol: float) -> Decision | None:
         import torch
 
-        from codila_cli.decoding.freedave_rules import Decision, lead, token_lead
+        from codila_cli.decoding.freedave_rules import Decision, filters_clear, lead, token_lead
         from codila_cli.decoding.marginals import process_logits
 
         at = self._at(step)
@@ -226,7 +226,8 @@ class LladaRule(OnCanvas):
             row = torch.full((x.shape[0],), float("-inf"), device=logits.device)
             row[lo:hi] = torch.where(masked, conf.float(), float("-inf"))
             picked = torch.topk(row, quota).indices
-            robust = lead(conf.float()[masked], quota) > tol
+            robust = (lead(conf.float()[masked], quota) > tol  # and the filters' survivors, which conf reads
+                      and filters_clear(view.rows(lo, hi)[masked], cfg.sampling, tol))
         robust = robust and token_lead(logits[picked - lo]) > tol
         P = self.prompt_len
         return Decision(i, picked, x0[picked - lo], robust, block=(lo - P, hi - P))

@@ -24,6 +24,25 @@ def process_logits(logits: torch.Tensor, s: SamplingConfig, *, top_k_first: bool
     return logits
 
 
+def filter_lead(logits: torch.Tensor, s: SamplingConfig, *, top_k_first: bool = False) -> float:
+    """How near [M, V] logits are to making :func:`process_logits`'s filters keep other tokens (inf without a
+    filter), in its order: top-k's lead of each row's k-th logit over its (k+1)-th, top-p's distance of each
+    row's cumulative probabilities from ``top_p``. A logit moved by less keeps every row's survivors, and so
+    the confidences computed from them (decoding/freedave.py reads a decision from a batch only then)."""
+    out = float("inf")
+    if s.temperature > 0:
+        logits = logits / s.temperature
+    for f in (_top_k, _top_p) if top_k_first else (_top_p, _top_k):
+        if logits.shape[0] and f is _top_p and s.top_p is not None and s.top_p < 1.0:
+            cum = torch.softmax(torch.sort(logits, descending=True, dim=-1).values, dim=-1).cumsum(dim=-1)
+            out = min(out, float((cum.double() - s.top_p).abs().min()))
+        elif logits.shape[0] and f is _top_k and s.top_k is not None and s.top_k < logits.shape[-1]:
+            top = torch.topk(logits.double(), s.top_k + 1, dim=-1).values
+            out = min(out, float((top[:, -2] - top[:, -1]).min()))
+        logits = f(logits, s)
+    return out
+
+
 def _top_p(logits: torch.Tensor, s: SamplingConfig) -> torch.Tensor:
     if s.top_p is None or s.top_p >= 1.0:
         return logits
