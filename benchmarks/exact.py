@@ -96,7 +96,7 @@ def measure_infill(path: str, n: int, data: Path, dtype: str, device: str = "cpu
                                       seed=0)[0])
         row[name] = {"seconds": time.perf_counter() - t, "texts": [r.middle for r in outs],
                      "forwards": sum(r.dlm_forwards for r in outs),
-                     "rows": sum(r.dlm_forwards if r.dlm_rows is None else r.dlm_rows for r in outs),
+                     "rows": sum(r.dlm_rows for r in outs),
                      "generated": sum(len(r.middle) + r.expansions + r.deletions for r in outs)}
     row["identical"] = sum(a == b for a, b in zip(row["ref"]["texts"], row["exact"]["texts"]))
     row["texts"] = len(tasks)

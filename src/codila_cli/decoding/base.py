@@ -26,8 +26,12 @@ class DecodeResult:
     steps: int
     seconds: float
     stopped_early: bool
-    dlm_rows: int | None = None  # canvases the DLM evaluated, when a forward ran several (decoding/freedave.py)
+    dlm_rows: int | None = None  # canvases the DLM evaluated (decoding/freedave.py); None: one a forward
     freedave: dict | None = None  # decoding/freedave.py's counts (rows, guarded, drafted, accepted)
+
+    def __post_init__(self) -> None:
+        if self.dlm_rows is None:
+            self.dlm_rows = self.dlm_forwards
 
 
 @dataclass

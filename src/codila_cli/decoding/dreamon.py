@@ -44,8 +44,12 @@ class InfillResult:
     expansions: int
     deletions: int
     truncated: bool  # step cap reached with masks left (they were dropped)
-    dlm_rows: int | None = None  # canvases the DLM evaluated, when a forward ran several (decoding/freedave.py)
+    dlm_rows: int | None = None  # canvases the DLM evaluated (decoding/freedave.py); None: one a forward
     freedave: dict | None = None  # decoding/freedave.py's counts
+
+    def __post_init__(self) -> None:
+        if self.dlm_rows is None:
+            self.dlm_rows = self.dlm_forwards
 
 
 def sequence(dlm, prefix_ids: list[int], suffix_ids: list[int], config: InfillConfig) -> tuple[list[int], list[int]]:

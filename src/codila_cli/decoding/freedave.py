@@ -104,11 +104,8 @@ def freedave(x: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *
         size = rule.size(x)  # one forward stacks canvases of one length (a draft that resized one ends them)
         need = [(i, s) for i, s in enumerate(rule.rows(cand, n) for cand, n in zip(cands, nexts))
                 if s is not None and rule.size(cands[i]) == size]
-        if not need:
-            if rule.rows(x, step) is None:
-                return
-            view, seen, loose = alone(x, step), x, False
-            continue
+        if not need:  # x itself always has the batch's length: only its schedule's end leaves nothing
+            return
         # the last view's canvas again, as a check row: are the batch's rows lone rows?
         check = len(need) > 1 and not loose and trust and rule.size(seen) == size
         spans = [s for _, s in need] + ([(view.lo, view.hi)] if check else [])
@@ -214,7 +211,7 @@ def fill_exact(dlm: Any, *, prefix_ids: list[int], suffix_ids: list[int], config
     the drafts of a round end at one (decoding/dreamon.py::DreamOnRule)."""
     import time
 
-    from codila_cli.decoding.dreamon import DreamOnRule, Fill, finished, resize, sequence
+    from codila_cli.decoding.dreamon import DreamOnRule, Fill, finished, sequence
     from codila_cli.decoding.events import StepEvent, no_op
     from codila_cli.errors import UsageError
 
@@ -229,11 +226,10 @@ def fill_exact(dlm: Any, *, prefix_ids: list[int], suffix_ids: list[int], config
 
     def commit(d: Decision) -> Fill:
         nonlocal state
-        committed = rule.committed(d)
-        middle, budget, grown, dropped = resize(list(state.middle), committed, state.budget, config=config, specials=sp)
+        committed, before, state = rule.committed(d), state, rule.after(state, d)
+        grown = before.budget - state.budget  # each expand spends one of the budget
         counts["expansions"] += grown
-        counts["deletions"] += dropped
-        state = Fill(tuple(middle), budget)
+        counts["deletions"] += len(before.middle) + grown - len(state.middle)
         on_step(StepEvent(step=d.step, positions=tuple(committed), tokens=tuple(committed.values()), source="dlm",
                           block=None, dlm_forwards=dlm.forwards - f0, ar_forwards=0, elapsed=time.perf_counter() - t0,
                           canvas=state.middle))
@@ -243,4 +239,5 @@ def fill_exact(dlm: Any, *, prefix_ids: list[int], suffix_ids: list[int], config
     dtype = dlm.ckpt.dtype
     freedave(state, rule, dlm.logits_many, commit=commit, tol=tolerance(dtype), stats=stats, done=lambda: False,
              trust=dtype == torch.float32)
-    return finished(state.middle, sp, dlm_forwards=dlm.forwards - f0, ar_forwards=0, seconds=time.perf_counter() - t0, dlm_rows=stats.rows, freedave=stats.to_dict(), **counts)
+    return finished(state.middle, sp, dlm_forwards=dlm.forwards - f0, ar_forwards=0, seconds=time.perf_counter() - t0,
+                    dlm_rows=stats.rows, freedave=stats.to_dict(), **counts)

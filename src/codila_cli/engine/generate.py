@@ -120,8 +120,8 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
     """Whether this decode (``decoder``: gen's, or "dreamon" for a fill) runs FreeDave (decoding/freedave.py):
     when ``--exact`` says so (settings it cannot run exactly are refused by the config), or, unset, where it pays:
-    a GPU computing in fp32 with deterministic settings. Not on a CPU, where a forward of d canvases costs about d forwards (benchmarks/exact.py: 0.53–0.56×
-    the wall time on the bundled model), nor in 16 bits, where a batch's rows are not lone rows and the near
+    a GPU computing in fp32 with deterministic settings. Not on a CPU, where a forward of d canvases costs about
+    d forwards (benchmarks/exact.py: 0.53–0.56× the wall time on the bundled model), nor in 16 bits, where a batch's rows are not lone rows and the near
     ties it must then decide alone took back the savings (508 → 535 sequential forwards there)."""
     import torch
 
@@ -177,7 +177,7 @@ def _result(models: Models, prompt: str, mode: str, ids: list[int], res: Any, *,
     extra = {"stopped_early": res.stopped_early, "ended": ended, "stop_line": stop_line,
              "load_seconds": round(models.load_seconds, 3),
              # canvases the DLM evaluated (a FreeDave verification forward of d candidates counts d) and its counts
-             "dlm_rows": res.dlm_forwards if res.dlm_rows is None else res.dlm_rows, "freedave": res.freedave}
+             "dlm_rows": res.dlm_rows, "freedave": res.freedave}
     return GenerationResult(text=text, completion=completion, mode=mode, seed=seed, decoder=decoder,
                             settings=asdict(config), metrics={**metrics.to_dict(), **extra},
                             syntax=check_code(text, language=language or (mode == "chat" and fence_language(completion))

@@ -120,7 +120,7 @@ def infill(models: Models, src: Any, region: Any, *, config: Any, seed: int | No
                "tokens_per_step": (len(res.middle) + res.deletions + res.expansions) / res.dlm_forwards
                if res.dlm_forwards else 0.0, "wall_seconds": res.seconds, "truncated": res.truncated,
                "load_seconds": round(models.load_seconds, 3),
-               "dlm_rows": res.dlm_forwards if res.dlm_rows is None else res.dlm_rows, "freedave": res.freedave}
+               "dlm_rows": res.dlm_rows, "freedave": res.freedave}
     return InfillOutcome(middle, new_text, seed, metrics, check_code(src.text, language=src.language),
                          check_code(new_text, language=src.language, span=(before, before + len(middle))), cut)
 

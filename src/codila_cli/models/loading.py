@@ -231,7 +231,7 @@ def build_model(cfg: dict, *, name: str, path: Path, device: Any, dtype: Any, ca
     model = _build(cfg, name=name, path=path, device=device if each is None else _cpu(), dtype=dtype,
                    causal=causal, engine=engine, each=each)
     if each is not None:
-        each(model)  # a transformers network's projections (a native one's are done)
+        quantize_part(model)  # a transformers network's projections (a native one's are done); released below
     if each is not None or (_is_native(model) and device.type == "cpu"):
         _off_the_map(model, device)
         model.to(device)  # the buffers

@@ -201,7 +201,7 @@ class Job:
         hit = hit or short
         info = {"decoder": "codila" if self.settings.needs_helper else "dreamon", "seed": seed,
                 "dlm_forwards": res.dlm_forwards, "ar_forwards": res.ar_forwards,
-                "dlm_rows": res.dlm_forwards if res.dlm_rows is None else res.dlm_rows,
+                "dlm_rows": res.dlm_rows,
                 "exact_decode": res.freedave is not None,
                 "tokens_per_forward": round(len(res.middle) / res.dlm_forwards, 3) if res.dlm_forwards else 0.0,
                 "expansions": res.expansions, "deletions": res.deletions, "context": cut,
