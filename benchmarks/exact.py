@@ -66,7 +66,9 @@ def measure(path: str, decoder: str, tokens: int, prompts: list[str], dtype: str
     cfg = _configs(decoder, tokens)
     row = {"model": path.split("/")[-1], "tokens": tokens, "dtype": str(m.dlm.ckpt.dtype).removeprefix("torch."),
            "top1": top1}
-    for name, c in (("ref", replace(cfg, exact=False)), ("exact", replace(cfg, exact=True))):
+    for c in (replace(cfg, exact=False), replace(cfg, exact=True)):  # warm-up, not timed (a GPU's first kernels
+        generate(m, prompts[0], decoder=decoder, config=replace(c, max_new_tokens=min(tokens, 32)), seed=0)  # and
+    for name, c in (("ref", replace(cfg, exact=False)), ("exact", replace(cfg, exact=True))):  # batch shapes)
         t, outs = time.perf_counter(), []
         for p in prompts:
             outs.append(generate(m, p, decoder=decoder, config=c, seed=0))
@@ -104,7 +106,7 @@ def measure_infill(path: str, n: int, data: Path, dtype: str, device: str = "cpu
 
 
 def main() -> None:
-    from quantize import ensure
+    from quantize import _cpu, ensure
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/codila-quant")
@@ -147,7 +149,11 @@ def main() -> None:
         lines.append(f"| {r['model']} | {r['dtype']} | {top1} | {r['tokens']} | {a['forwards']} → {b['forwards']} | "
                      f"{b['rows']} | {a['generated'] / a['forwards']:.2f} → {b['generated'] / b['forwards']:.2f} | "
                      f"{a['seconds'] / b['seconds']:.2f}× | {r['identical']} of {r['texts']} |")
-    text = "\n".join(lines)
+    import torch
+
+    where = (f"GPU: {torch.cuda.get_device_name()}" if args.device.startswith("cuda")
+             else f"CPU: {_cpu()}, {torch.get_num_threads()} threads")
+    text = "\n".join([f"{where}, torch {torch.__version__}.", "", *lines])
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")

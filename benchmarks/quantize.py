@@ -2,6 +2,7 @@
 
     python benchmarks/quantize.py [--dir /tmp/codila-quant] [--out docs/results/quantize-s32.md]
                                   [--models sdar-1.7b,dream-7b-4l,llada-8b-4l] [--prompts 60] [--tokens 64]
+                                  [--device cpu|cuda]
 
 1. Real-width random checkpoints, written once under --dir in the released layouts (config keys, tensor
    names, bf16 safetensors; the fixtures' tokenizers, so the vocabulary is cut to their rows):
@@ -20,7 +21,10 @@
    the first --prompts of them; no setting of quantization was chosen on them: there is none to choose):
    texts equal to bf16's, syntax-valid share, tokens/s.
 
-Everything on the CPU, torch's thread count as set (2 here).
+Everything on the CPU, torch's thread count as set (2 here), unless ``--device cuda`` (scripts/gpu_quantize.sh):
+then the memory columns are the GPU's (torch's peak allocated bytes, and those allocated after decoding).
+``--models sdar-tiny`` runs the tests' tiny SDAR checkpoint: a dry run in seconds. Each scheme decodes a short
+warm-up before it is timed.
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ torch.set_num_threads(int(sys.argv[4]))
 from codila_cli.engine.models import load_models, sized
 from codila_cli.models.cache import resolve_local_dir
 from codila_cli.models.registry import resolve_spec
-path, scheme, decoder, tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[5])
-def status(key):
+path, scheme, decoder, tokens, device = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[5]), sys.argv[6]
+cuda = device.startswith("cuda")
+def status(key):  # on CUDA: the device's memory (allocated by torch; "VmHWM" its peak), else the process's
+    if cuda:
+        return torch.cuda.max_memory_allocated() if key == "VmHWM" else torch.cuda.memory_allocated()
     return int(next(l for l in open("/proc/self/status") if l.startswith(key)).split()[1]) * 1024
 dt = torch.bfloat16
 from codila_cli.models.fit import canvas_for
@@ -57,25 +64,35 @@ def sample():
     while not stop.is_set():
         peak_anon[0] = max(peak_anon[0], status("RssAnon"))
         time.sleep(0.001)
-open("/proc/self/clear_refs", "w").write("5")
+if cuda:
+    torch.cuda.init()
+    torch.cuda.reset_peak_memory_stats()
+else:
+    open("/proc/self/clear_refs", "w").write("5")
 base, base_anon = status("VmRSS"), status("RssAnon")
 threading.Thread(target=sample, daemon=True).start()
 t = time.perf_counter()
-m = load_models(dlm=path, ar=None, device="cpu", dtype="bfloat16", quantize=scheme)
+m = load_models(dlm=path, ar=None, device=device, dtype="bfloat16", quantize=scheme)
+if cuda:
+    torch.cuda.synchronize()
 load_s = time.perf_counter() - t
 from codila_cli.resolve import resolve_gen
 from codila_cli.config import load_config
 from codila_cli.engine.generate import generate
+from dataclasses import replace
 req = resolve_gen({"decoder": decoder, "max_new_tokens": tokens}, user=load_config(), dlm=path, ar=None)
 prompt = " ".join(f"t{i}" for i in range(3, 40)) if m.dlm.tokenizer.get_vocab().get("t3") is not None else "def f(x):"
 ids = m.dlm.tokenizer.encode(prompt, add_special_tokens=False)[:32]
 with torch.inference_mode():
-    probs = m.dlm.model(input_ids=torch.tensor([ids])).logits.float().softmax(-1).amax(-1)
+    probs = m.dlm.model(input_ids=torch.tensor([ids], device=m.dlm.device)).logits.float().softmax(-1).amax(-1)
 top1 = float(probs.median())
+generate(m, prompt, decoder=req.decoder, config=replace(req.config, max_new_tokens=min(tokens, 8)), seed=0)  # warm-up
 t = time.perf_counter()
 r = generate(m, prompt, decoder=req.decoder, config=req.config, seed=0)
 dec_s = time.perf_counter() - t
 stop.set()
+if cuda:  # the sampler's reads of allocated memory miss a transient: the device's own peak is exact
+    peak_anon[0] = torch.cuda.max_memory_allocated()
 out = {"load_s": load_s, "tok_s": r.metrics["tokens"] / dec_s, "tokens": r.metrics["tokens"],
        "ids": m.dlm.tokenizer.encode(r.completion, add_special_tokens=False), "peak": status("VmHWM") - base,
        "rss": status("VmRSS") - base,
@@ -138,6 +155,8 @@ def _save(out: Path, config: dict, shapes: dict[str, tuple[int, ...]], head: str
 
 def ensure(folder: Path, which: str) -> tuple[Path, str]:
     """The checkpoint ``which`` under ``folder`` (built once), and the decoder gen runs it with."""
+    if which == "sdar-tiny":  # the tests' tiny SDAR checkpoint: a dry run of this benchmark (or a GPU script) in seconds
+        return FIXTURES / "sdar" / "checkpoints" / "sdar-tiny-a", "block"
     path = folder / which
     decoder = {"sdar-1.7b": "block", "dream-7b-4l": "threshold", "llada-8b-4l": "llada"}[which]
     if (path / "config.json").is_file():
@@ -210,12 +229,17 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cuda: memory is the GPU's (torch's allocated bytes and their peak)")
     args = ap.parse_args()
     import torch
 
-    lines = [f"CPU: {_cpu()}, torch {torch.__version__}, {args.threads} threads; {args.tokens} new tokens.", "",
-             ("| model | weights | RSS after decoding MiB | peak RSS MiB | peak anon MiB | fit estimate MiB (÷ the "
-              "larger of peak anon and RSS after) | load s | tok/s (× bf16) | tokens = bf16 | median top-1 p |"),
+    where = (f"GPU: {torch.cuda.get_device_name()}" if args.device.startswith("cuda")
+             else f"CPU: {_cpu()}, {args.threads} threads")
+    mem = ("peak allocated MiB | allocated after decoding MiB | peak allocated MiB" if args.device.startswith("cuda")
+           else "peak RSS MiB | RSS after decoding MiB | peak anon MiB")
+    lines = [f"{where}, torch {torch.__version__}; {args.tokens} new tokens.", "",
+             (f"| model | weights | {mem} | fit estimate MiB (÷ the larger of the last two) | load s | "
+              "tok/s (× bf16) | tokens = bf16 | median top-1 p |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for which in [m for m in args.models.split(",") if m]:
         path, decoder = ensure(args.dir, which)
@@ -223,12 +247,13 @@ def main() -> None:
             with open(f, "rb") as fh:  # mapped file as it decodes: a cold cache made its first run 3.5× slower)
                 while fh.read(1 << 24):
                     pass
-        rows = {s: _child(CHILD, str(path), s, decoder, str(args.threads), str(args.tokens)) for s in SCHEMES}
+        rows = {s: _child(CHILD, str(path), s, decoder, str(args.threads), str(args.tokens), args.device)
+                for s in SCHEMES}
         ref = rows["none"]
         for s, r in rows.items():
             same = sum(a == b for a, b in zip(r["ids"], ref["ids"])) / max(1, len(ref["ids"]))
-            lines.append(f"| {which} ({decoder}) | {'bf16' if s == 'none' else s} | {_mib(r['rss'])} | "
-                         f"{_mib(r['peak'])} | {_mib(r['peak_anon'])} | {_mib(r['estimate'])} "
+            lines.append(f"| {which} ({decoder}) | {'bf16' if s == 'none' else s} | {_mib(r['peak'])} | "
+                         f"{_mib(r['rss'])} | {_mib(r['peak_anon'])} | {_mib(r['estimate'])} "
                          f"({r['estimate'] / max(r['rss'], r['peak_anon']):.2f}) | "
                          f"{r['load_s']:.1f} | {r['tok_s']:.2f} ({r['tok_s'] / ref['tok_s']:.2f}×) | {same:.0%} | "
                          f"{r['top1']:.2f} |")

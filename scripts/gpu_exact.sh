@@ -2,24 +2,47 @@
 # --exact (FreeDave) on one GPU: sequential forwards, canvases evaluated and the wall-clock ratio against the
 # one-token-per-step decode it reproduces, side by side, and identical texts.
 #
-#   scripts/gpu_exact.sh [OUT_DIR] [LIMIT]
-#
 # 1. Real-width random checkpoints of Dream-Coder-7B's and LLaDA-8B's widths (4 layers) and SDAR-1.7B whole,
-#    built as benchmarks/quantize.py builds them, in bf16 on cuda (benchmarks/exact.py --device cuda).
-# 2. Where the weights are in the Hugging Face cache (codila pull dream-coder sdar-8b on a machine that
-#    reaches the hub, then copy the cache): HumanEval with Dream-Coder-7B at one token per step and SDAR-8B's
-#    block decoder at one slot per step (T 0), each with --no-exact and --exact, in fp32 and bf16: compare
-#    rows.jsonl's completions (identical) and summary.md's tokens/s (eval decodes greedily: T 0).
+#    built as benchmarks/quantize.py builds them (no download), in fp32 and bf16 on the GPU
+#    (benchmarks/exact.py --device cuda): $OUT/random.md.
+# 2. Only where the weights are in the Hugging Face cache (codila pull dream-coder sdar-8b on a machine that
+#    reaches the hub, then copy the cache; a lent device reaches nothing, so there this part says so and is
+#    skipped): HumanEval with Dream-Coder-7B at one token per step and SDAR-8B's block decoder at one slot per
+#    step (T 0), each with exact=0 and exact=1, in fp32 and bf16: compare rows.jsonl's completions (identical)
+#    and summary.md's tokens/s (eval decodes greedily).
 # 3. With DATA set to a folder holding human-eval-infilling/ (../shared/data) and DreamOn in the cache:
-#    HumanEval-MultiLineInfilling with DreamOn's one slot per step, --no-exact and --exact, fp32 and bf16.
+#    HumanEval-MultiLineInfilling with DreamOn's one slot per step, exact=0 and exact=1, fp32 and bf16.
+#
+# Prepare on the build machine as scripts/gpu_speed.sh says (the device has python3 and torch but none of
+# tree-sitter, tree-sitter-python, platformdirs, pyflakes, tomlkit: wheels in .whl, carried). Then there:
+#   bash scripts/gpu_exact.sh                  # about 3 min on an H100 (part 1)
+# Settings by environment: OUT (results/gpu-exact), DEVICE (cuda), MODELS, TOKENS (128,256), DTYPES
+# (float32,bfloat16), LIMIT (164), MAX_NEW (512), CKPTS (/tmp/codila-quant). A dry run on a CPU, in seconds:
+#   DEVICE=cpu MODELS=sdar-tiny TOKENS=16 DTYPES=float32 bash scripts/gpu_exact.sh
 set -euo pipefail
-OUT="${1:-results/gpu-exact}"
-LIMIT="${2:-164}"
-mkdir -p "$OUT"
-codila doctor >&2 || true
-python benchmarks/exact.py --device cuda --dir "$OUT/ckpts" --out "$OUT/random.md" \
-    --models sdar-1.7b,dream-7b-4l,llada-8b-4l --tokens 128,256 || echo "random checkpoints failed" >&2
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+codila() { python3 -m codila_cli "$@"; }  # the device has no `codila` entry point: the source tree runs
+cached() {  # whether the alias $1 is in the Hugging Face cache
+    codila models --json | python3 -c "import json, sys; sys.exit(not any(m['alias'] == sys.argv[1] and m['cached'] for m in json.load(sys.stdin)['models']))" "$1"
+}
+DEST="${OUT:-results/gpu-exact}"
+DEVICE="${DEVICE:-cuda}"
+LIMIT="${LIMIT:-164}"
+mkdir -p "$DEST"
+(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi") | tee "$DEST/gpu.txt"
+codila doctor >> "$DEST/gpu.txt" 2>&1 || true
+python3 benchmarks/exact.py --device "$DEVICE" --dir "${CKPTS:-/tmp/codila-quant}" --out "$DEST/random.md" \
+    --models "${MODELS:-sdar-1.7b,dream-7b-4l,llada-8b-4l}" --tokens "${TOKENS:-128,256}" \
+    --dtypes "${DTYPES:-float32,bfloat16}" || echo "random checkpoints failed" >&2
 for model in dream-coder sdar-8b; do
+    if ! cached "$model"; then
+        echo "HumanEval with $model skipped: not in the Hugging Face cache" | tee -a "$DEST/gpu.txt" >&2
+        continue
+    fi
     case "$model" in
         dream-coder) setting="dream:K=1" ;;
         sdar-8b) setting="block:remask=low_confidence" ;;
@@ -27,18 +50,36 @@ for model in dream-coder sdar-8b; do
     for dtype in bfloat16 float32; do
         for mode in 0 1; do
             codila eval --benchmark humaneval --limit "$LIMIT" --dlm "$model" --setting "$setting,exact=$mode" \
-                --max-new-tokens 512 --device cuda --dtype "$dtype" \
-                --output "$OUT/$model-$dtype-exact$mode" || echo "$model $dtype exact=$mode failed" >&2
+                --max-new-tokens "${MAX_NEW:-512}" --device "$DEVICE" --dtype "$dtype" \
+                --output "$DEST/$model-$dtype-exact$mode" || echo "$model $dtype exact=$mode failed" >&2
         done
     done
 done
-if [ -n "${DATA:-}" ]; then
+if [ -n "${DATA:-}" ] && cached dreamon; then
     for dtype in bfloat16 float32; do
         for mode in 0 1; do
             codila eval --benchmark he-infill-multi --data-dir "$DATA" --limit "$LIMIT" --dlm dreamon \
-                --setting "dreamon:K=1,exact=$mode" --device cuda --dtype "$dtype" \
-                --output "$OUT/dreamon-$dtype-exact$mode" || echo "dreamon $dtype exact=$mode failed" >&2
+                --setting "dreamon:K=1,exact=$mode" --device "$DEVICE" --dtype "$dtype" \
+                --output "$DEST/dreamon-$dtype-exact$mode" || echo "dreamon $dtype exact=$mode failed" >&2
         done
     done
 fi
-echo "wrote $OUT/random.md and $OUT/<model>-<dtype>-exact<0|1>/{rows.jsonl,summary.md}" >&2
+python3 - "$DEST" <<'PY' | tee "$DEST/evals.md"
+import json, sys
+from pathlib import Path
+dest = Path(sys.argv[1])
+print("| model | dtype | completions identical | DLM forwards exact=0 → 1 | wall exact=0 ÷ exact=1 | pass@1 0 / 1 |")
+print("|---|---|---|---|---|---|")
+for off in sorted(dest.glob("*-exact0/rows.jsonl")):
+    on = Path(str(off).replace("-exact0/", "-exact1/"))
+    if not on.is_file():
+        continue
+    a, b = ([json.loads(line) for line in p.read_text().splitlines()] for p in (off, on))
+    same = sum(x["completion"] == y["completion"] for x, y in zip(a, b))
+    model, dtype = off.parent.name.removesuffix("-exact0").rsplit("-", 1)
+    fa, fb = sum(r["dlm_forwards"] for r in a), sum(r["dlm_forwards"] for r in b)
+    wa, wb = sum(r["wall_seconds"] for r in a), sum(r["wall_seconds"] for r in b)
+    pa, pb = (sum(r["passed"] for r in rows) / len(rows) for rows in (a, b))
+    print(f"| {model} | {dtype} | {same} of {len(a)} | {fa} → {fb} | {wa / wb:.2f}× | {pa:.1%} / {pb:.1%} |")
+PY
+echo "wrote $DEST/random.md (and $DEST/evals.md, $DEST/<model>-<dtype>-exact<0|1>/ for cached models)" >&2

@@ -1,30 +1,77 @@
 #!/usr/bin/env bash
-# HumanEval pass@1 of Dream-Coder-7B and SDAR-8B-Chat with bf16, int8 and int4 weights (--quantize), and
-# their tokens/s, on one GPU, with the checkpoints already in the Hugging Face cache (codila pull
-# dream-coder sdar-8b on a machine that reaches the hub, then copy the cache). No public table of these
-# models' quantized pass@1 exists; this makes one.
+# --quantize int8|int4 on one GPU, against bf16 weights, side by side.
 #
-#   scripts/gpu_quantize.sh [OUT_DIR] [LIMIT]
+# 1. Real-width random checkpoints (SDAR-1.7B whole, Dream-Coder-7B's and LLaDA-8B's widths with 4 layers,
+#    built as benchmarks/quantize.py builds them: no download), each scheme in a fresh process on the GPU:
+#    the GPU memory torch allocated after decoding and its peak against the fit check's estimate, load
+#    seconds, tokens/s and the share of tokens equal to bf16's: $OUT/random.md. On CUDA a quantized weight is
+#    widened to bf16 for each product (models/quantize.py): this measures what that costs.
+# 2. Only where the weights are in the Hugging Face cache (codila pull dream-coder sdar-8b on a machine that
+#    reaches the hub, then copy the cache; a lent device reaches nothing, so there this part says so and is
+#    skipped): HumanEval pass@1 of Dream-Coder-7B (one token per step, its paper's setting) and SDAR-8B-Chat
+#    (its block decoder with its defaults) with bf16, int8 and int4 weights, 512 new tokens, greedy; and
+#    `codila models --fit --json`, the fit check's estimate for each. No public table of these models'
+#    quantized pass@1 exists; this makes one.
 #
-# Dream-Coder: one token per step (its paper's setting); SDAR: its block decoder with its defaults; 512 new
-# tokens, greedy.
-# Also prints each load's memory (codila models --fit) so the fit check's estimate can be compared.
+# Prepare on the build machine as scripts/gpu_speed.sh says (wheels in .whl, carried). Then there:
+#   bash scripts/gpu_quantize.sh               # about 3 min on an H100 (part 1)
+# Settings by environment: OUT (results/gpu-quantize), DEVICE (cuda), MODELS, TOKENS (64), LIMIT (164), MAX_NEW (512),
+# CKPTS (/tmp/codila-quant). A dry run on a CPU, in seconds:
+#   DEVICE=cpu MODELS=sdar-tiny TOKENS=8 bash scripts/gpu_quantize.sh
 set -euo pipefail
-OUT="${1:-results/gpu-quantize}"
-LIMIT="${2:-164}"
-mkdir -p "$OUT"
-codila doctor >&2 || true
-codila models --fit --json > "$OUT/fit.json" || true
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+codila() { python3 -m codila_cli "$@"; }  # the device has no `codila` entry point: the source tree runs
+cached() {  # whether the alias $1 is in the Hugging Face cache
+    codila models --json | python3 -c "import json, sys; sys.exit(not any(m['alias'] == sys.argv[1] and m['cached'] for m in json.load(sys.stdin)['models']))" "$1"
+}
+DEST="${OUT:-results/gpu-quantize}"
+DEVICE="${DEVICE:-cuda}"
+LIMIT="${LIMIT:-164}"
+mkdir -p "$DEST"
+(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi") | tee "$DEST/gpu.txt"
+codila doctor >> "$DEST/gpu.txt" 2>&1 || true
+python3 benchmarks/quantize.py --device "$DEVICE" --dir "${CKPTS:-/tmp/codila-quant}" --out "$DEST/random.md" \
+    --models "${MODELS:-sdar-1.7b,dream-7b-4l,llada-8b-4l}" --tokens "${TOKENS:-64}" --prompts 0 \
+    || echo "random checkpoints failed" >&2
+codila models --fit --json > "$DEST/fit.json" || true
 for model in dream-coder sdar-8b; do
+    if ! cached "$model"; then
+        echo "HumanEval with $model skipped: not in the Hugging Face cache" | tee -a "$DEST/gpu.txt" >&2
+        continue
+    fi
     case "$model" in
         dream-coder) setting="dream:K=1" ;;
         sdar-8b) setting="block" ;;
     esac
     for q in none int8 int4; do
-        nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$OUT/$model-$q.mem-before" || true
         codila eval --benchmark humaneval --limit "$LIMIT" --dlm "$model" --setting "$setting" \
-            --max-new-tokens 512 --device cuda --dtype bfloat16 --quantize "$q" \
-            --output "$OUT/$model-$q" || echo "$model $q failed" >&2
+            --max-new-tokens "${MAX_NEW:-512}" --device "$DEVICE" --dtype bfloat16 --quantize "$q" \
+            --output "$DEST/$model-$q" || echo "$model $q failed" >&2
     done
 done
-echo "wrote $OUT/<model>-<none|int8|int4>/{rows.jsonl,summary.md}: compare pass@1 and tokens/s across the three" >&2
+python3 - "$DEST" <<'PY' | tee "$DEST/evals.md"
+import json, sys
+from pathlib import Path
+dest = Path(sys.argv[1])
+print("| model | weights | pass@1 | syntax-valid | tokens/s (× bf16) | completions = bf16 |")
+print("|---|---|---|---|---|---|")
+for base in sorted(dest.glob("*-none/summary.json")):
+    model = base.parent.name.removesuffix("-none")
+    ref = json.loads(base.read_text())[0]
+    ref_rows = [json.loads(line) for line in (base.parent / "rows.jsonl").read_text().splitlines()]
+    for q in ("none", "int8", "int4"):
+        folder = dest / f"{model}-{q}"
+        if not (folder / "summary.json").is_file():
+            continue
+        s = json.loads((folder / "summary.json").read_text())[0]
+        rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+        same = sum(a["completion"] == b["completion"] for a, b in zip(rows, ref_rows))
+        print(f"| {model} | {'bf16' if q == 'none' else q} | {s['pass_at_1']:.1%} | {s['syntax_valid']:.1%} | "
+              f"{s['tokens_per_second']:.1f} ({s['tokens_per_second'] / ref['tokens_per_second']:.2f}×) | "
+              f"{same} of {len(ref_rows)} |")
+PY
+echo "wrote $DEST/random.md (and $DEST/evals.md, $DEST/<model>-<none|int8|int4>/ for cached models)" >&2

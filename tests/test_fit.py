@@ -130,6 +130,8 @@ def test_models_fit_says_for_each_cached_model_whether_it_fits(monkeypatch):
     assert rows["dream-coder"]["cached"] is False or "fits" in rows["dream-coder"]
     text = CliRunner().invoke(app, ["models", "--fit"]).stdout
     assert "does not fit (CODILA_MEMORY_LIMIT)" in text and "fits (CODILA_MEMORY_LIMIT)" in text
+    lines = text.splitlines()  # a column: every row's device starts where the header's does
+    assert len({line.index(" cpu ") if " cpu " in line else line.index(" device ") for line in lines}) == 1, text
 
 
 def test_the_activations_are_sized_for_the_commands_canvas(monkeypatch):

@@ -278,6 +278,9 @@ def test_gen_exact_json_and_verbose_report_forwards_and_refusals():
     assert "Error: --exact verifies deterministic steps" in bad.stderr and "Hint:" in bad.stderr
     codila = _gen("--exact", "--max-new-tokens", "8", "def f(")
     assert codila.returncode == 2 and "--exact is a setting of the dream, llada and block decoders" in codila.stderr
+    other = _gen("--exact", "--decoder", "llada", "--dtype", "bfloat16", "--max-new-tokens", "8", "def f(")
+    assert other.returncode == 2 and "--decoder llada does not run it" in other.stderr  # its error, and no 16-bit
+    assert "Warning" not in other.stderr  # warning about a decode that never runs
 
 
 def test_exact_is_refused_for_settings_that_draw():

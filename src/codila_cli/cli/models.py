@@ -65,14 +65,15 @@ def _fit(json_out: bool) -> None:
     if json_out:
         sys.stdout.write(json.dumps({"schema_version": 1, "command": "models --fit", "models": rows}) + "\n")
         return
-    sys.stdout.write(f"{'alias':<17} {'device':<6} {'dtype':<9} {'needs':>9} {'has':>9}  verdict\n")
+    w = max([len("alias"), *(len(r["alias"]) for r in rows)])  # the longest alias sets the column
+    sys.stdout.write(f"{'alias':<{w}} {'device':<6} {'dtype':<9} {'needs':>9} {'has':>9}  verdict\n")
     for r in rows:
         if not r["cached"]:
-            sys.stdout.write(f"{r['alias']:<17} {r['device']:<6} {'-':<9} {'-':>9} {'-':>9}  not in the cache "
+            sys.stdout.write(f"{r['alias']:<{w}} {r['device']:<6} {'-':<9} {'-':>9} {'-':>9}  not in the cache "
                              f"(codila pull {r['alias']})\n")
             continue
         verdict = "fits" if r["fits"] else (f"fits with {r['fits_with']}" if r["fits_with"] else "does not fit")
-        sys.stdout.write(f"{r['alias']:<17} {r['device']:<6} {r['dtype']:<9} {_size(r['needs_bytes']):>9} "
+        sys.stdout.write(f"{r['alias']:<{w}} {r['device']:<6} {r['dtype']:<9} {_size(r['needs_bytes']):>9} "
                          f"{_size(r['has_bytes']):>9}  {verdict} ({r['source']})\n")
 
 

@@ -87,14 +87,7 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
 
     from codila_cli.decoding.registry import WRITES_WITH_HELPER, sampler
 
-    family = dlm.family
-    if decoder not in DECODERS:
-        raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
-    if decoder not in family.decoders:
-        what = "a block-diffusion" if family.block_diffusion else "a whole-canvas"
-        raise UsageError(f"{dlm.name} is {what} model ({family.name}): --decoder {decoder} does not run it",
-                         hint=f"use --decoder {' or '.join(family.decoders)} (`codila models` lists what runs each "
-                              "family), or drop --decoder to use the model's own sampler")
+    family = check_decoder(dlm, decoder)
     extra = {}
     if decoder in WRITES_WITH_HELPER:
         if ar is None:
@@ -115,6 +108,19 @@ def _decode(models: Models, dlm: Any, ar: Any, ids: list[int], *, decoder: str, 
     if family.block_diffusion:  # whole blocks are decoded (as the official loop does); the limit is kept
         res = replace(res, canvas=res.canvas[: config.max_new_tokens])
     return res
+
+
+def check_decoder(dlm: Any, decoder: str) -> Any:
+    """The DLM's family row (models/families.py), or a UsageError when ``decoder`` does not run it."""
+    family = dlm.family
+    if decoder not in DECODERS:
+        raise UsageError(f"unknown decoder {decoder!r}", hint=f"use one of {', '.join(DECODERS)}")
+    if decoder not in family.decoders:
+        what = "a block-diffusion" if family.block_diffusion else "a whole-canvas"
+        raise UsageError(f"{dlm.name} is {what} model ({family.name}): --decoder {decoder} does not run it",
+                         hint=f"use --decoder {' or '.join(family.decoders)} (`codila models` lists what runs each "
+                              "family), or drop --decoder to use the model's own sampler")
+    return family
 
 
 def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
@@ -141,6 +147,8 @@ def exact_note(models: Models, decoder: str, config: Any) -> str | None:
     so a choice closer than the rounding can break otherwise (docs/decoders.md, Exact); None in fp32."""
     import torch
 
+    if decoder != "dreamon":
+        check_decoder(models.dlm, decoder)  # a decode it would refuse gets its error, not this warning first
     dtype = models.dlm.ckpt.dtype
     if not exact_pays(models.dlm, decoder, config) or dtype == torch.float32:
         return None
