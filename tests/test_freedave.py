@@ -229,6 +229,27 @@ def test_a_batched_forward_that_rounds_otherwise_is_caught_at_near_ties(tiny, mo
     assert guarded > 0  # the nudged batches were caught (their check row differed) and near ties went alone
 
 
+def test_batches_that_keep_ending_in_near_ties_cost_about_the_reference_forwards(tiny, monkeypatch):
+    """A batch whose next decision is a near tie bought nothing and cost a forward (the canvas then goes
+    alone). Where that keeps happening (16 bits, a flat model), the driver backs off: it drafts nothing for
+    1, 3, 7, … rounds, so it costs about the reference's sequential forwards, not twice them (every batch
+    here is made a near tie: nudged, and a tolerance no lead clears)."""
+    from codila_cli.decoding import freedave
+    from codila_cli.models.families import load_dlm
+
+    dlm = load_dlm(tiny["dlm"], name="tiny-dream", device=torch.device("cpu"), dtype=torch.float32)
+    monkeypatch.setattr(type(dlm), "logits_many", nudged_batches(type(dlm).logits_many, 1e-6))
+    monkeypatch.setattr(freedave, "tolerance", lambda dtype: 1e9)
+    cfg = DreamConfig(max_new_tokens=48, tokens_per_step=1, early_stop=False)
+    ref_forwards = exact_forwards = guarded = 0
+    for p in ([5 + i, 9, 30 + i] for i in range(4)):
+        ref, _, ex, _ = _both(dlm, p, "dream", cfg)
+        assert ex.canvas == ref.canvas
+        ref_forwards, exact_forwards = ref_forwards + ref.dlm_forwards, exact_forwards + ex.dlm_forwards
+        guarded += ex.freedave["guarded"]
+    assert guarded > 0 and exact_forwards <= 1.2 * ref_forwards, (exact_forwards, ref_forwards, guarded)
+
+
 # --- batched, and through the commands --------------------------------------------------------------------------
 
 def test_rows_decoded_exactly_in_a_shared_batch_are_their_lone_reference_decodes(tiny_models):

@@ -43,6 +43,7 @@ from codila_cli.decoding.config import exact_problem
 from codila_cli.decoding.freedave_rules import Decision, View
 
 MAX_DEPTH = 8  # candidates per verification forward
+BACKOFF = 5  # at most 2**5 − 1 rounds without drafts after near ties in a row
 NO_GUARD = float("-inf")  # the lead a decision read from the reference's own arithmetic needs
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 5e-2, torch.float16: 1e-2}  # lead a decision read from a batch must have
 
@@ -63,8 +64,19 @@ class Stats:
                 "accepted": self.accepted}
 
 
+@dataclass
+class Pace:
+    """How far the driver drafts: ``depth`` candidates a round; ``misses`` batches in a row whose next decision
+    was a near tie, ``hold`` rounds left that draft nothing. One pace runs on across a block decoder's blocks."""
+
+    depth: int = 2
+    misses: int = 0
+    hold: int = 0
+
+
 def freedave(x: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *, commit: Callable[[Decision], Any],
-             tol: float, stats: Stats, done: Callable[[], bool], start: int = 0, trust: bool = True) -> None:
+             tol: float, stats: Stats, done: Callable[[], bool], start: int = 0, trust: bool = True,
+             pace: Pace | None = None) -> None:
     """Decode from the state ``x`` under ``rule`` until its schedule ends or ``done()``. A state is what the rule
     reads: the canvas [N] (decoding/freedave_rules.py::OnCanvas), or DreamOn's middle (decoding/dreamon.py::Fill);
     ``rule.tokens(state)`` is the sequence a forward reads, ``rule.after(state, d)`` a draft's next state.
@@ -85,7 +97,8 @@ def freedave(x: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *
     # ``loose``: the view came from a batch whose rows may round otherwise than lone forwards, so a decision
     # read from it must clear ``tol``; a lone forward, or a batch whose check row matched its lone logits bit
     # for bit, is the reference's own arithmetic. ``seen``: the state the view's logits are of
-    view, seen, loose, step, depth = alone(x, start), x, False, start, 2
+    pace = pace or Pace()
+    view, seen, loose, step = alone(x, start), x, False, start
     while True:
         d = rule.decide(x, view, step, tol if loose else NO_GUARD)
         if d is None:
@@ -94,10 +107,17 @@ def freedave(x: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *
             view, seen, loose = alone(x, step), x, False
             stats.guarded += 1
             d = rule.decide(x, view, step, NO_GUARD)
+            # that batch bought nothing for this step and cost a forward: back off, drafting nothing (the
+            # reference's own forwards) for 1, 3, 7, … rounds while batches keep ending in near ties
+            pace.misses = min(pace.misses + 1, BACKOFF)
+            pace.hold = 2**pace.misses - 1
+        elif loose:
+            pace.misses = 0
         x, step = commit(d), d.step + 1
         if done():
             return
-        drafts = _drafts(x, rule, view, step, depth)  # [(state after the draft step, its decision)]
+        drafts = _drafts(x, rule, view, step, 1 if pace.hold else pace.depth)  # [(state after a draft, its decision)]
+        pace.hold = max(0, pace.hold - 1)
         stats.drafted += len(drafts)
         cands = [x, *(cand for cand, _ in drafts)]
         nexts = [step, *(dd.step + 1 for _, dd in drafts)]  # the step each candidate's logits would decide
@@ -127,7 +147,8 @@ def freedave(x: Any, rule: Any, forward: Callable[[torch.Tensor, list], list], *
             if rule.rows(x, step) is None:
                 return
             view, seen, loose = alone(x, step), x, False
-        depth = min(MAX_DEPTH, depth * 2) if accepted == len(drafts) else max(2, accepted + 1)
+        if drafts:
+            pace.depth = min(MAX_DEPTH, pace.depth * 2) if accepted == len(drafts) else max(2, accepted + 1)
 
 
 def _drafts(x: Any, rule: Any, view: View, step: int, depth: int) -> list[tuple[Any, Decision]]:
@@ -186,13 +207,13 @@ def decode_exact(dlm: Any, prompt_ids: list[int], *, decoder: str, config: Any, 
         raise UsageError(problem, hint="drop --exact (or use --no-exact) to decode with these settings")
     dtype = dlm.ckpt.dtype  # what the model computes in (engine/generate.py::exact_pays reads the same)
     tol, trust = tolerance(dtype), dtype == torch.float32
-    stats = Stats()
+    stats, pace = Stats(), Pace()
     if decoder == "block":
         from codila_cli.decoding.block import decode_block
 
         res = decode_block(dlm, prompt_ids, config=config, generator=generator, on_step=on_step,
                            fill=lambda c, rule, forward: on_canvas(c, rule, forward, tol=tol, stats=stats,
-                                                                   done=lambda: False, trust=trust))
+                                                                   done=lambda: False, trust=trust, pace=pace))
         return with_(res, dlm_rows=res.dlm_forwards - stats.calls + stats.rows, freedave=stats.to_dict())
     if decoder == "llada":
         from codila_cli.decoding.llada import check_llada
