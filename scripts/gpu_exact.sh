@@ -13,9 +13,9 @@
 # 3. With DATA set to a folder holding human-eval-infilling/ (../shared/data) and DreamOn in the cache:
 #    HumanEval-MultiLineInfilling with DreamOn's one slot per step, exact=0 and exact=1, fp32 and bf16.
 #
-# Prepare on the build machine as scripts/gpu_speed.sh says (the device has python3 and torch but none of
+# Prepare on the build machine as docs/gpu.md says (the device has python3 and torch but none of
 # tree-sitter, tree-sitter-python, platformdirs, pyflakes, tomlkit: wheels in .whl, carried). Then there:
-#   bash scripts/gpu_exact.sh                  # about 3 min on an H100 (part 1)
+#   bash scripts/gpu_exact.sh                  # not yet timed on a GPU: run it with a timeout that leaves a retry
 # Settings by environment: OUT (results/gpu-exact), DEVICE (cuda), MODELS, TOKENS (128,256), DTYPES
 # (float32,bfloat16), LIMIT (164), MAX_NEW (512), CKPTS (/tmp/codila-quant). A dry run on a CPU, in seconds:
 #   DEVICE=cpu MODELS=sdar-tiny TOKENS=16 DTYPES=float32 bash scripts/gpu_exact.sh

@@ -13,8 +13,8 @@
 #    `codila models --fit --json`, the fit check's estimate for each. No public table of these models'
 #    quantized pass@1 exists; this makes one.
 #
-# Prepare on the build machine as scripts/gpu_speed.sh says (wheels in .whl, carried). Then there:
-#   bash scripts/gpu_quantize.sh               # about 3 min on an H100 (part 1)
+# Prepare on the build machine as docs/gpu.md says (wheels in .whl, carried). Then there:
+#   bash scripts/gpu_quantize.sh               # not yet timed on a GPU: run it with a timeout that leaves a retry
 # Settings by environment: OUT (results/gpu-quantize), DEVICE (cuda), MODELS, TOKENS (64), LIMIT (164), MAX_NEW (512),
 # CKPTS (/tmp/codila-quant). A dry run on a CPU, in seconds:
 #   DEVICE=cpu MODELS=sdar-tiny TOKENS=8 bash scripts/gpu_quantize.sh

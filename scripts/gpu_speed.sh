@@ -8,7 +8,7 @@
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-#     -d .whl tree-sitter==0.26.1 tree-sitter-python==0.25.0 platformdirs==4.14.8
+#     -d .whl tree-sitter==0.26.1 tree-sitter-python==0.25.0 platformdirs pyflakes tomlkit   (docs/gpu.md)
 # Then run this script there with `.whl` carried; results land in $OUT (or results/gpu-speed).
 #   ENGINES="transformers native" PROMPTS=3 TOKENS=128 REPEATS=2 bash scripts/gpu_speed.sh
 set -euo pipefail

@@ -57,6 +57,47 @@ def test_codes_reproduce_the_weights_within_the_schemes_error(scheme, bound):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_a_weight_widened_in_place_is_the_formula_bit_for_bit(scheme, dtype):
+    """The widening path (CUDA, MPS) computes ``q · s`` / ``(q − 8) · s + z`` in place on one buffer: the same
+    bits as the formula written out, which held a temporary per operation."""
+    w = _weight(n=96, k=256, seed=3)
+    q = quantize_weight(w, scheme, dtype=dtype, device=CPU, kernel=False)
+    if scheme == "int8":
+        formula = q.q.to(dtype) * q.scales[:, None]
+    else:
+        codes = torch.stack([q.q & 15, q.q >> 4], dim=-1).view(96, 256 // q.group, q.group)
+        scale, zero = q.scales[..., 0].t()[..., None], q.scales[..., 1].t()[..., None]
+        formula = ((codes.to(dtype) - 8) * scale + zero).view(96, 256)
+    assert torch.equal(q.widened(), formula)
+
+
+def test_the_fit_check_counts_a_widened_weight_off_a_cpu():
+    """Off a CPU each quantized product widens its weight to the run dtype (one at a time): the estimate adds
+    the largest layer weight in that dtype (natively the fused [gate; up]: two of them), and int4's unpacked
+    codes; on a CPU, whose kernels read the codes, nothing."""
+    import json
+
+    from safetensors import safe_open
+
+    from codila_cli.models.fit import estimate
+    from codila_cli.models.loading import _weight_files
+
+    ckpt = FAMILY_CKPTS["sdar"]
+    cfg, files = json.loads((ckpt / "config.json").read_text()), _weight_files(ckpt, name="s")
+    with safe_open(str(files[0]), "pt") as f:
+        biggest = max(f.get_slice(k).get_shape()[0] * f.get_slice(k).get_shape()[1] for k in f.keys()
+                      if ".layers." in k and len(f.get_slice(k).get_shape()) == 2)
+    for scheme, extra in (("int8", 2 * biggest), ("int4", 3 * biggest)):
+        for native, fused in ((False, 1), (True, 2)):
+            kw = dict(name="s", dtype="bfloat16", files=files, quantize=scheme, native=native)
+            cpu, gpu = estimate(ckpt, cfg, **kw), estimate(ckpt, cfg, widened=True, **kw)
+            assert gpu.activations - cpu.activations == fused * extra and gpu.weights == cpu.weights
+    plain = dict(name="s", dtype="bfloat16", files=files)
+    assert estimate(ckpt, cfg, widened=True, **plain) == estimate(ckpt, cfg, **plain)  # bf16 weights: no widening
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_a_rows_product_does_not_depend_on_the_other_rows(scheme, dtype):
     """The server's same-text rule quantized: rows stacked into one product get the bits each gets alone
     (PyTorch's weight-only CPU kernels compute a row on its own), at 1 to 64 rows."""

@@ -217,7 +217,7 @@ def doctor(user: UserConfig) -> tuple[list[dict[str, Any]], list[str]]:
         from codila_cli.engine.models import sized
         from codila_cli.models import fit
 
-        needs, options = sized(planned)
+        needs, options = sized(planned, device=dev)
         v = fit.verdict(needs, dev, options=options)
         numbers = f"the models need about {v.total / 2**30:.2f} GiB, {dev} has {v.have / 2**30:.2f} GiB ({v.where})"
         if v.fits:
@@ -265,7 +265,7 @@ def list_fit() -> list[dict[str, Any]]:
             spec = resolve_spec(r["alias"], kind=role)
             path = resolve_local_dir(spec)
             device, dt, _ = weights_plan(path, name=spec.name, role=role, device="auto", dtype="auto")
-            needs, options = sized([(spec.name, path, dt, "none")])
+            needs, options = sized([(spec.name, path, dt, "none")], device=device)
             v = fit.verdict(needs, device, options=options if role == "dlm" else
                             {k: o for k, o in options.items() if k.startswith("--dtype")})
             row.update(dtype=str(dt).removeprefix("torch."), needs_bytes=v.total, has_bytes=v.have, source=v.where,

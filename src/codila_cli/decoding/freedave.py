@@ -22,7 +22,9 @@ fp32 each verification forward carries a *check row*, the last canvas whose logi
 arithmetic, compared bit for bit: equal, the batch's rows are taken as lone rows; else (and always in 16
 bits) a decision read from the batch counts only when every comparison it makes (the top token's lead, the
 quota boundary's lead, the distance to a threshold) clears :data:`TOLERANCE` for the model's dtype, and
-otherwise its canvas is forwarded alone (a *guarded* forward) and decided as the reference would. Sampling
+otherwise its canvas is forwarded alone (a *guarded* forward) and decided as the reference would; after
+guarded forwards in a row the driver drafts nothing for 1, 3, 7, … rounds (:class:`Pace`), so a flat or 16-bit
+model costs about the reference's forwards, not twice them. Sampling
 (T > 0, random remasking, Dream's ``alg_temp``/``origin``, LLaDA's guidance) is refused: its draws would
 have to be replayed per candidate (docs/decoders.md, "Exact").
 

@@ -127,8 +127,9 @@ def exact_pays(dlm: Any, decoder: str, config: Any) -> bool:
     """Whether this decode (``decoder``: gen's, or "dreamon" for a fill) runs FreeDave (decoding/freedave.py):
     when ``--exact`` says so (settings it cannot run exactly are refused by the config), or, unset, where it pays:
     a GPU computing in fp32 with deterministic settings. Not on a CPU, where a forward of d canvases costs about
-    d forwards (benchmarks/exact.py: 0.53–0.56× the wall time on the bundled model), nor in 16 bits, where a batch's rows are not lone rows and the near
-    ties it must then decide alone took back the savings (508 → 535 sequential forwards there)."""
+    d forwards (benchmarks/exact.py: 0.53–0.56× the wall time on the bundled model), nor in 16 bits, where a
+    batch's rows are not lone rows and the near ties it must then decide alone take back most of the savings
+    (docs/results/exact-s36.md: 0.87–1.08× the reference's sequential forwards)."""
     import torch
 
     from codila_cli.decoding.config import exact_problem

@@ -139,7 +139,7 @@ def auto_weights(dlm_path: Any, ar_path: Any, *, names: tuple[str, str | None], 
             trial[i] = scheme
             plans = [(n, p, plan_load(p, name=n, role=r, device=device, dtype=dtype, quantize=q)[1], q)
                      for n, p, r, q in zip(names, (dlm_path, ar_path), ("dlm", "ar"), trial) if p is not None]
-            if fit.verdict(sized(plans, canvas=canvas)[0], dev).fits:
+            if fit.verdict(sized(plans, canvas=canvas, device=dev)[0], dev).fits:
                 allowed.append(scheme)
         allowed = allowed or ["int4"]  # nothing fits: the smallest, which the fit check then refuses with numbers
         if dev.type != "cpu":
@@ -191,14 +191,16 @@ def fits(loads: list[tuple[str, Any, Any, str]], device: Any, *, canvas: int | N
     and int4 weights (for the DLM) under which they fit."""
     from codila_cli.models import fit
 
-    needs, options = sized(loads, canvas=canvas)
+    needs, options = sized(loads, canvas=canvas, device=device)
     fit.check(needs, device, options=options)
 
 
-def sized(loads: list[tuple[str, Any, Any, str]], *, canvas: int | None = None) -> tuple[list, dict[str, list]]:
+def sized(loads: list[tuple[str, Any, Any, str]], *, canvas: int | None = None,
+          device: Any = None) -> tuple[list, dict[str, list]]:
     """(what each load needs at its dtype and quantization, {flag: what the loads need with it}) from the
     weights' headers (models/fit.py): ``--dtype bfloat16`` where a load runs in fp32, and ``--quantize
-    int8`` / ``int4`` for the first load (the DLM) where it is not quantized so far."""
+    int8`` / ``int4`` for the first load (the DLM) where it is not quantized so far; ``device``: where they
+    run (quantized products off a CPU widen each weight: counted; None: a CPU)."""
     from codila_cli.models import fit
     from codila_cli.models.loading import _weight_files, engine_for, read_config
 
@@ -206,7 +208,9 @@ def sized(loads: list[tuple[str, Any, Any, str]], *, canvas: int | None = None) 
         name, path, _, _ = loads[i]
         cfg = read_config(path, name=name)
         return fit.estimate(path, cfg, name=name, dtype=dtype, quantize=quantize, files=_weight_files(path, name=name),
-                            canvas=canvas or fit.CANVAS, native=engine_for(path, cfg) == "native")
+                            canvas=canvas or fit.CANVAS, native=engine_for(path, cfg) == "native", widened=widened)
+
+    widened = getattr(device, "type", "cpu") != "cpu"
 
     kinds = [str(dt).removeprefix("torch.") for _, _, dt, _ in loads]
     needs = [need(i, kinds[i], q) for i, (_, _, _, q) in enumerate(loads)]

@@ -54,12 +54,14 @@ def canvas_for(max_new_tokens: int | None) -> int:
 
 
 def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path], quantize: str = "none",
-             canvas: int = CANVAS, native: bool = False) -> Need:
+             canvas: int = CANVAS, native: bool = False, widened: bool = False) -> Need:
     """The bytes a load of the checkpoint at ``path`` in ``dtype`` ("float32", "bfloat16", "float16") needs,
     decoding ``canvas`` positions;
     ``quantize`` ("int8", "int4"): the projections inside numbered layers (2-D weights) as codes and scales
     (models/quantize.py), the rest in ``dtype``; ``native``: the load runs models/native.py's network, which
-    quantizes fused matrices (models/loading.py::engine_for)."""
+    quantizes fused matrices (models/loading.py::engine_for); ``widened``: no weight-only kernel runs the
+    products (CUDA and other non-CPU devices), so each widens its weight to ``dtype`` for the product
+    (models/quantize.py::QuantWeight.widened), one at a time while decoding."""
     from codila_cli.models.validate import weight_headers
 
     size = {"float32": 4, "bfloat16": 2, "float16": 2}[dtype]
@@ -96,6 +98,9 @@ def estimate(path: Path, cfg: dict, *, name: str, dtype: str, files: list[Path],
     # the MLP's gate, up and product, a few hidden-size buffers; and the KV cache of every layer
     per = vocab * 4 + (vocab * size if size != 4 else 0) + inter * size * 3 + hidden * 4 * 8
     activations = canvas * per + layers * 2 * canvas * kv * head_dim * size
+    if quantize != "none" and widened:  # the largest weight widened (fused [gate; up] natively), and int4's codes
+        fused = 2 * biggest if native else biggest
+        activations += fused * size + (fused if quantize == "int4" else 0)
     tag = dtype if quantize == "none" else f"{quantize} ({dtype})"
     return Need(name, tag, weights, loading, activations)
 

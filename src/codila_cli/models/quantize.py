@@ -77,15 +77,16 @@ class QuantWeight:
         return out.reshape(*lead, self.shape[0])
 
     def widened(self) -> torch.Tensor:
-        """The weight [N, K] in the run dtype, from the codes (what the kernels multiply by)."""
+        """The weight [N, K] in the run dtype, from the codes (what the kernels multiply by); computed in place
+        on one [N, K] buffer, so a product holds one widened weight at a time (models/fit.py counts it)."""
         n, k = self.shape
         if self.scheme == "int8":
-            return self.q.to(self.dtype) * self.scales[:, None]
+            return self.q.to(self.dtype).mul_(self.scales[:, None])
         if self.kernel:  # PyTorch's packed CPU layout: only its kernel reads it
             raise ValueError("an int4 weight packed for PyTorch's CPU kernel cannot be widened")
         codes = torch.stack([self.q & 15, self.q >> 4], dim=-1).view(n, k // self.group, self.group)
         scale, zero = self.scales[..., 0].t()[..., None], self.scales[..., 1].t()[..., None]  # [N, K/G, 1]
-        return ((codes.to(self.dtype) - 8) * scale + zero).view(n, k)
+        return codes.to(self.dtype).sub_(8).mul_(scale).add_(zero).view(n, k)
 
 
 def int4_group(k: int) -> int | None:
