@@ -77,22 +77,20 @@ def test_the_fit_check_counts_a_widened_weight_off_a_cpu():
     codes; on a CPU, whose kernels read the codes, nothing."""
     import json
 
-    from safetensors import safe_open
-
     from codila_cli.models.fit import estimate
     from codila_cli.models.loading import _weight_files
+    from codila_cli.models.validate import weight_headers
 
     ckpt = FAMILY_CKPTS["sdar"]
     cfg, files = json.loads((ckpt / "config.json").read_text()), _weight_files(ckpt, name="s")
-    with safe_open(str(files[0]), "pt") as f:
-        biggest = max(f.get_slice(k).get_shape()[0] * f.get_slice(k).get_shape()[1] for k in f.keys()
-                      if ".layers." in k and len(f.get_slice(k).get_shape()) == 2)
+    biggest = max(shape[0] * shape[1] for key, (_, shape) in weight_headers(files, name="s").items()
+                  if ".layers." in key and len(shape) == 2)
     for scheme, extra in (("int8", 2 * biggest), ("int4", 3 * biggest)):
         for native, fused in ((False, 1), (True, 2)):
-            kw = dict(name="s", dtype="bfloat16", files=files, quantize=scheme, native=native)
+            kw = {"name": "s", "dtype": "bfloat16", "files": files, "quantize": scheme, "native": native}
             cpu, gpu = estimate(ckpt, cfg, **kw), estimate(ckpt, cfg, widened=True, **kw)
             assert gpu.activations - cpu.activations == fused * extra and gpu.weights == cpu.weights
-    plain = dict(name="s", dtype="bfloat16", files=files)
+    plain = {"name": "s", "dtype": "bfloat16", "files": files}
     assert estimate(ckpt, cfg, widened=True, **plain) == estimate(ckpt, cfg, **plain)  # bf16 weights: no widening
 
 
