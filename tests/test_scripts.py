@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import typer
+from shared_data import DATA
 
 from codila_cli.cli import app
-from shared_data import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "scripts").glob("gpu_*.sh"))
@@ -28,7 +28,7 @@ def _commands(script: Path) -> list[list[str]]:
     """Each `codila …` / `python benchmarks/… …` command of ``script`` (continuations joined), as the shell
     splits it: words up to the next operator (``||``, ``|``, ``;``, ``>``, ``&&``, ``(``)."""
     text = re.sub(r"\\\n\s*", " ", script.read_text())
-    text = re.sub(r"<<'(\w+)'(.*?)\n.*?\n\1\n", r"\2\n", text, flags=re.S)  # a here-document's body is not shell
+    text = re.sub(r"<<'(\w+)'(.*?)\n.*?\n\1\n", r"\2\n", text, flags=re.DOTALL)  # a here-document's body is not shell
     out = []
     for line in text.splitlines():
         if line.lstrip().startswith("#"):
