@@ -72,8 +72,26 @@ def test_a_checkpoint_without_its_checksum_is_refused(tmp_path):
 
 def test_ctrl_c_waits_for_the_end_of_the_update():
     done = []
-    with pytest.raises(KeyboardInterrupt), deferred_interrupt():
-        signal.raise_signal(signal.SIGINT)
-        done.append("the update finished")
-    assert done == ["the update finished"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's foreground job has it
+    try:
+        with pytest.raises(KeyboardInterrupt), deferred_interrupt():
+            signal.raise_signal(signal.SIGINT)
+            done.append("the update finished")
+        assert done == ["the update finished"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_an_ignored_ctrl_c_stays_ignored_through_an_update():
+    """Under ``nohup`` (or as a script's background job) SIGINT is ignored: an update must not turn a stray
+    one into a KeyboardInterrupt that stops the run (it did: the update installed its own handler)."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupt():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    except KeyboardInterrupt:  # a failure of this test, not an interrupt of the test run
+        pytest.fail("an ignored SIGINT stopped the update with KeyboardInterrupt")
+    finally:
+        signal.signal(signal.SIGINT, before)

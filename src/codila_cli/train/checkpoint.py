@@ -92,11 +92,12 @@ def load_checkpoint(path: Path, *, map_location: Any = "cpu") -> dict:
 def deferred_interrupt():
     """Hold Ctrl-C (SIGINT) back for the duration: an optimizer update and its step count happen
     together or not at all, so the checkpoint an interrupt writes is that of a whole step. Outside the
-    main thread (where no handler can be set) it is a no-op."""
+    main thread (where no handler can be set), and where SIGINT is ignored (``nohup``, a background job
+    of a script), it is a no-op: an ignored Ctrl-C stays ignored."""
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield
         return
     caught: list[int] = []
