@@ -73,6 +73,30 @@ def test_signal_during_infill_leaves_file_untouched(tiny, tmp_path, slow_codila)
     assert f.read_bytes() == original and sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "slow_codila.py"]
 
 
+def test_a_background_job_that_ignores_ctrl_c_keeps_ignoring_it(tiny, tmp_path, slow_codila):
+    """A script's `codila gen … &` inherits SIGINT ignored, so that a Ctrl-C meant for the foreground job does
+    not stop it; the console script's entry (codila_cli._entry) re-armed it. It stays ignored now, and SIGTERM
+    still ends the run with 130 and nothing on stdout."""
+    script = tmp_path / "entry_codila.py"
+    script.write_text(slow_codila.read_text().replace("from codila_cli.cli import main",
+                                                      "from codila_cli._entry import main"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CODILA_TEST_MARKER": str(tmp_path.parent / f"{tmp_path.name}.marker")}
+    proc = subprocess.Popen([sys.executable, str(script), "gen", "--dlm", str(tiny["dlm"]), "-K", "1",
+                             "--max-new-tokens", "200", "--seed", "0", "--no-early-stop", "def f("],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        _wait_for_decoding(proc, tmp_path)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.stderr.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and out == b"" and b"Traceback" not in err, err.decode()
+
+
 def test_a_ctrl_c_while_the_cli_is_still_importing_is_no_traceback():
     """Issue 53: a Ctrl-C in the first second (the CLI still importing, longer under load) printed a raw
     traceback. The console script's entry guards that window: "Interrupted." and exit 130, as later."""

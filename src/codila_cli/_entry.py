@@ -25,8 +25,13 @@ def guard() -> None:
 
 
 def main() -> None:
-    guard()
+    # an inherited ignored SIGINT (a script's background job: `codila gen … &`) stays ignored, as Python
+    # itself leaves it: a Ctrl-C meant for the foreground job must not stop this one
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if not ignored:
+        guard()
     from codila_cli.cli.app import main as cli_main
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is a KeyboardInterrupt again
+    if not ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is a KeyboardInterrupt again
     cli_main()
