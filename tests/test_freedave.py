@@ -164,10 +164,10 @@ def _property(family: str, n: int, dtype: str, tiny: dict, seed0: int = 0) -> di
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_random_cases_commit_the_reference_steps_in_fp32(family, tiny):
-    """250 seeded random settings and prompts per family (the slow suite runs thousands): every committed step
-    is the reference's, and in all the exact decode needs fewer sequential forwards."""
-    totals = _property(family, 250, "float32", tiny)
-    assert totals["cases"] == 250 and totals["exact"] < totals["ref"]
+    """120 seeded random settings and prompts per family (the slow suite runs 1,750 more): every committed
+    step is the reference's, and in all the exact decode needs fewer sequential forwards."""
+    totals = _property(family, 120, "float32", tiny)
+    assert totals["cases"] == 120 and totals["exact"] < totals["ref"]
 
 
 @pytest.mark.slow

@@ -223,34 +223,45 @@ def _code_spellings(knob, tree) -> bool:
     """Whether a module's code names ``knob``: an identifier, attribute or keyword, or a string that is
     the name, holds its flag or CODILA_* variable, or an eval key (``codila:B=4``); a string with
     whitespace in it is prose (a help text, a hint, a message) and a docstring is documentation."""
+    return _names_knob(knob, _summary(tree))
+
+
+def _summary(tree) -> tuple[set[str], list[str]]:
+    """A module's names (identifiers, attributes, keywords, arguments) and its strings that may name a knob
+    (not docstrings, not prose with whitespace): read once per module, then matched against every knob."""
     import ast
 
     docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-    flags = [re.escape(s) for s in (knob.option, knob.env_var) if s]
+    names, strings = set(), []
     for n in ast.walk(tree):
         name = (n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute)
                 else n.arg if isinstance(n, (ast.keyword, ast.arg)) else None)
-        if name == knob.name:
-            return True
-        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
-            s = n.value
-            if any(c.isspace() for c in s):
-                continue
-            if s == knob.name or any(re.search(r"(?<![\w-])" + f + r"(?![\w-])", s) for f in flags) or (
-                    knob.short and re.search(r"(?<=[:,])" + re.escape(knob.short) + "=", s)):
-                return True
-    return False
+        if name is not None:
+            names.add(name)
+        elif (isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+              and not any(c.isspace() for c in n.value)):
+            strings.append(n.value)
+    return names, strings
+
+
+def _names_knob(knob, summary: tuple[set[str], list[str]]) -> bool:
+    names, strings = summary
+    if knob.name in names:
+        return True
+    flags = [re.escape(s) for s in (knob.option, knob.env_var) if s]
+    return any(s == knob.name or any(re.search(r"(?<![\w-])" + f + r"(?![\w-])", s) for f in flags) or (
+        knob.short and re.search(r"(?<=[:,])" + re.escape(knob.short) + "=", s)) for s in strings)
 
 
 def knob_files() -> dict[str, set[str]]:
     """For each knob of the three tables, the package files whose code names it (``_code_spellings``)."""
     import ast
 
-    trees = {str(p.relative_to(SRC)): ast.parse(p.read_text(encoding="utf-8")) for p in SRC.rglob("*.py")}
+    summaries = {str(p.relative_to(SRC)): _summary(ast.parse(p.read_text(encoding="utf-8"))) for p in SRC.rglob("*.py")}
     out = {}
     for name in dict.fromkeys([*GEN_KNOBS, *INFILL_KNOBS, *PLAN_KNOBS]):
         knobs = [t[name] for t in (GEN_KNOBS, INFILL_KNOBS, PLAN_KNOBS) if name in t]
-        out[name] = {f for f, tree in trees.items() if any(_code_spellings(k, tree) for k in knobs)}
+        out[name] = {f for f, summary in summaries.items() if any(_names_knob(k, summary) for k in knobs)}
     return out
 
 

@@ -182,13 +182,9 @@ def test_infill_from_stdin_guesses_the_language_from_a_shebang_or_a_modeline_and
     """Issue 63: `codila infill -` (how an editor pipes a buffer) reported "not checked" unless --language
     was given. A #! line or an editor modeline names the language now, and the report says it was guessed;
     text with neither (and that Python does not parse) stays "not checked"."""
-    import subprocess
-    import sys
-
     def fill(text: str) -> str:
-        r = subprocess.run([sys.executable, "-m", "codila_cli", "infill", "-", "--dlm", str(tiny["dlm"]), "--seed", "0"],
-                           input=text, capture_output=True, text=True, timeout=120, check=False)
-        assert r.returncode == 0, r.stderr
+        r = runner.invoke(app, ["infill", "-", "--dlm", str(tiny["dlm"]), "--seed", "0"], input=text)
+        assert r.exit_code == 0, r.stderr
         return next(ln for ln in r.stderr.splitlines() if ln.startswith("syntax:"))
 
     assert "(checked as rust: guessed from a modeline" in fill("fn f() -> i32 {\n    // codila: fill\n}\n// vim: set ft=rust:\n")

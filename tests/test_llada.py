@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -159,10 +160,15 @@ def test_codila_gen_on_a_llada_checkpoint_is_the_official_generate(case_id):
     assert doc["completion"] == tok.decode(gen[:stop], skip_special_tokens=True)
 
 
-def _gen(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codila_cli", "gen", "--dlm",
-                           str(LLADA_DIR / "checkpoints" / "llada-tiny-a"), "--seed", "0", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
+def _gen(*args: str) -> SimpleNamespace:
+    """`codila gen` on the tiny LLaDA checkpoint, in process (the command's own code, its exit code and its
+    two streams)."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    r = CliRunner().invoke(app, ["gen", "--dlm", str(LLADA_DIR / "checkpoints" / "llada-tiny-a"), "--seed", "0", *args])
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
 
 
 def test_llada_through_the_cli_every_decoder_and_what_it_refuses():

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -99,9 +100,15 @@ def _helper(tmp_path: Path) -> Path:
     return out
 
 
-def _gen(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codila_cli", "gen", "--dlm", str(A), "--seed", "0", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
+def _gen(*args: str) -> SimpleNamespace:
+    """`codila gen` on the tiny SDAR checkpoint, in process (the command's own code, its exit code and its
+    two streams)."""
+    from typer.testing import CliRunner
+
+    from codila_cli.cli import app
+
+    r = CliRunner().invoke(app, ["gen", "--dlm", str(A), "--seed", "0", *args])
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
 
 
 def test_gen_runs_sdar_block_by_block_and_codila_inside_its_blocks(tmp_path):
