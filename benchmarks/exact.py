@@ -13,7 +13,8 @@ and the wall-clock ratio reference ÷ exact (> 1: exact is faster).
 
 Models, each in fp32 and bf16 (--dtypes): the bundled DLM (its held-out prompts, the first 4 of
 data/heldout_ext5_prompts.jsonl), and the real-width random checkpoints of benchmarks/quantize.py
-(built once under --dir: SDAR-1.7B whole, Dream-Coder-7B's and LLaDA-8B's widths with 4 layers), whose head
+(built once under --dir: SDAR-1.7B whole, Dream-Coder-7B's and LLaDA-8B's widths with 4 layers, and with
+``--models …,sdar-8b-4l`` SDAR-8B's width with 4 layers; ``sdar-tiny``: the tests' tiny SDAR, a dry run), whose head
 is drawn with a trained model's spread (HEAD_STD there; the median top-1 probability of the first forward
 is printed) so that confidences rank as on real weights. Stable-DiffCoder runs the block sampler's code
 path that SDAR-1.7B measures (its rules differ in the draws, not in what a verification forward costs).

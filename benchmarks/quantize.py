@@ -7,7 +7,8 @@
 1. Real-width random checkpoints, written once under --dir in the released layouts (config keys, tensor
    names, bf16 safetensors; the fixtures' tokenizers, so the vocabulary is cut to their rows):
    SDAR-1.7B whole (28 layers, hidden 2048, 16/8 heads of 128, MLP 6144: 1.41 B parameters with a 576-row
-   vocabulary), and Dream-Coder-7B's and LLaDA-8B's widths with 4 of their 28 / 32 layers. The output head
+   vocabulary), and Dream-Coder-7B's, LLaDA-8B's and SDAR-8B's widths (``sdar-8b-4l``: hidden 4096, 32/8
+   heads of 128, MLP 12288, its own head) with 4 of their 28 / 32 / 36 layers. The output head
    is drawn with a larger spread (std HEAD_STD / sqrt(hidden)) so that a position's top token has a
    trained model's confidence (median top-1 probability printed), and the block and threshold decoders
    commit as they do on real weights. Each scheme (bf16, int8, int4) runs in a fresh process: the RSS
@@ -158,26 +159,30 @@ def ensure(folder: Path, which: str) -> tuple[Path, str]:
     if which == "sdar-tiny":  # the tests' tiny SDAR checkpoint: a dry run of this benchmark (or a GPU script) in seconds
         return FIXTURES / "sdar" / "checkpoints" / "sdar-tiny-a", "block"
     path = folder / which
-    decoder = {"sdar-1.7b": "block", "dream-7b-4l": "threshold", "llada-8b-4l": "llada"}[which]
+    decoder = {"sdar-1.7b": "block", "sdar-8b-4l": "block", "dream-7b-4l": "threshold", "llada-8b-4l": "llada"}[which]
     if (path / "config.json").is_file():
         return path, decoder
-    if which == "sdar-1.7b":
+    if which in ("sdar-1.7b", "sdar-8b-4l"):
         src = FIXTURES / "sdar" / "checkpoints" / "sdar-tiny-a"
         cfg = json.loads((src / "config.json").read_text())
-        d, m, hd, n, vocab = 2048, 6144, 128, 28, cfg["vocab_size"]
-        cfg.update(hidden_size=d, num_attention_heads=16, num_key_value_heads=8, head_dim=hd, intermediate_size=m,
-                   num_hidden_layers=n, tie_word_embeddings=True, dtype="bfloat16")
-        shapes = {"model.embed_tokens.weight": (vocab, d), "model.norm.weight": (d,)}
+        # SDAR-1.7B (Qwen3-1.7B's shape: tied head) whole; SDAR-8B (Qwen3-8B's: its own head) with 4 of 36 layers
+        d, m, heads, hd, n, tied = (2048, 6144, 16, 128, 28, True) if which == "sdar-1.7b" else \
+            (4096, 12288, 32, 128, 4, False)
+        vocab = cfg["vocab_size"]
+        cfg.update(hidden_size=d, num_attention_heads=heads, num_key_value_heads=8, head_dim=hd, intermediate_size=m,
+                   num_hidden_layers=n, tie_word_embeddings=tied, dtype="bfloat16")
+        shapes = {"model.embed_tokens.weight": (vocab, d), "model.norm.weight": (d,),
+                  **({} if tied else {"lm_head.weight": (vocab, d)})}
         for i in range(n):
             p = f"model.layers.{i}."
             shapes.update({p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
-                           p + "self_attn.q_proj.weight": (16 * hd, d), p + "self_attn.k_proj.weight": (8 * hd, d),
-                           p + "self_attn.v_proj.weight": (8 * hd, d), p + "self_attn.o_proj.weight": (d, 16 * hd),
+                           p + "self_attn.q_proj.weight": (heads * hd, d), p + "self_attn.k_proj.weight": (8 * hd, d),
+                           p + "self_attn.v_proj.weight": (8 * hd, d), p + "self_attn.o_proj.weight": (d, heads * hd),
                            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
                            p + "mlp.gate_proj.weight": (m, d), p + "mlp.up_proj.weight": (m, d),
                            p + "mlp.down_proj.weight": (d, m)})
         # tied: the embedding is the head (its spread is the head's; the first norm rescales the input)
-        _save(path, cfg, shapes, "model.embed_tokens.weight", src)
+        _save(path, cfg, shapes, "model.embed_tokens.weight" if tied else "lm_head.weight", src)
     elif which == "llada-8b-4l":
         src = FIXTURES / "llada" / "checkpoints" / "llada-tiny-a"
         cfg = json.loads((src / "config.json").read_text())

@@ -2,8 +2,8 @@
 # --exact (FreeDave) on one GPU: sequential forwards, canvases evaluated and the wall-clock ratio against the
 # one-token-per-step decode it reproduces, side by side, and identical texts.
 #
-# 1. Real-width random checkpoints of Dream-Coder-7B's and LLaDA-8B's widths (4 layers) and SDAR-1.7B whole,
-#    built as benchmarks/quantize.py builds them (no download), in fp32 and bf16 on the GPU
+# 1. Real-width random checkpoints of Dream-Coder-7B's, LLaDA-8B's and SDAR-8B's widths (4 layers) and
+#    SDAR-1.7B whole, built as benchmarks/quantize.py builds them (no download), in fp32 and bf16 on the GPU
 #    (benchmarks/exact.py --device cuda): $OUT/random.md.
 # 2. Only where the weights are in the Hugging Face cache (codila pull dream-coder sdar-8b on a machine that
 #    reaches the hub, then copy the cache; a lent device reaches nothing, so there this part says so and is
@@ -36,7 +36,7 @@ mkdir -p "$DEST"
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi") | tee "$DEST/gpu.txt"
 codila doctor >> "$DEST/gpu.txt" 2>&1 || true
 python3 benchmarks/exact.py --device "$DEVICE" --dir "${CKPTS:-/tmp/codila-quant}" --out "$DEST/random.md" \
-    --models "${MODELS:-sdar-1.7b,dream-7b-4l,llada-8b-4l}" --tokens "${TOKENS:-128,256}" \
+    --models "${MODELS:-sdar-1.7b,sdar-8b-4l,dream-7b-4l,llada-8b-4l}" --tokens "${TOKENS:-128,256}" \
     --dtypes "${DTYPES:-float32,bfloat16}" || echo "random checkpoints failed" >&2
 for model in dream-coder sdar-8b; do
     if ! cached "$model"; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --quantize int8|int4 on one GPU, against bf16 weights, side by side.
 #
-# 1. Real-width random checkpoints (SDAR-1.7B whole, Dream-Coder-7B's and LLaDA-8B's widths with 4 layers,
+# 1. Real-width random checkpoints (SDAR-1.7B whole, SDAR-8B's, Dream-Coder-7B's and LLaDA-8B's widths with 4 layers,
 #    built as benchmarks/quantize.py builds them: no download), each scheme in a fresh process on the GPU:
 #    the GPU memory torch allocated after decoding and its peak against the fit check's estimate, load
 #    seconds, tokens/s and the share of tokens equal to bf16's: $OUT/random.md. On CUDA a quantized weight is
@@ -35,7 +35,7 @@ mkdir -p "$DEST"
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi") | tee "$DEST/gpu.txt"
 codila doctor >> "$DEST/gpu.txt" 2>&1 || true
 python3 benchmarks/quantize.py --device "$DEVICE" --dir "${CKPTS:-/tmp/codila-quant}" --out "$DEST/random.md" \
-    --models "${MODELS:-sdar-1.7b,dream-7b-4l,llada-8b-4l}" --tokens "${TOKENS:-64}" --prompts 0 \
+    --models "${MODELS:-sdar-1.7b,sdar-8b-4l,dream-7b-4l,llada-8b-4l}" --tokens "${TOKENS:-64}" --prompts 0 \
     || echo "random checkpoints failed" >&2
 codila models --fit --json > "$DEST/fit.json" || true
 for model in dream-coder sdar-8b; do
