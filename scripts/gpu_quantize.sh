@@ -19,21 +19,8 @@
 # CKPTS (/tmp/codila-quant). A dry run on a CPU, in seconds:
 #   DEVICE=cpu MODELS=sdar-tiny TOKENS=8 bash scripts/gpu_quantize.sh
 set -euo pipefail
-if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
-fi
-export PYTHONPATH="$PWD/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-codila() { python3 -m codila_cli "$@"; }  # the device has no `codila` entry point: the source tree runs
-cached() {  # whether the alias $1 is in the Hugging Face cache
-    codila models --json | python3 -c "import json, sys; sys.exit(not any(m['alias'] == sys.argv[1] and m['cached'] for m in json.load(sys.stdin)['models']))" "$1"
-}
 DEST="${OUT:-results/gpu-quantize}"
-DEVICE="${DEVICE:-cuda}"
-LIMIT="${LIMIT:-164}"
-mkdir -p "$DEST"
-(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi") | tee "$DEST/gpu.txt"
-codila doctor >> "$DEST/gpu.txt" 2>&1 || true
+. "$(dirname "$0")/lib/gpu_setup.sh"  # the source tree, `codila`, `cached`, DEVICE, LIMIT
 python3 benchmarks/quantize.py --device "$DEVICE" --dir "${CKPTS:-/tmp/codila-quant}" --out "$DEST/random.md" \
     --models "${MODELS:-sdar-1.7b,sdar-8b-4l,dream-7b-4l,llada-8b-4l}" --tokens "${TOKENS:-64}" --prompts 0 \
     || echo "random checkpoints failed" >&2

@@ -24,10 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((ROOT / "scripts").glob("gpu_*.sh"))
 
 
+def _text(script: Path) -> str:
+    """The script's text, and that of scripts/lib/gpu_setup.sh where it sources that."""
+    text = script.read_text()
+    return text + (ROOT / "scripts" / "lib" / "gpu_setup.sh").read_text() if "/lib/gpu_setup.sh" in text else text
+
+
 def _commands(script: Path) -> list[list[str]]:
     """Each `codila …` / `python benchmarks/… …` command of ``script`` (continuations joined), as the shell
     splits it: words up to the next operator (``||``, ``|``, ``;``, ``>``, ``&&``, ``(``)."""
-    text = re.sub(r"\\\n\s*", " ", script.read_text())
+    text = re.sub(r"\\\n\s*", " ", _text(script))
     text = re.sub(r"<<'(\w+)'(.*?)\n.*?\n\1\n", r"\2\n", text, flags=re.DOTALL)  # a here-document's body is not shell
     out = []
     for line in text.splitlines():
@@ -107,7 +113,7 @@ def test_a_script_runs_from_the_source_tree_on_a_bare_device(script):
     """A lent GPU has python3 with torch, and no `codila` entry point, no `python` beside it and no package of
     codila's installed (docs: the device's README): a script runs the source tree (PYTHONPATH), calls
     `codila` only through the function that runs `python3 -m codila_cli`, and `python3`, never `python`."""
-    text = script.read_text()
+    text = _text(script)
     commands = _commands(script)
     assert 'export PYTHONPATH="$PWD/src:' in text, f"{script.name} does not run the source tree"
     assert not [w for w in commands if w[0] == "python"], f"{script.name} runs `python` (the device has python3)"
