@@ -540,7 +540,8 @@ def test_a_really_interrupted_run_resumes_to_the_uninterrupted_runs_parameters(p
     straight, cut = tmp_path / "straight", tmp_path / "cut"
     assert _align(pair, straight, "--ckpt-every", "1", steps=30).exit_code == 0
     proc = subprocess.Popen([sys.executable, "-m", "codila_cli", *args, "--output", str(cut)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,  # Ctrl-C does its default,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # inherited ignored or not
     log = cut / "training" / "log.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 3):

@@ -126,13 +126,20 @@ def test_a_disk_too_small_is_refused_before_the_first_byte(repo, tmp_path):
         subprocess.run(["umount", str(small)], capture_output=True)
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C does its default, even where the test run inherited it ignored (a background job),
+    which codila, as Python, then keeps ignoring (tests/test_signals.py)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_a_resumable_pull_that_never_looks_complete(repo, tmp_path):
     (repo / "model-00002.safetensors").write_bytes(os.urandom(6 * 2**20))  # a slow, large second file
     hub = FakeHub(repo, repo_id=REPO, delay=0.03)
     cache = tmp_path / "cache"
     try:
         proc = subprocess.Popen([sys.executable, "-m", "codila_cli", "pull", REPO], env=_env(hub, cache),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_interruptible)
         blobs = cache / "models--codila-test--tiny" / "blobs"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(b.stat().st_size >= 2**21 for b in blobs.glob("*.incomplete")):
