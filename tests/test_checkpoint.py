@@ -84,7 +84,7 @@ def test_ctrl_c_waits_for_the_end_of_the_update():
 
 
 def test_an_ignored_ctrl_c_stays_ignored_through_an_update():
-    """Under ``nohup`` (or as a script's background job) SIGINT is ignored: an update must not turn a stray
+    """As a script's background job (`codila train align … &`) SIGINT is ignored: an update must not turn a stray
     one into a KeyboardInterrupt that stops the run (it did: the update installed its own handler)."""
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:

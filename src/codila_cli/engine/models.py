@@ -204,13 +204,13 @@ def sized(loads: list[tuple[str, Any, Any, str]], *, canvas: int | None = None,
     from codila_cli.models import fit
     from codila_cli.models.loading import _weight_files, engine_for, read_config
 
+    widened = getattr(device, "type", "cpu") != "cpu"
+
     def need(i: int, dtype: str, quantize: str) -> Any:
         name, path, _, _ = loads[i]
         cfg = read_config(path, name=name)
         return fit.estimate(path, cfg, name=name, dtype=dtype, quantize=quantize, files=_weight_files(path, name=name),
                             canvas=canvas or fit.CANVAS, native=engine_for(path, cfg) == "native", widened=widened)
-
-    widened = getattr(device, "type", "cpu") != "cpu"
 
     kinds = [str(dt).removeprefix("torch.") for _, _, dt, _ in loads]
     needs = [need(i, kinds[i], q) for i, (_, _, _, q) in enumerate(loads)]

@@ -92,8 +92,8 @@ def load_checkpoint(path: Path, *, map_location: Any = "cpu") -> dict:
 def deferred_interrupt():
     """Hold Ctrl-C (SIGINT) back for the duration: an optimizer update and its step count happen
     together or not at all, so the checkpoint an interrupt writes is that of a whole step. Outside the
-    main thread (where no handler can be set), and where SIGINT is ignored (``nohup``, a background job
-    of a script), it is a no-op: an ignored Ctrl-C stays ignored."""
+    main thread (where no handler can be set), and where SIGINT is ignored (a background job of a
+    script, `codila train align … &`), it is a no-op: an ignored Ctrl-C stays ignored."""
     import signal
     import threading
 
